@@ -1,0 +1,545 @@
+//! `backup`: reads the catalog, writes schema files, opens one snapshot for all workers,
+//! streams every table (large ones split into primary key ranges) into compressed chunks,
+//! and writes `manifest.json` last. On failure it removes what it wrote and leaves no manifest.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::future::join_all;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Row, Value};
+use sha2::{Digest, Sha256};
+
+use crate::error::{AgentError, Result};
+use crate::format::{
+    ChunkEntry, Compression, DATA_FORMAT, DatabaseEntry, FORMAT_NAME, FORMAT_VERSION, FileEntry, MANIFEST_FILE,
+    Manifest, ServerInfo, TableEntry, encode_field, layout, load_data_sql, quote_ident, write_statements,
+};
+use crate::mysql::catalog::{self, TableInfo};
+use crate::mysql::connection::describe_server;
+use crate::mysql::{ConnectionSettings, Connector, snapshot};
+use crate::progress::Progress;
+use crate::storage::{FileWriter, S3Settings, Storage};
+
+#[derive(Clone, Debug)]
+pub struct BackupOptions {
+    pub connection: ConnectionSettings,
+    /// Databases to back up; empty means every non-system database.
+    pub databases: Vec<String>,
+    pub to: String,
+    pub s3: S3Settings,
+    pub compression: Compression,
+    pub compression_level: Option<i32>,
+    pub parallelism: usize,
+    /// Uncompressed bytes after which a chunk file is closed and the next one begun: bounds
+    /// the size of one transaction at restore.
+    pub chunk_bytes: u64,
+    /// Estimated table size above which a table is split into primary key ranges.
+    pub split_bytes: u64,
+    /// Record `CHECKSUM TABLE` of every table, read inside the snapshot.
+    pub table_checksums: bool,
+    pub progress_interval: Duration,
+}
+
+impl BackupOptions {
+    pub fn new(connection: ConnectionSettings, to: impl Into<String>) -> Self {
+        Self {
+            connection,
+            databases: Vec::new(),
+            to: to.into(),
+            s3: S3Settings::default(),
+            compression: Compression::Zstd,
+            compression_level: None,
+            parallelism: 2,
+            chunk_bytes: 64 * 1024 * 1024,
+            split_bytes: 128 * 1024 * 1024,
+            table_checksums: false,
+            progress_interval: Duration::from_secs(10),
+        }
+    }
+
+    fn level(&self) -> i32 {
+        self.compression_level.unwrap_or(match self.compression {
+            Compression::Zstd => 3,
+            Compression::Gzip => 6,
+            Compression::None => 0,
+        })
+    }
+}
+
+pub struct BackupReport {
+    pub manifest: Manifest,
+    pub manifest_sha256: String,
+    pub manifest_bytes: u64,
+}
+
+/// Files written so far, removed if the backup fails.
+type Written = Arc<Mutex<Vec<String>>>;
+
+pub async fn run(options: &BackupOptions) -> Result<BackupReport> {
+    let storage = Storage::open(&options.to, &options.s3, true)?;
+    if storage.exists(MANIFEST_FILE).await? {
+        return Err(AgentError::BackupExists { location: options.to.clone() });
+    }
+    let written: Written = Arc::default();
+    let result = back_up(options, &storage, &written).await;
+    if result.is_err() {
+        remove_written(&storage, &written).await;
+    }
+    result
+}
+
+async fn remove_written(storage: &Storage, written: &Written) {
+    let paths = std::mem::take(&mut *written.lock().unwrap());
+    for path in paths {
+        if let Err(error) = storage.delete(&path).await {
+            tracing::warn!("could not remove the partial file {path}: {error}");
+        }
+    }
+}
+
+/// One database as read from the catalog.
+struct DatabasePlan {
+    name: String,
+    tables: Vec<TableInfo>,
+    entry: DatabaseEntry,
+}
+
+async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) -> Result<BackupReport> {
+    let started_at = jiff::Timestamp::now();
+    let connector = Connector::new(options.connection.clone());
+    let mut coordinator = connector.connect().await?;
+    connector.execute(&mut coordinator, "SET NAMES utf8mb4", "preparing the session").await?;
+    let (flavour, version) = describe_server(&connector, &mut coordinator).await?;
+    let names = catalog::databases(&connector, &mut coordinator, &options.databases).await?;
+    let mut plans = Vec::with_capacity(names.len());
+    for name in names {
+        plans.push(plan_database(&connector, &mut coordinator, storage, written, name).await?);
+    }
+
+    let parallelism = options.parallelism.max(1);
+    let snapshot = snapshot::open(&connector, &mut coordinator, parallelism, flavour == "mariadb").await?;
+    let _ = coordinator.disconnect().await;
+    tracing::info!("snapshot open for {parallelism} workers ({})", snapshot.method);
+
+    let mut workers = snapshot.workers;
+    let tasks = plan_tasks(&connector, &mut workers[0], &plans, options).await?;
+    let expected: u64 = plans.iter().flat_map(|p| &p.tables).map(|t| t.data_length).sum();
+    let progress = Progress::new("backup", expected);
+    let reporter = progress.report_every(options.progress_interval);
+    let context = Arc::new(DumpContext {
+        connector,
+        storage: storage.clone(),
+        written: written.clone(),
+        options: options.clone(),
+        progress: progress.clone(),
+        names: plans.iter().map(|p| (p.name.clone(), p.tables.iter().map(|t| t.name.clone()).collect())).collect(),
+        queue: Mutex::new(tasks),
+        failed: AtomicBool::new(false),
+    });
+    let outcomes = join_all(workers.into_iter().map(|conn| tokio::spawn(run_worker(context.clone(), conn)))).await;
+    if let Some(reporter) = reporter {
+        reporter.abort();
+    }
+    let results = collect_results(outcomes)?;
+
+    let mut manifest = Manifest {
+        format: FORMAT_NAME.into(),
+        format_version: FORMAT_VERSION,
+        tool: format!("visitors-agent {}", env!("CARGO_PKG_VERSION")),
+        server: ServerInfo { version, flavour },
+        started_at: started_at.to_string(),
+        finished_at: String::new(),
+        consistency: snapshot.method.into(),
+        position: snapshot.position,
+        compression: options.compression,
+        data_format: DATA_FORMAT.into(),
+        databases: Vec::new(),
+    };
+    manifest.databases = assemble(plans, results);
+    manifest.finished_at = jiff::Timestamp::now().to_string();
+    let text = serde_json::to_vec_pretty(&manifest).map_err(|e| AgentError::Internal(e.to_string()))?;
+    let sha = hex::encode(Sha256::digest(&text));
+    let bytes = text.len() as u64;
+    storage.put(MANIFEST_FILE, Bytes::from(text), true).await?;
+    tracing::info!("{}", progress.line());
+    Ok(BackupReport { manifest, manifest_sha256: sha, manifest_bytes: bytes })
+}
+
+/// Reads a database's catalog and stores its schema, view, routine and trigger files.
+async fn plan_database(
+    connector: &Connector,
+    conn: &mut Conn,
+    storage: &Storage,
+    written: &Written,
+    name: String,
+) -> Result<DatabasePlan> {
+    let create = catalog::create_database_sql(connector, conn, &name).await?;
+    let schema = store_sql(storage, written, &layout::database_schema(&name), &format!("database {name}"), &[create]).await?;
+    let tables = catalog::tables(connector, conn, &name).await?;
+    let mut entries = Vec::with_capacity(tables.len());
+    for table in &tables {
+        let create = catalog::create_table_sql(connector, conn, &name, &table.name).await?;
+        let statements = ["SET NAMES utf8mb4".to_string(), create];
+        let header = format!("table {}.{}", quote_ident(&name), quote_ident(&table.name));
+        let file = store_sql(storage, written, &layout::table_schema(&name, &table.name), &header, &statements).await?;
+        entries.push(TableEntry {
+            name: table.name.clone(),
+            schema: file,
+            load_sql: load_data_sql(&quote_ident(&table.name), &table.columns, "/dev/stdin"),
+            columns: table.columns.clone(),
+            rows: 0,
+            data_bytes: 0,
+            checksum: None,
+            chunks: Vec::new(),
+        });
+    }
+    let views = catalog::views(connector, conn, &name).await?;
+    let view_names = views.iter().map(|(view, _)| view.clone()).collect();
+    let view_statements: Vec<String> = views.into_iter().flat_map(|(_, statements)| statements).collect();
+    let views = store_optional(storage, written, &layout::views(&name), &format!("views of {name}"), &view_statements).await?;
+    let routine_statements = catalog::routines(connector, conn, &name).await?;
+    let routines =
+        store_optional(storage, written, &layout::routines(&name), &format!("routines of {name}"), &routine_statements).await?;
+    let trigger_statements = catalog::triggers(connector, conn, &name).await?;
+    let triggers =
+        store_optional(storage, written, &layout::triggers(&name), &format!("triggers of {name}"), &trigger_statements).await?;
+    let entry = DatabaseEntry { name: name.clone(), schema, tables: entries, views, view_names, routines, triggers };
+    Ok(DatabasePlan { name, tables, entry })
+}
+
+async fn store_sql(storage: &Storage, written: &Written, path: &str, header: &str, statements: &[String]) -> Result<FileEntry> {
+    written.lock().unwrap().push(path.to_string());
+    let text = write_statements(header, statements);
+    storage.put(path, Bytes::from(text), false).await
+}
+
+async fn store_optional(
+    storage: &Storage,
+    written: &Written,
+    path: &str,
+    header: &str,
+    statements: &[String],
+) -> Result<Option<FileEntry>> {
+    if statements.is_empty() {
+        return Ok(None);
+    }
+    store_sql(storage, written, path, header, statements).await.map(Some)
+}
+
+/// A unit of work for one worker.
+#[derive(Clone, Debug)]
+enum Task {
+    Range(RangeTask),
+    Checksum { database: usize, table: usize },
+}
+
+#[derive(Clone, Debug)]
+struct RangeTask {
+    database: usize,
+    table: usize,
+    range: usize,
+    select: String,
+    estimated_bytes: u64,
+}
+
+/// Splits large tables with an integer key into ranges and orders work largest first.
+async fn plan_tasks(
+    connector: &Connector,
+    conn: &mut Conn,
+    plans: &[DatabasePlan],
+    options: &BackupOptions,
+) -> Result<VecDeque<Task>> {
+    let mut ranges = Vec::new();
+    let mut checksums = Vec::new();
+    for (database, plan) in plans.iter().enumerate() {
+        for (table, info) in plan.tables.iter().enumerate() {
+            if options.table_checksums {
+                checksums.push(Task::Checksum { database, table });
+            }
+            if info.columns.is_empty() {
+                continue;
+            }
+            let bounds = split_points(connector, conn, &plan.name, info, options.split_bytes).await?;
+            let pieces = bounds.len() + 1;
+            for range in 0..pieces {
+                let lower = range.checked_sub(1).map(|i| bounds[i]);
+                let upper = bounds.get(range).copied();
+                ranges.push(RangeTask {
+                    database,
+                    table,
+                    range,
+                    select: select_sql(&plan.name, info, lower, upper),
+                    estimated_bytes: info.data_length / pieces as u64,
+                });
+            }
+        }
+    }
+    ranges.sort_by(|a, b| b.estimated_bytes.cmp(&a.estimated_bytes));
+    Ok(ranges.into_iter().map(Task::Range).chain(checksums).collect())
+}
+
+/// Key values that cut a table into pieces of about `split_bytes` each (equal key widths).
+async fn split_points(
+    connector: &Connector,
+    conn: &mut Conn,
+    database: &str,
+    table: &TableInfo,
+    split_bytes: u64,
+) -> Result<Vec<i128>> {
+    let Some(key) = &table.integer_key else { return Ok(Vec::new()) };
+    if split_bytes == 0 || table.data_length <= split_bytes {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT CAST(MIN({k}) AS CHAR), CAST(MAX({k}) AS CHAR) FROM {}.{}",
+        quote_ident(database),
+        quote_ident(&table.name),
+        k = quote_ident(key)
+    );
+    let bounds: Option<(Option<String>, Option<String>)> =
+        conn.query_first(sql).await.map_err(|e| connector.error("reading key ranges", e))?;
+    let parse = |v: Option<String>| v.and_then(|s| s.parse::<i128>().ok());
+    let Some((Some(min), Some(max))) = bounds.map(|(a, b)| (parse(a), parse(b))) else { return Ok(Vec::new()) };
+    let pieces = table.data_length.div_ceil(split_bytes).min(1024) as i128;
+    let width = (max - min + 1).max(1);
+    let mut points: Vec<i128> = (1..pieces).map(|i| min + width * i / pieces).filter(|p| *p > min).collect();
+    points.dedup();
+    Ok(points)
+}
+
+fn select_sql(database: &str, table: &TableInfo, lower: Option<i128>, upper: Option<i128>) -> String {
+    let columns: Vec<String> = table.columns.iter().map(|c| quote_ident(c)).collect();
+    let mut sql =
+        format!("SELECT {} FROM {}.{}", columns.join(","), quote_ident(database), quote_ident(&table.name));
+    if let Some(key) = &table.integer_key {
+        let key = quote_ident(key);
+        match (lower, upper) {
+            (Some(lower), Some(upper)) => sql.push_str(&format!(" WHERE {key} >= {lower} AND {key} < {upper}")),
+            (Some(lower), None) => sql.push_str(&format!(" WHERE {key} >= {lower}")),
+            (None, Some(upper)) => sql.push_str(&format!(" WHERE {key} < {upper}")),
+            (None, None) => {}
+        }
+    }
+    sql
+}
+
+struct DumpContext {
+    connector: Connector,
+    storage: Storage,
+    written: Written,
+    options: BackupOptions,
+    progress: Arc<Progress>,
+    /// Database names with their table names, indexed as in the tasks.
+    names: Vec<(String, Vec<String>)>,
+    queue: Mutex<VecDeque<Task>>,
+    /// Set by the first worker that fails, so the others stop early.
+    failed: AtomicBool,
+}
+
+/// What a worker produced for one task.
+enum TaskResult {
+    Chunks { database: usize, table: usize, range: usize, chunks: Vec<ChunkEntry> },
+    Checksum { database: usize, table: usize, checksum: Option<u64> },
+}
+
+/// The error a worker returns when it stopped because another one failed.
+const STOPPED: &str = "stopped after another worker failed";
+
+async fn run_worker(context: Arc<DumpContext>, mut conn: Conn) -> Result<Vec<TaskResult>> {
+    let mut results = Vec::new();
+    loop {
+        if context.failed.load(Ordering::Relaxed) {
+            return Err(AgentError::Internal(STOPPED.into()));
+        }
+        let task = context.queue.lock().unwrap().pop_front();
+        let Some(task) = task else { break };
+        let outcome = match task {
+            Task::Range(range) => dump_range(&context, &mut conn, &range).await,
+            Task::Checksum { database, table } => checksum(&context, &mut conn, database, table).await,
+        };
+        match outcome {
+            Ok(result) => results.push(result),
+            Err(error) => {
+                context.failed.store(true, Ordering::Relaxed);
+                return Err(error);
+            }
+        }
+    }
+    let _ = conn.query_drop("COMMIT").await;
+    let _ = conn.disconnect().await;
+    Ok(results)
+}
+
+async fn checksum(context: &DumpContext, conn: &mut Conn, database: usize, table: usize) -> Result<TaskResult> {
+    let (database_name, table_name) = context.names(database, table);
+    let checksum = catalog::checksum_table(&context.connector, conn, &database_name, &table_name).await?;
+    Ok(TaskResult::Checksum { database, table, checksum })
+}
+
+impl DumpContext {
+    fn names(&self, database: usize, table: usize) -> (String, String) {
+        let (database_name, tables) = &self.names[database];
+        (database_name.clone(), tables[table].clone())
+    }
+
+    fn stopped(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+}
+
+/// Rows are encoded into a buffer of about this size before it goes to the compressor.
+const ENCODE_BUFFER_BYTES: usize = 512 * 1024;
+
+/// Streams one key range into one or more chunk files.
+async fn dump_range(context: &DumpContext, conn: &mut Conn, task: &RangeTask) -> Result<TaskResult> {
+    let during = "reading rows";
+    let mut result = conn.query_iter(task.select.as_str()).await.map_err(|e| context.connector.error(during, e))?;
+    let mut rows = result.stream::<Row>().await.map_err(|e| context.connector.error(during, e))?;
+    let mut chunks = ChunkSequence::new(context, task);
+    let mut buffer = Vec::with_capacity(ENCODE_BUFFER_BYTES + 64 * 1024);
+    let mut buffered_rows = 0u64;
+    if let Some(rows) = rows.as_mut() {
+        while let Some(row) = rows.next().await {
+            let row = match row {
+                Ok(row) => row,
+                Err(error) => {
+                    chunks.abort().await;
+                    return Err(context.connector.error(during, error));
+                }
+            };
+            encode_row(&mut buffer, row)?;
+            buffered_rows += 1;
+            if buffer.len() >= ENCODE_BUFFER_BYTES {
+                if context.stopped() {
+                    chunks.abort().await;
+                    return Err(AgentError::Internal(STOPPED.into()));
+                }
+                chunks.write(&buffer, buffered_rows).await?;
+                buffer.clear();
+                buffered_rows = 0;
+            }
+        }
+    }
+    drop(rows);
+    if !buffer.is_empty() {
+        chunks.write(&buffer, buffered_rows).await?;
+    }
+    let chunks = chunks.finish().await?;
+    Ok(TaskResult::Chunks { database: task.database, table: task.table, range: task.range, chunks })
+}
+
+fn encode_row(out: &mut Vec<u8>, row: Row) -> Result<()> {
+    for (i, value) in row.unwrap().into_iter().enumerate() {
+        if i > 0 {
+            out.push(b'\t');
+        }
+        match value {
+            Value::NULL => encode_field(out, None),
+            Value::Bytes(bytes) => encode_field(out, Some(&bytes)),
+            // The text protocol sends every value as bytes; anything else is a driver change.
+            other => return Err(AgentError::Internal(format!("unexpected value from the text protocol: {other:?}"))),
+        }
+    }
+    out.push(b'\n');
+    Ok(())
+}
+
+/// The chunk files of one range: a new file after `chunk_bytes` of rows.
+struct ChunkSequence<'a> {
+    context: &'a DumpContext,
+    task: &'a RangeTask,
+    open: Option<(FileWriter, u64, u64)>,
+    done: Vec<ChunkEntry>,
+}
+
+impl<'a> ChunkSequence<'a> {
+    fn new(context: &'a DumpContext, task: &'a RangeTask) -> Self {
+        Self { context, task, open: None, done: Vec::new() }
+    }
+
+    async fn write(&mut self, data: &[u8], rows: u64) -> Result<()> {
+        if self.open.is_none() {
+            let (database, table) = self.context.names(self.task.database, self.task.table);
+            let options = &self.context.options;
+            let path = layout::chunk(&database, &table, self.task.range, self.done.len(), options.compression);
+            self.context.written.lock().unwrap().push(path.clone());
+            self.open = Some((self.context.storage.writer(&path, options.compression, options.level()), 0, 0));
+        }
+        let (writer, chunk_rows, chunk_bytes) = self.open.as_mut().expect("a chunk is open");
+        if let Err(error) = writer.write(data).await {
+            self.abort().await;
+            return Err(error);
+        }
+        *chunk_rows += rows;
+        *chunk_bytes += data.len() as u64;
+        self.context.progress.add(rows, data.len() as u64);
+        if *chunk_bytes >= self.context.options.chunk_bytes {
+            self.close().await?;
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        if let Some((writer, rows, data_bytes)) = self.open.take() {
+            let file = writer.finish().await?;
+            self.done.push(ChunkEntry { file, rows, data_bytes });
+        }
+        Ok(())
+    }
+
+    async fn finish(mut self) -> Result<Vec<ChunkEntry>> {
+        self.close().await?;
+        Ok(self.done)
+    }
+
+    async fn abort(&mut self) {
+        if let Some((writer, _, _)) = self.open.take() {
+            writer.abort().await;
+        }
+    }
+}
+
+/// The first real error of any worker, or every worker's results.
+fn collect_results(outcomes: Vec<std::result::Result<Result<Vec<TaskResult>>, tokio::task::JoinError>>) -> Result<Vec<TaskResult>> {
+    let mut results = Vec::new();
+    let mut first_error = None;
+    for outcome in outcomes {
+        match outcome.map_err(AgentError::from).and_then(|r| r) {
+            Ok(mut worker_results) => results.append(&mut worker_results),
+            Err(AgentError::Internal(message)) if message == STOPPED => {}
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    match first_error {
+        Some(error) => Err(error),
+        None => Ok(results),
+    }
+}
+
+/// Puts chunk lists, row counts and checksums into the manifest's database entries.
+fn assemble(plans: Vec<DatabasePlan>, results: Vec<TaskResult>) -> Vec<DatabaseEntry> {
+    let mut entries: Vec<DatabaseEntry> = plans.into_iter().map(|plan| plan.entry).collect();
+    let mut ranges: BTreeMap<(usize, usize, usize), Vec<ChunkEntry>> = BTreeMap::new();
+    for result in results {
+        match result {
+            TaskResult::Chunks { database, table, range, chunks } => {
+                ranges.insert((database, table, range), chunks);
+            }
+            TaskResult::Checksum { database, table, checksum } => entries[database].tables[table].checksum = checksum,
+        }
+    }
+    for ((database, table, _), chunks) in ranges {
+        let entry = &mut entries[database].tables[table];
+        entry.rows += chunks.iter().map(|c| c.rows).sum::<u64>();
+        entry.data_bytes += chunks.iter().map(|c| c.data_bytes).sum::<u64>();
+        entry.chunks.extend(chunks);
+    }
+    entries
+}

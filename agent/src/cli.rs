@@ -1,0 +1,374 @@
+//! The command line: `visitors-agent backup | restore | verify | inspect`. Every run ends with
+//! the JSON summary as the last line of stdout (and in `--summary-file`), exit code 0 only
+//! on full success.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+use visitors_api::agent_summary::{AgentSummary, Operation};
+
+use crate::backup::{self, BackupOptions};
+use crate::error::{AgentError, Result};
+use crate::format::{Compression, Manifest};
+use crate::mysql::ConnectionSettings;
+use crate::restore::{self, RestoreOptions};
+use crate::storage::{S3Settings, Storage};
+use crate::verify::{self, VerifyOptions};
+
+const ENVIRONMENT_HELP: &str = "\
+Environment:
+  MYSQL_PWD               MySQL password (or --password-file; never a flag value)
+  AWS_ACCESS_KEY_ID       S3 access key id (or --aws-access-key-id)
+  AWS_SECRET_ACCESS_KEY   S3 secret key (environment only)
+  AWS_SESSION_TOKEN       S3 session token (environment only, optional)
+  AWS_REGION              S3 region (default us-east-1)
+  AWS_ENDPOINT_URL        S3-compatible endpoint, http:// allowed (optional)
+  AWS_S3_FORCE_PATH_STYLE true to address buckets by path (always so with a custom endpoint)
+  RUST_LOG                log filter (default info), logs and progress go to stderr
+
+Exit status: 0 on full success, 1 on any failure (the summary's error says why), 2 on bad usage.";
+
+#[derive(Parser, Debug)]
+#[command(name = "visitors-agent", version, about = "Consistent, parallel, verifiable MySQL/MariaDB logical backups", after_help = ENVIRONMENT_HELP)]
+pub struct Cli {
+    /// Also write the JSON summary to this file (a Job passes /dev/termination-log).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub summary_file: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Back up databases to a directory or a bucket; manifest.json is written last.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Backup(BackupArgs),
+    /// Check a backup completely, then restore it.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Restore(RestoreArgs),
+    /// Check a backup's files and, with --host, compare a database with it.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Verify(VerifyArgs),
+    /// Describe a backup from its manifest.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Inspect(InspectArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ConnectionArgs {
+    /// MySQL server host.
+    #[arg(long, env = "MYSQL_HOST")]
+    pub host: Option<String>,
+    #[arg(long, env = "MYSQL_TCP_PORT", default_value_t = 3306)]
+    pub port: u16,
+    #[arg(long, env = "MYSQL_USER", default_value = "root")]
+    pub user: String,
+    /// File holding the password (first line); otherwise MYSQL_PWD is used.
+    #[arg(long, value_name = "PATH")]
+    pub password_file: Option<PathBuf>,
+    /// Database to include (repeatable); default: every non-system database.
+    #[arg(long = "database", value_name = "NAME")]
+    pub databases: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StorageArgs {
+    #[arg(long, env = "AWS_ACCESS_KEY_ID", hide_env_values = true)]
+    pub aws_access_key_id: Option<String>,
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    pub aws_region: String,
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    pub aws_endpoint_url: Option<String>,
+    #[arg(long, env = "AWS_S3_FORCE_PATH_STYLE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::FalseyValueParser::new())]
+    pub aws_s3_force_path_style: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BackupArgs {
+    /// Where to write: s3://bucket/prefix or file:///abs/path (must not hold a backup yet).
+    #[arg(long, value_name = "LOCATION")]
+    pub to: String,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    #[arg(long, value_enum, default_value = "zstd")]
+    pub compression: Compression,
+    /// Compression level (zstd default 3, gzip default 6).
+    #[arg(long)]
+    pub compression_level: Option<i32>,
+    /// Worker connections, all in one snapshot.
+    #[arg(long, default_value_t = 2)]
+    pub parallelism: usize,
+    /// Uncompressed MiB per chunk file (one transaction each at restore).
+    #[arg(long, default_value_t = 64)]
+    pub chunk_mib: u64,
+    /// Tables estimated larger than this many MiB are split into primary key ranges.
+    #[arg(long, default_value_t = 128)]
+    pub split_mib: u64,
+    /// Split tables by this many bytes instead of --split-mib (for testing).
+    #[arg(long, hide = true)]
+    pub split_bytes: Option<u64>,
+    /// Close chunk files after this many bytes instead of --chunk-mib (for testing).
+    #[arg(long, hide = true)]
+    pub chunk_bytes: Option<u64>,
+    /// Record CHECKSUM TABLE of every table (read in the snapshot) for `verify --checksum`.
+    #[arg(long)]
+    pub table_checksums: bool,
+    /// Seconds between progress lines on stderr (0: none).
+    #[arg(long, default_value_t = 10)]
+    pub progress_interval: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// The backup: s3://bucket/prefix or file:///abs/path.
+    #[arg(long, value_name = "LOCATION")]
+    pub from: String,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// Chunks loaded at once.
+    #[arg(long, default_value_t = 2)]
+    pub parallelism: usize,
+    /// Drop each database of the backup that exists on the server, then restore it.
+    #[arg(long)]
+    pub drop_existing: bool,
+    /// Keep the restore out of the binary log (sql_log_bin=0; needs the privilege).
+    #[arg(long)]
+    pub skip_binlog: bool,
+    #[arg(long, default_value_t = 10)]
+    pub progress_interval: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    #[arg(long, value_name = "LOCATION")]
+    pub from: String,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// Also compare CHECKSUM TABLE with the backup (needs a backup taken with --table-checksums).
+    #[arg(long)]
+    pub checksum: bool,
+    #[arg(long, default_value_t = 2)]
+    pub parallelism: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    #[arg(long, value_name = "LOCATION")]
+    pub from: String,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+}
+
+impl StorageArgs {
+    fn settings(&self) -> S3Settings {
+        S3Settings {
+            access_key_id: self.aws_access_key_id.clone(),
+            secret_access_key: non_empty_env("AWS_SECRET_ACCESS_KEY"),
+            session_token: non_empty_env("AWS_SESSION_TOKEN"),
+            region: self.aws_region.clone(),
+            endpoint: self.aws_endpoint_url.clone().filter(|e| !e.is_empty()),
+            force_path_style: self.aws_s3_force_path_style,
+        }
+    }
+}
+
+fn non_empty_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl ConnectionArgs {
+    /// Connection settings, or `None` without a host.
+    fn settings(&self) -> Result<Option<ConnectionSettings>> {
+        let Some(host) = self.host.clone() else { return Ok(None) };
+        let password = match &self.password_file {
+            Some(path) => Some(read_password_file(path)?),
+            None => non_empty_env("MYSQL_PWD"),
+        };
+        Ok(Some(ConnectionSettings { host, port: self.port, user: self.user.clone(), password }))
+    }
+
+    fn required(&self) -> Result<ConnectionSettings> {
+        self.settings()?.ok_or_else(|| AgentError::Usage("--host is required".into()))
+    }
+}
+
+fn read_password_file(path: &PathBuf) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| AgentError::PasswordFile { path: path.display().to_string(), reason: e.to_string() })?;
+    Ok(text.lines().next().unwrap_or_default().to_string())
+}
+
+/// Parses arguments, runs, prints the summary and returns the exit code.
+pub async fn main() -> i32 {
+    let cli = Cli::parse();
+    let operation = match &cli.command {
+        Command::Backup(_) => Operation::Backup,
+        Command::Restore(_) => Operation::Restore,
+        Command::Verify(_) => Operation::Verify,
+        Command::Inspect(_) => Operation::Inspect,
+    };
+    let started = Instant::now();
+    let started_at = jiff::Timestamp::now();
+    let mut summary = match run(cli.command).await {
+        Ok(summary) => summary,
+        Err(error) => {
+            let line = error.one_line();
+            eprintln!("error: {line}");
+            AgentSummary { ok: false, error: Some(line), error_kind: Some(error.kind().into()), ..Default::default() }
+        }
+    };
+    summary.operation = Some(operation);
+    summary.started_at = Some(started_at.to_string());
+    summary.finished_at = Some(jiff::Timestamp::now().to_string());
+    summary.duration_seconds = Some((started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0);
+    let line = summary.to_line();
+    println!("{line}");
+    if let Some(path) = &cli.summary_file
+        && let Err(error) = std::fs::write(path, &line)
+    {
+        eprintln!("warning: cannot write the summary to {}: {error}", path.display());
+    }
+    if summary.ok { 0 } else { 1 }
+}
+
+async fn run(command: Command) -> Result<AgentSummary> {
+    match command {
+        Command::Backup(args) => run_backup(args).await,
+        Command::Restore(args) => run_restore(args).await,
+        Command::Verify(args) => run_verify(args).await,
+        Command::Inspect(args) => run_inspect(args).await,
+    }
+}
+
+async fn run_backup(args: BackupArgs) -> Result<AgentSummary> {
+    let mut options = BackupOptions::new(args.connection.required()?, args.to.clone());
+    options.databases = args.connection.databases.clone();
+    options.s3 = args.storage.settings();
+    options.compression = args.compression;
+    options.compression_level = args.compression_level;
+    options.parallelism = positive(args.parallelism, "--parallelism")?;
+    options.chunk_bytes = args.chunk_bytes.unwrap_or(args.chunk_mib * 1024 * 1024).max(1);
+    options.split_bytes = args.split_bytes.unwrap_or(args.split_mib * 1024 * 1024);
+    options.table_checksums = args.table_checksums;
+    options.progress_interval = Duration::from_secs(args.progress_interval);
+    let report = backup::run(&options).await?;
+    let mut summary = manifest_summary(&report.manifest, &args.to);
+    summary.stored_bytes = Some(report.manifest.stored_bytes() + report.manifest_bytes);
+    summary.manifest_sha256 = Some(report.manifest_sha256);
+    Ok(summary)
+}
+
+async fn run_restore(args: RestoreArgs) -> Result<AgentSummary> {
+    let mut options = RestoreOptions::new(args.connection.required()?, args.from.clone());
+    options.databases = args.connection.databases.clone();
+    options.s3 = args.storage.settings();
+    options.parallelism = positive(args.parallelism, "--parallelism")?;
+    options.drop_existing = args.drop_existing;
+    options.skip_binlog = args.skip_binlog;
+    options.progress_interval = Duration::from_secs(args.progress_interval);
+    let report = restore::run(&options).await?;
+    let mut summary = manifest_summary(&report.manifest, &args.from);
+    summary.tables = Some(report.tables);
+    summary.rows = Some(report.rows);
+    Ok(summary)
+}
+
+async fn run_verify(args: VerifyArgs) -> Result<AgentSummary> {
+    let options = VerifyOptions {
+        from: args.from.clone(),
+        s3: args.storage.settings(),
+        connection: args.connection.settings()?,
+        databases: args.connection.databases.clone(),
+        checksum: args.checksum,
+        parallelism: positive(args.parallelism, "--parallelism")?,
+    };
+    let report = verify::run(&options).await?;
+    Ok(manifest_summary(&report.manifest, &args.from))
+}
+
+async fn run_inspect(args: InspectArgs) -> Result<AgentSummary> {
+    let storage = Storage::open(&args.from, &args.storage.settings(), false)?;
+    let manifest = verify::load_manifest(&storage).await?;
+    print!("{}", describe(&manifest));
+    Ok(manifest_summary(&manifest, &args.from))
+}
+
+fn positive(value: usize, flag: &str) -> Result<usize> {
+    if value == 0 {
+        return Err(AgentError::Usage(format!("{flag} must be at least 1")));
+    }
+    Ok(value)
+}
+
+/// The summary fields a manifest gives.
+fn manifest_summary(manifest: &Manifest, location: &str) -> AgentSummary {
+    AgentSummary {
+        ok: true,
+        location: Some(location.to_string()),
+        server_version: Some(manifest.server.version.clone()),
+        tables: Some(manifest.table_count()),
+        rows: Some(manifest.row_count()),
+        data_bytes: Some(manifest.data_bytes()),
+        stored_bytes: Some(manifest.stored_bytes()),
+        consistent_position: manifest.position.as_ref().and_then(|p| p.describe()).map(|p| cut(p, 1024)),
+        ..Default::default()
+    }
+}
+
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+/// A human-readable description of a backup, for `inspect`.
+pub fn describe(manifest: &Manifest) -> String {
+    let mut out = format!(
+        "{} version {}, taken by {} from {} {}\n{} .. {}, consistency: {}, compression: {:?}\n",
+        manifest.format,
+        manifest.format_version,
+        manifest.tool,
+        manifest.server.flavour,
+        manifest.server.version,
+        manifest.started_at,
+        manifest.finished_at,
+        manifest.consistency,
+        manifest.compression,
+    );
+    if let Some(position) = manifest.position.as_ref().and_then(|p| p.describe()) {
+        out.push_str(&format!("position: {position}\n"));
+    }
+    for database in &manifest.databases {
+        out.push_str(&format!("database {}\n", database.name));
+        for table in &database.tables {
+            out.push_str(&format!(
+                "  table {}: {} rows, {} bytes in {} chunks\n",
+                table.name,
+                table.rows,
+                table.data_bytes,
+                table.chunks.len()
+            ));
+        }
+        if !database.view_names.is_empty() {
+            out.push_str(&format!("  views: {}\n", database.view_names.join(", ")));
+        }
+        out.push_str(&format!(
+            "  routines: {}, triggers: {}\n",
+            if database.routines.is_some() { "yes" } else { "none" },
+            if database.triggers.is_some() { "yes" } else { "none" }
+        ));
+    }
+    out
+}

@@ -1,0 +1,133 @@
+//! Every way the agent can fail, each with a one-line message a user can act on.
+//! Messages never contain credentials: they are built from user names, addresses, paths
+//! and server messages only.
+
+use thiserror::Error;
+
+pub type Result<T, E = AgentError> = std::result::Result<T, E>;
+
+#[derive(Debug, Error)]
+pub enum AgentError {
+    #[error("invalid arguments: {0}")]
+    Usage(String),
+
+    #[error("cannot read the password file {path}: {reason}")]
+    PasswordFile { path: String, reason: String },
+
+    #[error(
+        "MySQL at {address} rejected user '{user}': wrong user name or password (check MYSQL_PWD or --password-file)"
+    )]
+    WrongCredentials { user: String, address: String },
+
+    #[error("cannot reach the MySQL server at {address} ({reason}): check --host and --port and that the server is running")]
+    Unreachable { address: String, reason: String },
+
+    #[error("database '{0}' does not exist on the server: check --database")]
+    MissingDatabase(String),
+
+    #[error("the MySQL connection was lost while {during} ({reason}): the server stopped or dropped the connection; run the operation again once it is back")]
+    ConnectionLost { during: String, reason: String },
+
+    #[error("MySQL refused {during}: {message} (error {code})")]
+    Server { during: String, code: u16, message: String },
+
+    #[error("MySQL client error while {during}: {reason}")]
+    Client { during: String, reason: String },
+
+    #[error("bucket '{bucket}' does not exist: create it or fix the bucket name in {location}")]
+    MissingBucket { bucket: String, location: String },
+
+    #[error(
+        "the object storage rejected the credentials for {location} ({reason}): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket policy"
+    )]
+    StorageCredentialsRejected { location: String, reason: String },
+
+    #[error("no space left on the device holding {location}: free some space or use a larger volume")]
+    DiskFull { location: String },
+
+    #[error("storage error at {location}: {reason}")]
+    Storage { location: String, reason: String },
+
+    #[error("invalid location '{location}': {reason}")]
+    InvalidLocation { location: String, reason: String },
+
+    #[error("{location} already holds a backup (manifest.json exists): back up to a new location")]
+    BackupExists { location: String },
+
+    #[error("the backup at {location} is incomplete: manifest.json is missing, so the backup never finished; use another backup")]
+    ManifestMissing { location: String },
+
+    #[error("manifest.json at {location} is unreadable: {reason}")]
+    ManifestInvalid { location: String, reason: String },
+
+    #[error("the backup is incomplete: file {file} listed in manifest.json is missing; use another backup")]
+    FileMissing { file: String },
+
+    #[error("the backup is corrupt: file {file} has {actual} bytes, manifest.json says {expected}; use another backup")]
+    SizeMismatch { file: String, expected: u64, actual: u64 },
+
+    #[error("the backup is corrupt: file {file} has SHA-256 {actual}, manifest.json says {expected}; use another backup")]
+    ChecksumMismatch { file: String, expected: String, actual: String },
+
+    #[error("the backup file {file} cannot be loaded: {reason}")]
+    BadChunk { file: String, reason: String },
+
+    #[error("table {table} already exists on the server: restore into an empty database or pass --drop-existing")]
+    TableExists { table: String },
+
+    #[error("the server refuses LOAD DATA LOCAL INFILE: set the server variable local_infile=ON (SET GLOBAL local_infile=1)")]
+    LocalInfileDisabled,
+
+    #[error("user '{user}' lacks a privilege the {operation} needs: {message}")]
+    MissingPrivilege { user: String, operation: String, message: String },
+
+    #[error("verification failed: {0}")]
+    VerifyMismatch(String),
+
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl AgentError {
+    /// A stable camelCase name of the error, for the summary's `errorKind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Usage(_) => "usage",
+            Self::PasswordFile { .. } => "passwordFile",
+            Self::WrongCredentials { .. } => "wrongCredentials",
+            Self::Unreachable { .. } => "unreachable",
+            Self::MissingDatabase(_) => "missingDatabase",
+            Self::ConnectionLost { .. } => "connectionLost",
+            Self::Server { .. } => "server",
+            Self::Client { .. } => "client",
+            Self::MissingBucket { .. } => "missingBucket",
+            Self::StorageCredentialsRejected { .. } => "storageCredentialsRejected",
+            Self::DiskFull { .. } => "diskFull",
+            Self::Storage { .. } => "storage",
+            Self::InvalidLocation { .. } => "invalidLocation",
+            Self::BackupExists { .. } => "backupExists",
+            Self::ManifestMissing { .. } => "manifestMissing",
+            Self::ManifestInvalid { .. } => "manifestInvalid",
+            Self::FileMissing { .. } => "fileMissing",
+            Self::SizeMismatch { .. } => "sizeMismatch",
+            Self::ChecksumMismatch { .. } => "checksumMismatch",
+            Self::BadChunk { .. } => "badChunk",
+            Self::TableExists { .. } => "tableExists",
+            Self::LocalInfileDisabled => "localInfileDisabled",
+            Self::MissingPrivilege { .. } => "missingPrivilege",
+            Self::VerifyMismatch(_) => "verifyMismatch",
+            Self::Internal(_) => "internal",
+        }
+    }
+
+    /// One line, whatever the server put in its message.
+    pub fn one_line(&self) -> String {
+        self.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+}
+
+impl From<tokio::task::JoinError> for AgentError {
+    fn from(error: tokio::task::JoinError) -> Self {
+        Self::Internal(format!("a worker task failed: {error}"))
+    }
+}

@@ -1,0 +1,314 @@
+//! The backup format (docs/backup-format.md is its public description): the manifest, the
+//! layout of files under a backup's root, the statement files and the row encoding of data
+//! chunks (the default text format of `LOAD DATA INFILE`).
+
+use serde::{Deserialize, Serialize};
+
+pub const FORMAT_NAME: &str = "visitors-backup";
+pub const FORMAT_VERSION: u32 = 1;
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// The encoding of data chunks: tab-separated fields, newline-terminated rows, backslash
+/// escapes and `\N` for NULL; the defaults of `LOAD DATA INFILE`.
+pub const DATA_FORMAT: &str = "load-data-tsv";
+/// Statements in `.sql` files end with this line, inside `DELIMITER ;;` ... `DELIMITER ;`,
+/// so the `mariadb` client reads them as they are and routine bodies keep their `;`.
+pub const STATEMENT_END: &str = ";;";
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    Zstd,
+    Gzip,
+    None,
+}
+
+impl Compression {
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Zstd => ".zst",
+            Self::Gzip => ".gz",
+            Self::None => "",
+        }
+    }
+}
+
+/// One file of the backup, relative to the backup's root.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FileEntry {
+    pub path: String,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    pub format: String,
+    pub format_version: u32,
+    pub tool: String,
+    pub server: ServerInfo,
+    pub started_at: String,
+    pub finished_at: String,
+    /// How the workers were brought to one snapshot.
+    pub consistency: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<Position>,
+    pub compression: Compression,
+    pub data_format: String,
+    pub databases: Vec<DatabaseEntry>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerInfo {
+    pub version: String,
+    /// `mariadb` or `mysql`.
+    pub flavour: String,
+}
+
+/// The binary log position of the snapshot, when the server logs.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Position {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_position: Option<u64>,
+}
+
+impl Position {
+    pub fn describe(&self) -> Option<String> {
+        match (&self.gtid, &self.binlog_file, self.binlog_position) {
+            (Some(gtid), _, _) if !gtid.is_empty() => Some(format!("gtid:{gtid}")),
+            (_, Some(file), Some(pos)) => Some(format!("{file}:{pos}")),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DatabaseEntry {
+    pub name: String,
+    /// `CREATE DATABASE IF NOT EXISTS` with the database's character set and collation.
+    pub schema: FileEntry,
+    pub tables: Vec<TableEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub views: Option<FileEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub view_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routines: Option<FileEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triggers: Option<FileEntry>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TableEntry {
+    pub name: String,
+    /// `CREATE TABLE` statement.
+    pub schema: FileEntry,
+    /// The columns in each data row, in order (generated columns are left out).
+    pub columns: Vec<String>,
+    /// The statement that loads one chunk read from standard input.
+    pub load_sql: String,
+    pub rows: u64,
+    /// Uncompressed bytes of all chunks.
+    pub data_bytes: u64,
+    /// `CHECKSUM TABLE` in the snapshot, when the backup was asked for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<u64>,
+    pub chunks: Vec<ChunkEntry>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChunkEntry {
+    #[serde(flatten)]
+    pub file: FileEntry,
+    pub rows: u64,
+    pub data_bytes: u64,
+}
+
+impl Manifest {
+    /// Every file the manifest lists, the manifest itself excepted.
+    pub fn files(&self) -> Vec<&FileEntry> {
+        let mut files = Vec::new();
+        for database in &self.databases {
+            files.push(&database.schema);
+            for table in &database.tables {
+                files.push(&table.schema);
+                files.extend(table.chunks.iter().map(|chunk| &chunk.file));
+            }
+            files.extend(database.views.iter().chain(&database.routines).chain(&database.triggers));
+        }
+        files
+    }
+
+    pub fn table_count(&self) -> u64 {
+        self.databases.iter().map(|d| d.tables.len() as u64).sum()
+    }
+
+    pub fn row_count(&self) -> u64 {
+        self.databases.iter().flat_map(|d| &d.tables).map(|t| t.rows).sum()
+    }
+
+    pub fn data_bytes(&self) -> u64 {
+        self.databases.iter().flat_map(|d| &d.tables).map(|t| t.data_bytes).sum()
+    }
+
+    pub fn stored_bytes(&self) -> u64 {
+        self.files().iter().map(|f| f.bytes).sum()
+    }
+}
+
+/// Backup-relative paths. Names are encoded so that any database or table name gives one
+/// safe path segment.
+pub mod layout {
+    use super::Compression;
+
+    pub fn database_schema(database: &str) -> String {
+        format!("{}/database.sql", segment(database))
+    }
+    pub fn table_schema(database: &str, table: &str) -> String {
+        format!("{}/tables/{}.sql", segment(database), segment(table))
+    }
+    pub fn chunk(database: &str, table: &str, range: usize, part: usize, compression: Compression) -> String {
+        format!("{}/data/{}/{range:05}-{part:05}.tsv{}", segment(database), segment(table), compression.extension())
+    }
+    pub fn views(database: &str) -> String {
+        format!("{}/views.sql", segment(database))
+    }
+    pub fn routines(database: &str) -> String {
+        format!("{}/routines.sql", segment(database))
+    }
+    pub fn triggers(database: &str) -> String {
+        format!("{}/triggers.sql", segment(database))
+    }
+
+    /// Keeps ASCII letters, digits, `_` and `-`; anything else becomes `@` and four hex
+    /// digits per UTF-16 unit (as MySQL names its own files).
+    pub fn segment(name: &str) -> String {
+        let mut out = String::with_capacity(name.len());
+        for unit in name.encode_utf16() {
+            match char::from_u32(unit as u32) {
+                Some(c) if c.is_ascii_alphanumeric() || c == '_' || c == '-' => out.push(c),
+                _ => out.push_str(&format!("@{unit:04x}")),
+            }
+        }
+        out
+    }
+}
+
+/// Quotes an identifier with backticks.
+pub fn quote_ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// Quotes a string literal for SQL, whatever `sql_mode` says about backslashes.
+pub fn quote_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// The statement that loads one chunk into `target` (an already quoted table name) from
+/// `source` (a file name the client reads).
+pub fn load_data_sql(target: &str, columns: &[String], source: &str) -> String {
+    let columns: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
+    format!("LOAD DATA LOCAL INFILE {} INTO TABLE {target} CHARACTER SET binary ({})", quote_literal(source), columns.join(","))
+}
+
+/// Writes statements as a `.sql` file the `mariadb` client can run as it is.
+pub fn write_statements(header: &str, statements: &[String]) -> String {
+    let mut out = format!("-- {header}\nDELIMITER {STATEMENT_END}\n");
+    for statement in statements {
+        out.push_str(statement.trim_end());
+        out.push('\n');
+        out.push_str(STATEMENT_END);
+        out.push('\n');
+    }
+    out.push_str("DELIMITER ;\n");
+    out
+}
+
+/// Reads back the statements of a file written by [`write_statements`].
+pub fn read_statements(text: &str) -> Vec<String> {
+    let mut statements = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        if line == STATEMENT_END {
+            statements.push(std::mem::take(&mut current).trim_end().to_string());
+        } else if current.is_empty() && (line.starts_with("DELIMITER ") || line.starts_with("-- ")) {
+            continue;
+        } else {
+            current.push_str(line);
+            current.push('\n');
+        }
+    }
+    statements
+}
+
+/// Appends one field in `LOAD DATA` text form; `None` is SQL NULL.
+pub fn encode_field(out: &mut Vec<u8>, value: Option<&[u8]>) {
+    let Some(bytes) = value else {
+        out.extend_from_slice(b"\\N");
+        return;
+    };
+    let mut start = 0;
+    for (i, &byte) in bytes.iter().enumerate() {
+        let escaped: &[u8] = match byte {
+            b'\\' => b"\\\\",
+            b'\t' => b"\\t",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            0 => b"\\0",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(escaped);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_survive_a_round_trip_through_a_sql_file() {
+        let statements = vec![
+            "CREATE PROCEDURE p()\nBEGIN\n  SELECT 1;\n  SELECT ';;x';\nEND".to_string(),
+            "SET SESSION sql_mode = ''".to_string(),
+        ];
+        let text = write_statements("routines of `d`", &statements);
+        assert!(text.starts_with("-- routines of `d`\nDELIMITER ;;\n"));
+        assert_eq!(read_statements(&text), statements);
+    }
+
+    #[test]
+    fn fields_escape_what_load_data_unescapes() {
+        let mut out = Vec::new();
+        encode_field(&mut out, Some(b"a\tb\nc\\d\re\0f"));
+        out.push(b'\t');
+        encode_field(&mut out, None);
+        assert_eq!(out, b"a\\tb\\nc\\\\d\\re\\0f\t\\N");
+    }
+
+    #[test]
+    fn odd_names_become_one_safe_path_segment() {
+        assert_eq!(layout::segment("plain_Name-1"), "plain_Name-1");
+        assert_eq!(layout::segment("a/b.c"), "a@002fb@002ec");
+        assert_eq!(layout::segment("é😀"), "@00e9@d83d@de00");
+        assert_eq!(layout::table_schema("db", ".."), "db/tables/@002e@002e.sql");
+    }
+
+    #[test]
+    fn load_sql_quotes_names() {
+        let sql = load_data_sql(&quote_ident("t`x"), &["a".into(), "b c".into()], "/dev/stdin");
+        assert_eq!(sql, "LOAD DATA LOCAL INFILE '/dev/stdin' INTO TABLE `t``x` CHARACTER SET binary (`a`,`b c`)");
+    }
+}

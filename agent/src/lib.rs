@@ -1,0 +1,19 @@
+//! visitors-agent: consistent, parallel, verifiable MySQL/MariaDB logical backups.
+//!
+//! - [`cli`]: the command line and the JSON summary;
+//! - [`backup`], [`restore`], [`verify`]: the operations;
+//! - [`mysql`]: connections, catalog, the shared snapshot;
+//! - [`storage`]: directories and S3 buckets through `object_store`;
+//! - [`format`]: the backup format (see docs/backup-format.md).
+
+pub mod backup;
+pub mod cli;
+pub mod error;
+pub mod format;
+pub mod mysql;
+pub mod progress;
+pub mod restore;
+pub mod storage;
+pub mod verify;
+
+pub use error::{AgentError, Result};

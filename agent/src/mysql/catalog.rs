@@ -1,0 +1,211 @@
+//! What a database holds: tables with their columns and keys, views, routines, triggers, and
+//! the statements that recreate them.
+
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+
+use super::Connector;
+use crate::error::{AgentError, Result};
+use crate::format::{quote_ident, quote_literal};
+
+const SYSTEM_DATABASES: [&str; 4] = ["information_schema", "performance_schema", "mysql", "sys"];
+
+#[derive(Clone, Debug)]
+pub struct TableInfo {
+    pub name: String,
+    /// The server's estimate of the table's size, for planning and progress.
+    pub data_length: u64,
+    pub columns: Vec<String>,
+    /// The first primary key column, when it is an integer: the table can be split into ranges.
+    pub integer_key: Option<String>,
+}
+
+/// The databases to back up: the requested ones (each must exist), or all but the system ones.
+pub async fn databases(connector: &Connector, conn: &mut Conn, requested: &[String]) -> Result<Vec<String>> {
+    let existing: Vec<String> =
+        conn.query("SHOW DATABASES").await.map_err(|e| connector.error("listing databases", e))?;
+    if requested.is_empty() {
+        return Ok(existing.into_iter().filter(|d| !SYSTEM_DATABASES.contains(&d.as_str())).collect());
+    }
+    for name in requested {
+        if !existing.contains(name) {
+            return Err(AgentError::MissingDatabase(name.clone()));
+        }
+    }
+    Ok(requested.to_vec())
+}
+
+pub async fn create_database_sql(connector: &Connector, conn: &mut Conn, database: &str) -> Result<String> {
+    let row: Option<(String, String)> = conn
+        .query_first(format!("SHOW CREATE DATABASE {}", quote_ident(database)))
+        .await
+        .map_err(|e| connector.error("reading a database definition", e))?;
+    let (_, sql) = row.ok_or_else(|| AgentError::MissingDatabase(database.into()))?;
+    Ok(sql.replacen("CREATE DATABASE ", "CREATE DATABASE IF NOT EXISTS ", 1))
+}
+
+/// Base tables with their columns (generated ones left out) and key.
+pub async fn tables(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<TableInfo>> {
+    let during = "listing tables";
+    let rows: Vec<(String, Option<u64>)> = conn
+        .exec(
+            "SELECT TABLE_NAME, DATA_LENGTH FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME",
+            (database,),
+        )
+        .await
+        .map_err(|e| connector.error(during, e))?;
+    let mut tables = Vec::with_capacity(rows.len());
+    for (name, data_length) in rows {
+        let columns: Vec<String> = conn
+            .exec(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
+                 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND EXTRA NOT LIKE '%GENERATED%' \
+                 ORDER BY ORDINAL_POSITION",
+                (database, &name),
+            )
+            .await
+            .map_err(|e| connector.error(during, e))?;
+        let key: Option<(String, String)> = conn
+            .exec_first(
+                "SELECT k.COLUMN_NAME, c.DATA_TYPE FROM information_schema.KEY_COLUMN_USAGE k \
+                 JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA \
+                   AND c.TABLE_NAME = k.TABLE_NAME AND c.COLUMN_NAME = k.COLUMN_NAME \
+                 WHERE k.TABLE_SCHEMA = ? AND k.TABLE_NAME = ? AND k.CONSTRAINT_NAME = 'PRIMARY' \
+                   AND k.ORDINAL_POSITION = 1",
+                (database, &name),
+            )
+            .await
+            .map_err(|e| connector.error(during, e))?;
+        let integer_key = key.filter(|(_, kind)| is_integer_type(kind)).map(|(column, _)| column);
+        tables.push(TableInfo { name, data_length: data_length.unwrap_or(0), columns, integer_key });
+    }
+    Ok(tables)
+}
+
+fn is_integer_type(data_type: &str) -> bool {
+    matches!(data_type.to_ascii_lowercase().as_str(), "tinyint" | "smallint" | "mediumint" | "int" | "bigint")
+}
+
+pub async fn create_table_sql(connector: &Connector, conn: &mut Conn, database: &str, table: &str) -> Result<String> {
+    let row: Option<(String, String)> = conn
+        .query_first(format!("SHOW CREATE TABLE {}.{}", quote_ident(database), quote_ident(table)))
+        .await
+        .map_err(|e| connector.error("reading a table definition", e))?;
+    Ok(row.map(|(_, sql)| sql).unwrap_or_default())
+}
+
+/// Views of a database in name order, each as the statements that recreate it.
+pub async fn views(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<(String, Vec<String>)>> {
+    let during = "reading view definitions";
+    let names: Vec<String> = conn
+        .exec(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'VIEW' \
+             ORDER BY TABLE_NAME",
+            (database,),
+        )
+        .await
+        .map_err(|e| connector.error(during, e))?;
+    let mut views = Vec::new();
+    for name in names {
+        let row: Option<(String, String, String, String)> = conn
+            .query_first(format!("SHOW CREATE VIEW {}.{}", quote_ident(database), quote_ident(&name)))
+            .await
+            .map_err(|e| connector.error(during, e))?;
+        if let Some((_, sql, charset, collation)) = row {
+            views.push((name, vec![session_charset(&charset, &collation), sql]));
+        }
+    }
+    Ok(views)
+}
+
+/// Stored procedures and functions, each as the statements that recreate it.
+pub async fn routines(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<String>> {
+    let during = "reading routine definitions";
+    let names: Vec<(String, String)> = conn
+        .exec(
+            "SELECT ROUTINE_TYPE, ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ? \
+             ORDER BY ROUTINE_TYPE, ROUTINE_NAME",
+            (database,),
+        )
+        .await
+        .map_err(|e| connector.error(during, e))?;
+    let mut statements = Vec::new();
+    for (kind, name) in names {
+        let sql = format!("SHOW CREATE {kind} {}.{}", quote_ident(database), quote_ident(&name));
+        let row: Option<mysql_async::Row> = conn.query_first(sql).await.map_err(|e| connector.error(during, e))?;
+        let Some(row) = row else { continue };
+        let create: Option<String> = row.get(2).flatten();
+        let Some(create) = create else {
+            return Err(AgentError::MissingPrivilege {
+                user: connector.settings().user.clone(),
+                operation: "backup".into(),
+                message: format!("cannot read the body of {kind} `{name}` (grant SELECT on mysql.proc or SHOW CREATE ROUTINE)"),
+            });
+        };
+        statements.push(session_sql_mode(&row.get::<String, _>(1).unwrap_or_default()));
+        statements.push(session_charset(&row.get::<String, _>(3).unwrap_or_default(), &row.get::<String, _>(4).unwrap_or_default()));
+        statements.push(create);
+    }
+    Ok(statements)
+}
+
+/// Triggers in table and firing order, each as the statements that recreate it.
+pub async fn triggers(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<String>> {
+    let during = "reading trigger definitions";
+    let names: Vec<String> = conn
+        .exec(
+            "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? \
+             ORDER BY EVENT_OBJECT_TABLE, EVENT_MANIPULATION, ACTION_TIMING, ACTION_ORDER",
+            (database,),
+        )
+        .await
+        .map_err(|e| connector.error(during, e))?;
+    let mut statements = Vec::new();
+    for name in names {
+        let sql = format!("SHOW CREATE TRIGGER {}.{}", quote_ident(database), quote_ident(&name));
+        let row: Option<mysql_async::Row> = conn.query_first(sql).await.map_err(|e| connector.error(during, e))?;
+        let Some(row) = row else { continue };
+        statements.push(session_sql_mode(&row.get::<String, _>(1).unwrap_or_default()));
+        statements.push(session_charset(&row.get::<String, _>(3).unwrap_or_default(), &row.get::<String, _>(4).unwrap_or_default()));
+        statements.push(row.get::<String, _>(2).unwrap_or_default());
+    }
+    Ok(statements)
+}
+
+fn session_sql_mode(mode: &str) -> String {
+    format!("SET SESSION sql_mode = {}", quote_literal(mode))
+}
+
+fn session_charset(charset: &str, collation: &str) -> String {
+    format!(
+        "SET SESSION character_set_client = {}, SESSION collation_connection = {}",
+        quote_literal(charset),
+        quote_literal(collation)
+    )
+}
+
+/// Rows in a table (exact), for `verify`.
+pub async fn count_rows(connector: &Connector, conn: &mut Conn, database: &str, table: &str) -> Result<u64> {
+    let sql = format!("SELECT COUNT(*) FROM {}.{}", quote_ident(database), quote_ident(table));
+    let count: Option<u64> = conn.query_first(sql).await.map_err(|e| connector.error("counting rows", e))?;
+    Ok(count.unwrap_or(0))
+}
+
+/// `CHECKSUM TABLE`; `None` when the table is missing.
+pub async fn checksum_table(connector: &Connector, conn: &mut Conn, database: &str, table: &str) -> Result<Option<u64>> {
+    let sql = format!("CHECKSUM TABLE {}.{}", quote_ident(database), quote_ident(table));
+    let row: Option<(String, Option<u64>)> =
+        conn.query_first(sql).await.map_err(|e| connector.error("computing a table checksum", e))?;
+    Ok(row.and_then(|(_, sum)| sum))
+}
+
+/// The base tables and views that exist in a database.
+pub async fn existing_objects(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<(String, String)>> {
+    conn.exec(
+        "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?",
+        (database,),
+    )
+    .await
+    .map_err(|e| connector.error("listing existing tables", e))
+}

@@ -1,0 +1,130 @@
+//! Opening connections and turning driver errors into ones a user can act on.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder};
+
+use crate::error::{AgentError, Result};
+
+/// Server error codes the agent tells apart.
+mod codes {
+    pub const ACCESS_DENIED: u16 = 1045;
+    pub const BAD_DB: u16 = 1049;
+    pub const SPECIFIC_ACCESS_DENIED: u16 = 1227;
+    pub const SERVER_SHUTDOWN: u16 = 1053;
+    pub const CONNECTION_KILLED: u16 = 1927;
+    pub const QUERY_INTERRUPTED: u16 = 1317;
+    pub const LOCAL_INFILE_DISABLED_MYSQL: u16 = 3948;
+    pub const NOT_ALLOWED_COMMAND: u16 = 1148;
+}
+
+#[derive(Clone)]
+pub struct ConnectionSettings {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    /// Never printed: `Debug` is implemented by hand below.
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for ConnectionSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionSettings")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<hidden>"))
+            .finish()
+    }
+}
+
+impl ConnectionSettings {
+    pub fn address(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// Opens connections with fixed session settings and maps their errors.
+#[derive(Clone, Debug)]
+pub struct Connector {
+    settings: ConnectionSettings,
+}
+
+/// Every session reads and writes times in UTC, so TIMESTAMP values survive a move between
+/// servers in different time zones.
+const SESSION_TIME_ZONE: &str = "SET time_zone = '+00:00'";
+
+impl Connector {
+    pub fn new(settings: ConnectionSettings) -> Self {
+        Self { settings }
+    }
+
+    pub fn settings(&self) -> &ConnectionSettings {
+        &self.settings
+    }
+
+    pub async fn connect(&self) -> Result<Conn> {
+        let opts = OptsBuilder::default()
+            .ip_or_hostname(self.settings.host.clone())
+            .tcp_port(self.settings.port)
+            .user(Some(self.settings.user.clone()))
+            .pass(self.settings.password.clone())
+            .prefer_socket(false)
+            .stmt_cache_size(0)
+            .init(vec![SESSION_TIME_ZONE]);
+        Conn::new(opts).await.map_err(|e| self.error("connecting", e))
+    }
+
+    /// Runs a statement that returns nothing.
+    pub async fn execute(&self, conn: &mut Conn, sql: &str, during: &str) -> Result<()> {
+        conn.query_drop(sql).await.map_err(|e| self.error(during, e))
+    }
+
+    pub fn error(&self, during: &str, error: mysql_async::Error) -> AgentError {
+        map_error(&self.settings, during, error)
+    }
+}
+
+/// The user-facing error for a driver error.
+pub fn map_error(settings: &ConnectionSettings, during: &str, error: mysql_async::Error) -> AgentError {
+    use mysql_async::{DriverError, Error};
+    let lost = |reason: String| AgentError::ConnectionLost { during: during.into(), reason };
+    match error {
+        Error::Server(server) => match server.code {
+            codes::ACCESS_DENIED => {
+                AgentError::WrongCredentials { user: settings.user.clone(), address: settings.address() }
+            }
+            codes::BAD_DB => AgentError::MissingDatabase(quoted_name(&server.message)),
+            codes::SERVER_SHUTDOWN | codes::CONNECTION_KILLED | codes::QUERY_INTERRUPTED => lost(server.message),
+            codes::LOCAL_INFILE_DISABLED_MYSQL | codes::NOT_ALLOWED_COMMAND => AgentError::LocalInfileDisabled,
+            codes::SPECIFIC_ACCESS_DENIED => AgentError::MissingPrivilege {
+                user: settings.user.clone(),
+                operation: during.into(),
+                message: server.message,
+            },
+            code => AgentError::Server { during: during.into(), code, message: server.message },
+        },
+        Error::Io(io) if during == "connecting" => {
+            AgentError::Unreachable { address: settings.address(), reason: io.to_string() }
+        }
+        Error::Io(io) => lost(io.to_string()),
+        Error::Driver(DriverError::ConnectionClosed) if during == "connecting" => {
+            AgentError::Unreachable { address: settings.address(), reason: "connection closed".into() }
+        }
+        Error::Driver(DriverError::ConnectionClosed) => lost("connection closed".into()),
+        other => AgentError::Client { during: during.into(), reason: other.to_string() },
+    }
+}
+
+/// The name in a server message such as "Unknown database 'x'".
+fn quoted_name(message: &str) -> String {
+    message.split('\'').nth(1).unwrap_or(message).to_string()
+}
+
+/// Server flavour (`mariadb` or `mysql`) and full version, for the manifest.
+pub async fn describe_server(connector: &Connector, conn: &mut Conn) -> Result<(String, String)> {
+    let version: Option<String> =
+        conn.query_first("SELECT VERSION()").await.map_err(|e| connector.error("reading the server version", e))?;
+    let version = version.unwrap_or_default();
+    let flavour = if version.to_ascii_lowercase().contains("mariadb") { "mariadb" } else { "mysql" };
+    Ok((flavour.into(), version))
+}

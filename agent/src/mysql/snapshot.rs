@@ -1,0 +1,89 @@
+//! One point in time for all backup workers: commits are blocked for the moment it takes every
+//! worker to open `START TRANSACTION WITH CONSISTENT SNAPSHOT` and to read the binary log
+//! position, then released. On MariaDB the block is `BACKUP STAGE BLOCK_COMMIT`, which waits
+//! only for commits in flight (not for long queries, as `FLUSH TABLES WITH READ LOCK` does);
+//! elsewhere, or without the privilege for it, `FLUSH TABLES WITH READ LOCK`.
+
+use futures::future::try_join_all;
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+
+use super::Connector;
+use crate::error::Result;
+use crate::format::Position;
+
+pub struct Snapshot {
+    /// Connections inside the snapshot, each with an open read-only transaction.
+    pub workers: Vec<Conn>,
+    /// How commits were blocked, for the manifest.
+    pub method: &'static str,
+    pub position: Option<Position>,
+}
+
+/// Data sessions return column values as stored, with no character set conversion.
+const WORKER_SETUP: [&str; 2] = ["SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ", "SET NAMES binary"];
+
+pub async fn open(connector: &Connector, coordinator: &mut Conn, worker_count: usize, mariadb: bool) -> Result<Snapshot> {
+    let mut workers = try_join_all((0..worker_count).map(|_| open_worker(connector))).await?;
+    let method = block_commits(connector, coordinator, mariadb).await?;
+    let started = start_transactions(connector, &mut workers).await;
+    let position = if started.is_ok() { read_position(coordinator, mariadb).await } else { None };
+    let released = release(connector, coordinator, method).await;
+    started?;
+    released?;
+    Ok(Snapshot { workers, method, position })
+}
+
+async fn open_worker(connector: &Connector) -> Result<Conn> {
+    let mut conn = connector.connect().await?;
+    for sql in WORKER_SETUP {
+        connector.execute(&mut conn, sql, "preparing a worker session").await?;
+    }
+    Ok(conn)
+}
+
+async fn block_commits(connector: &Connector, coordinator: &mut Conn, mariadb: bool) -> Result<&'static str> {
+    if mariadb {
+        let staged = async {
+            coordinator.query_drop("BACKUP STAGE START").await?;
+            coordinator.query_drop("BACKUP STAGE BLOCK_COMMIT").await
+        }
+        .await;
+        match staged {
+            Ok(()) => return Ok("backup-stage-block-commit"),
+            Err(error) => {
+                tracing::warn!("BACKUP STAGE unavailable ({error}); using FLUSH TABLES WITH READ LOCK");
+                let _ = coordinator.query_drop("BACKUP STAGE END").await;
+            }
+        }
+    }
+    connector.execute(coordinator, "FLUSH TABLES WITH READ LOCK", "locking tables for a consistent snapshot").await?;
+    Ok("flush-tables-with-read-lock")
+}
+
+async fn start_transactions(connector: &Connector, workers: &mut [Conn]) -> Result<()> {
+    try_join_all(workers.iter_mut().map(|conn| {
+        connector.execute(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY", "opening the snapshot")
+    }))
+    .await?;
+    Ok(())
+}
+
+async fn release(connector: &Connector, coordinator: &mut Conn, method: &str) -> Result<()> {
+    let sql = if method == "backup-stage-block-commit" { "BACKUP STAGE END" } else { "UNLOCK TABLES" };
+    connector.execute(coordinator, sql, "releasing the snapshot lock").await
+}
+
+/// The binary log position while commits are blocked; `None` when the server does not log
+/// or the user may not see it.
+async fn read_position(coordinator: &mut Conn, mariadb: bool) -> Option<Position> {
+    let gtid_sql = if mariadb { "SELECT @@GLOBAL.gtid_binlog_pos" } else { "SELECT @@GLOBAL.gtid_executed" };
+    let gtid: Option<String> = coordinator.query_first(gtid_sql).await.ok().flatten();
+    let status: Option<mysql_async::Row> = coordinator.query_first("SHOW MASTER STATUS").await.ok().flatten();
+    let (binlog_file, binlog_position) = match status {
+        Some(row) => (row.get::<String, _>(0), row.get::<u64, _>(1)),
+        None => (None, None),
+    };
+    let position = Position { gtid: gtid.filter(|g| !g.is_empty()), binlog_file, binlog_position };
+    (position != Position::default()).then_some(position)
+}

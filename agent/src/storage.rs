@@ -1,0 +1,407 @@
+//! Where backups live: a directory (`file:///abs/path`, for volumes) or an S3-compatible
+//! bucket (`s3://bucket/prefix`), both through `object_store`. Files are written through a
+//! compressor and a SHA-256 of exactly the stored bytes.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use async_compression::Level;
+use async_compression::tokio::bufread::{GzipDecoder, ZstdDecoder};
+use async_compression::tokio::write::{GzipEncoder, ZstdEncoder};
+use bytes::Bytes;
+use futures::stream::{BoxStream, StreamExt, TryStreamExt};
+use object_store::aws::AmazonS3Builder;
+use object_store::buffered::BufWriter;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio_util::io::{ReaderStream, StreamReader};
+
+use crate::error::{AgentError, Result};
+use crate::format::{Compression, FileEntry};
+
+/// S3 settings; every one comes from the environment or a flag (see the CLI).
+#[derive(Clone, Debug, Default)]
+pub struct S3Settings {
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    pub session_token: Option<String>,
+    pub region: String,
+    pub endpoint: Option<String>,
+    pub force_path_style: bool,
+}
+
+/// A parsed `--to` / `--from` value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    S3 { bucket: String, prefix: String },
+    Directory(std::path::PathBuf),
+}
+
+impl Location {
+    pub fn parse(text: &str) -> Result<Self> {
+        let invalid = |reason: &str| AgentError::InvalidLocation { location: text.into(), reason: reason.into() };
+        if let Some(rest) = text.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(invalid("no bucket name after s3://"));
+            }
+            return Ok(Self::S3 { bucket: bucket.into(), prefix: prefix.trim_matches('/').into() });
+        }
+        if let Some(path) = text.strip_prefix("file://") {
+            if !path.starts_with('/') {
+                return Err(invalid("a file location needs an absolute path: file:///abs/path"));
+            }
+            return Ok(Self::Directory(path.into()));
+        }
+        Err(invalid("use s3://bucket/prefix or file:///abs/path"))
+    }
+}
+
+/// A backup's root in a store.
+#[derive(Clone)]
+pub struct Storage {
+    store: Arc<dyn ObjectStore>,
+    root: Path,
+    location: String,
+    bucket: Option<String>,
+}
+
+/// Part size of multipart uploads, and the most parts in flight per file: bounds memory.
+const UPLOAD_PART_BYTES: usize = 8 * 1024 * 1024;
+const UPLOAD_PARTS_IN_FLIGHT: usize = 2;
+
+impl Storage {
+    /// Opens a location. `create` makes a missing directory (for a backup's target).
+    pub fn open(text: &str, s3: &S3Settings, create: bool) -> Result<Self> {
+        match Location::parse(text)? {
+            Location::S3 { bucket, prefix } => {
+                let store = build_s3(&bucket, s3).map_err(|e| AgentError::InvalidLocation {
+                    location: text.into(),
+                    reason: e.to_string(),
+                })?;
+                Ok(Self { store: Arc::new(store), root: Path::from(prefix), location: text.into(), bucket: Some(bucket) })
+            }
+            Location::Directory(dir) => {
+                if create && let Err(error) = std::fs::create_dir_all(&dir) {
+                    return Err(io_error(text, error));
+                }
+                if !dir.is_dir() {
+                    return Err(AgentError::ManifestMissing { location: text.into() });
+                }
+                let store = LocalFileSystem::new_with_prefix(&dir).map_err(|e| AgentError::InvalidLocation {
+                    location: text.into(),
+                    reason: e.to_string(),
+                })?;
+                Ok(Self { store: Arc::new(store), root: Path::default(), location: text.into(), bucket: None })
+            }
+        }
+    }
+
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn path(&self, relative: &str) -> Path {
+        relative.split('/').fold(self.root.clone(), |path, part| path.clone().join(part))
+    }
+
+    pub async fn exists(&self, relative: &str) -> Result<bool> {
+        match self.store.head(&self.path(relative)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { source, .. }) if !is_missing_bucket(&source.to_string()) => Ok(false),
+            Err(error) => Err(self.error(error)),
+        }
+    }
+
+    /// Stores a small file whole. With `create_only`, fails if the file exists.
+    pub async fn put(&self, relative: &str, data: Bytes, create_only: bool) -> Result<FileEntry> {
+        let entry = FileEntry { path: relative.into(), bytes: data.len() as u64, sha256: hex::encode(Sha256::digest(&data)) };
+        let mode = if create_only { PutMode::Create } else { PutMode::Overwrite };
+        let options = PutOptions { mode, ..Default::default() };
+        self.store.put_opts(&self.path(relative), PutPayload::from(data), options).await.map_err(|e| self.error(e))?;
+        Ok(entry)
+    }
+
+    pub async fn read(&self, relative: &str) -> Result<Bytes> {
+        let result = self.store.get(&self.path(relative)).await.map_err(|e| self.read_error(relative, e))?;
+        result.bytes().await.map_err(|e| self.read_error(relative, e))
+    }
+
+    /// Size and SHA-256 of a stored file, read as a stream.
+    pub async fn digest(&self, relative: &str) -> Result<(u64, String)> {
+        let result = self.store.get(&self.path(relative)).await.map_err(|e| self.read_error(relative, e))?;
+        let mut stream = result.into_stream();
+        let mut hasher = Sha256::new();
+        let mut bytes = 0u64;
+        while let Some(piece) = stream.next().await {
+            let piece = piece.map_err(|e| self.read_error(relative, e))?;
+            bytes += piece.len() as u64;
+            hasher.update(&piece);
+        }
+        Ok((bytes, hex::encode(hasher.finalize())))
+    }
+
+    /// The decompressed content of a chunk as a stream of bytes.
+    pub async fn decompressed(&self, relative: &str, compression: Compression) -> Result<BoxStream<'static, io::Result<Bytes>>> {
+        let result = self.store.get(&self.path(relative)).await.map_err(|e| self.read_error(relative, e))?;
+        let raw = result.into_stream().map_err(io::Error::other);
+        let reader = BufReader::with_capacity(256 * 1024, StreamReader::new(raw));
+        let decoded: Pin<Box<dyn AsyncRead + Send>> = match compression {
+            Compression::Zstd => Box::pin(ZstdDecoder::new(reader)),
+            Compression::Gzip => Box::pin(GzipDecoder::new(reader)),
+            Compression::None => Box::pin(reader),
+        };
+        Ok(ReaderStream::with_capacity(decoded, 256 * 1024).boxed())
+    }
+
+    pub async fn delete(&self, relative: &str) -> Result<()> {
+        match self.store.delete(&self.path(relative)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(error) => Err(self.error(error)),
+        }
+    }
+
+    /// Starts writing a file through `compression`.
+    pub fn writer(&self, relative: &str, compression: Compression, level: i32) -> FileWriter {
+        let upload = BufWriter::with_capacity(self.store.clone(), self.path(relative), UPLOAD_PART_BYTES)
+            .with_max_concurrency(UPLOAD_PARTS_IN_FLIGHT);
+        let hashing = HashingWriter { inner: upload, hasher: Sha256::new(), bytes: 0 };
+        let level = Level::Precise(level);
+        let encoder = match compression {
+            Compression::Zstd => Encoder::Zstd(ZstdEncoder::with_quality(hashing, level)),
+            Compression::Gzip => Encoder::Gzip(GzipEncoder::with_quality(hashing, level)),
+            Compression::None => Encoder::Plain(hashing),
+        };
+        FileWriter { storage: self.clone(), relative: relative.into(), encoder }
+    }
+
+    fn read_error(&self, relative: &str, error: object_store::Error) -> AgentError {
+        match error {
+            object_store::Error::NotFound { source, .. } if !is_missing_bucket(&source.to_string()) => {
+                AgentError::FileMissing { file: relative.into() }
+            }
+            other => self.error(other),
+        }
+    }
+
+    /// Turns a storage error into one a user can act on.
+    pub fn error(&self, error: object_store::Error) -> AgentError {
+        let location = self.location.clone();
+        let text = error_chain_text(&error);
+        if let Some(io) = find_io_error(&error)
+            && is_disk_full(io)
+        {
+            return AgentError::DiskFull { location };
+        }
+        if is_missing_bucket(&text) {
+            return AgentError::MissingBucket { bucket: self.bucket.clone().unwrap_or_default(), location };
+        }
+        match error {
+            object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+                AgentError::StorageCredentialsRejected { location, reason: short_reason(&text) }
+            }
+            _ if ["SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied"].iter().any(|c| text.contains(c)) => {
+                AgentError::StorageCredentialsRejected { location, reason: short_reason(&text) }
+            }
+            _ => AgentError::Storage { location, reason: short_reason(&text) },
+        }
+    }
+}
+
+fn build_s3(bucket: &str, s3: &S3Settings) -> object_store::Result<impl ObjectStore> {
+    let retry = RetryConfig { max_retries: 4, retry_timeout: std::time::Duration::from_secs(60), ..Default::default() };
+    let mut builder = AmazonS3Builder::new().with_bucket_name(bucket).with_region(&s3.region).with_retry(retry);
+    if let Some(key) = &s3.access_key_id {
+        builder = builder.with_access_key_id(key);
+    }
+    if let Some(secret) = &s3.secret_access_key {
+        builder = builder.with_secret_access_key(secret);
+    }
+    if let Some(token) = &s3.session_token {
+        builder = builder.with_token(token);
+    }
+    if let Some(endpoint) = &s3.endpoint {
+        builder = builder.with_endpoint(endpoint).with_allow_http(endpoint.starts_with("http://"));
+    }
+    // object_store treats a custom endpoint as already naming the bucket when virtual-hosted
+    // style is on, so path style is used with any custom endpoint.
+    let virtual_hosted = !s3.force_path_style && s3.endpoint.is_none();
+    builder.with_virtual_hosted_style_request(virtual_hosted).build()
+}
+
+/// A missing bucket, told apart from a missing key by the S3 error code.
+fn is_missing_bucket(text: &str) -> bool {
+    text.contains("NoSuchBucket")
+}
+
+fn error_chain_text(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn find_io_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a io::Error> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = current {
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            return Some(io);
+        }
+        current = cause.source();
+    }
+    None
+}
+
+pub fn is_disk_full(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::StorageFull || error.raw_os_error() == Some(28)
+}
+
+fn io_error(location: &str, error: io::Error) -> AgentError {
+    if is_disk_full(&error) {
+        AgentError::DiskFull { location: location.into() }
+    } else {
+        AgentError::Storage { location: location.into(), reason: error.to_string() }
+    }
+}
+
+/// The first 300 characters of a storage error, on one line.
+fn short_reason(text: &str) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(300) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line,
+    }
+}
+
+/// A file being written: compressor, then hashing, then upload.
+pub struct FileWriter {
+    storage: Storage,
+    relative: String,
+    encoder: Encoder,
+}
+
+enum Encoder {
+    Zstd(ZstdEncoder<HashingWriter>),
+    Gzip(GzipEncoder<HashingWriter>),
+    Plain(HashingWriter),
+}
+
+impl FileWriter {
+    pub async fn write(&mut self, data: &[u8]) -> Result<()> {
+        let written = match &mut self.encoder {
+            Encoder::Zstd(w) => w.write_all(data).await,
+            Encoder::Gzip(w) => w.write_all(data).await,
+            Encoder::Plain(w) => w.write_all(data).await,
+        };
+        written.map_err(|e| self.write_error(e))
+    }
+
+    /// Completes the upload and returns the stored file's size and checksum.
+    pub async fn finish(mut self) -> Result<FileEntry> {
+        let closed = match &mut self.encoder {
+            Encoder::Zstd(w) => w.shutdown().await,
+            Encoder::Gzip(w) => w.shutdown().await,
+            Encoder::Plain(w) => w.shutdown().await,
+        };
+        if let Err(error) = closed {
+            let error = self.write_error(error);
+            self.abort().await;
+            return Err(error);
+        }
+        let hashing = self.into_hashing();
+        Ok(FileEntry { path: hashing.0, bytes: hashing.1.bytes, sha256: hex::encode(hashing.1.hasher.finalize()) })
+    }
+
+    /// Drops the upload and removes what was stored of it.
+    pub async fn abort(self) {
+        let storage = self.storage.clone();
+        let (relative, mut hashing) = self.into_hashing();
+        let _ = hashing.inner.abort().await;
+        let _ = storage.delete(&relative).await;
+    }
+
+    fn into_hashing(self) -> (String, HashingWriter) {
+        let hashing = match self.encoder {
+            Encoder::Zstd(w) => w.into_inner(),
+            Encoder::Gzip(w) => w.into_inner(),
+            Encoder::Plain(w) => w,
+        };
+        (self.relative, hashing)
+    }
+
+    fn write_error(&self, error: io::Error) -> AgentError {
+        if is_disk_full(&error) {
+            return AgentError::DiskFull { location: self.storage.location.clone() };
+        }
+        // BufWriter wraps object_store errors in io::Error; unwrap them for a better message.
+        match error.into_inner() {
+            Some(inner) => match inner.downcast::<object_store::Error>() {
+                Ok(store_error) => self.storage.error(*store_error),
+                Err(other) => AgentError::Storage { location: self.storage.location.clone(), reason: short_reason(&other.to_string()) },
+            },
+            None => AgentError::Storage { location: self.storage.location.clone(), reason: "write failed".into() },
+        }
+    }
+}
+
+/// Counts and hashes the bytes that reach the store.
+struct HashingWriter {
+    inner: BufWriter,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+impl AsyncWrite for HashingWriter {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let poll = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(written)) = &poll {
+            this.hasher.update(&buf[..*written]);
+            this.bytes += *written as u64;
+        }
+        poll
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_parse() {
+        assert_eq!(
+            Location::parse("s3://b/x/y/").unwrap(),
+            Location::S3 { bucket: "b".into(), prefix: "x/y".into() }
+        );
+        assert_eq!(Location::parse("s3://b").unwrap(), Location::S3 { bucket: "b".into(), prefix: "".into() });
+        assert_eq!(Location::parse("file:///v/b").unwrap(), Location::Directory("/v/b".into()));
+        assert!(Location::parse("file://rel").is_err());
+        assert!(Location::parse("/v/b").is_err());
+        assert!(Location::parse("s3:///x").is_err());
+    }
+
+    #[test]
+    fn disk_full_is_recognised_through_wrapping_errors() {
+        let storage = Storage::open(&format!("file://{}", std::env::temp_dir().display()), &S3Settings::default(), false).unwrap();
+        let enospc = io::Error::from_raw_os_error(28);
+        let wrapped = object_store::Error::Generic { store: "LocalFileSystem", source: Box::new(enospc) };
+        assert!(matches!(storage.error(wrapped), AgentError::DiskFull { .. }));
+    }
+}

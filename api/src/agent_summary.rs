@@ -1,0 +1,102 @@
+//! The summary the agent prints as its last line of output and writes to the Job's
+//! termination message: the contract between the agent and the controllers that read it.
+//! It must stay under 4 KiB when serialised (a Kubernetes termination message limit).
+
+use serde::{Deserialize, Serialize};
+
+/// Where a Job's agent writes its summary; the pod's `terminationMessagePath`.
+pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+/// The largest serialised summary the controllers accept.
+pub const MAX_SUMMARY_BYTES: usize = 4096;
+
+/// What the agent did.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    Backup,
+    Restore,
+    Verify,
+    Inspect,
+}
+
+/// The outcome of one agent run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSummary {
+    pub operation: Option<Operation>,
+    /// True only when the whole operation succeeded (for a backup: the manifest is written).
+    pub ok: bool,
+    /// One line a user can act on, when `ok` is false. Never holds credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// A stable camelCase name of the error, for example `wrongCredentials`, `missingBucket`,
+    /// `checksumMismatch`, `connectionLost`, `diskFull`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<String>,
+    /// The backup's location, for example `s3://bucket/prefix/run` (no credentials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// RFC 3339 start and end times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<f64>,
+    /// MySQL server version, for example `11.8.3-MariaDB`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tables: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
+    /// Bytes of table data before compression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_bytes: Option<u64>,
+    /// Bytes stored (compressed), all files included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_bytes: Option<u64>,
+    /// The binary log position of the snapshot (`gtid:<set>` or `<file>:<position>`), at most
+    /// 1 KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consistent_position: Option<String>,
+    /// SHA-256 of `manifest.json`, hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_sha256: Option<String>,
+}
+
+impl AgentSummary {
+    /// Serialises to one JSON line, cutting the error message if needed to stay under
+    /// [`MAX_SUMMARY_BYTES`].
+    pub fn to_line(&self) -> String {
+        let line = serde_json::to_string(self).unwrap_or_else(|_| "{\"ok\":false}".into());
+        if line.len() <= MAX_SUMMARY_BYTES {
+            return line;
+        }
+        let mut shorter = self.clone();
+        if let Some(error) = &mut shorter.error {
+            let keep = error.len().saturating_sub(line.len() - MAX_SUMMARY_BYTES + 16);
+            let mut cut = keep;
+            while !error.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            error.truncate(cut);
+            error.push_str(" [cut]");
+        }
+        serde_json::to_string(&shorter).unwrap_or_else(|_| "{\"ok\":false}".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_errors_are_cut_to_fit() {
+        let summary = AgentSummary { operation: Some(Operation::Backup), ok: false, error: Some("é".repeat(5000)), ..Default::default() };
+        let line = summary.to_line();
+        assert!(line.len() <= MAX_SUMMARY_BYTES, "{}", line.len());
+        let back: AgentSummary = serde_json::from_str(&line).unwrap();
+        assert!(back.error.unwrap().ends_with("[cut]"));
+    }
+}

@@ -1,0 +1,441 @@
+//! `MySQLBackup`: one kind, two modes. Without `spec.schedule` it is a single on-demand backup
+//! run. With `spec.schedule` it is a schedule that creates one run (a `MySQLBackup` without a
+//! schedule, owned by it and labelled with its name) per fire time.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::storage::BackupStorage;
+use crate::validation::{InvalidSpec, Problems, dns_subdomain};
+use crate::visitors_app::DeletionPolicy;
+
+pub const DEFAULT_PARALLELISM: i32 = 2;
+pub const MAX_PARALLELISM: i32 = 16;
+/// Default deadline of one backup or restore Job: six hours.
+pub const DEFAULT_ACTIVE_DEADLINE_SECONDS: i64 = 6 * 3600;
+pub const MIN_ACTIVE_DEADLINE_SECONDS: i64 = 60;
+pub const DEFAULT_KEEP_SUCCESSFUL: i32 = 7;
+pub const DEFAULT_KEEP_FAILED: i32 = 3;
+
+/// A backup of a VisitorsApp's database: a single run, or a schedule of runs.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "example.com",
+    version = "v1",
+    kind = "MySQLBackup",
+    plural = "mysqlbackups",
+    shortname = "mbak",
+    category = "visitors",
+    namespaced,
+    status = "MySQLBackupStatus",
+    derive = "PartialEq",
+    doc = "A logical backup of a VisitorsApp's MySQL database. Without spec.schedule it is one on-demand run; with spec.schedule it creates one run per fire time.",
+    printcolumn(name = "App", type_ = "string", json_path = ".spec.source.visitorsApp"),
+    printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule.cron"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Size", type_ = "integer", json_path = ".status.sizeBytes", description = "Stored bytes"),
+    printcolumn(name = "Last", type_ = "date", json_path = ".status.lastScheduleTime", description = "Last fire time of a schedule"),
+    printcolumn(name = "Error", type_ = "string", json_path = ".status.error", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.schedule) == has(oldSelf.schedule)").message("a MySQLBackup cannot switch between on-demand and scheduled; create a new one"))]
+pub struct MySQLBackupSpec {
+    /// What to back up.
+    pub source: BackupSource,
+    /// Where to store the backup. Each run writes its own folder
+    /// `<namespace>/<app>/<run name>` below the storage's prefix or sub path.
+    pub storage: BackupStorage,
+    /// Makes this resource a schedule of runs instead of a single run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<BackupSchedule>,
+    /// Compression of data chunks: `zstd` (default), `gzip` or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Compression>,
+    /// Number of parallel dump connections. Defaults to 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 16))]
+    pub parallelism: Option<i32>,
+    /// Deadline of one run, in seconds; a run that takes longer is stopped and marked Failed.
+    /// Defaults to 21600 (six hours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60))]
+    pub active_deadline_seconds: Option<i64>,
+    /// What happens to the stored backup when a run object is deleted (by a user or by
+    /// retention): `Retain` (default) keeps the files, `Delete` removes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
+}
+
+/// The database to back up.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSource {
+    /// Name of the VisitorsApp, in this namespace, whose database is backed up.
+    #[schemars(length(min = 1, max = 253))]
+    pub visitors_app: String,
+}
+
+/// A cron schedule of backup runs.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSchedule {
+    /// Standard 5-field cron expression: minute hour day-of-month month day-of-week, for
+    /// example `0 3 * * *` (03:00 every day).
+    #[schemars(length(min = 9, max = 128))]
+    pub cron: String,
+    /// IANA time zone of the cron expression, for example `Europe/Paris`. Defaults to `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// Stops creating new runs while true. Runs already started finish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+    /// A run that cannot start within this many seconds of its fire time is skipped. Missed
+    /// fire times never pile up: at most one catch-up run is started, for the latest missed
+    /// time, and only within this deadline. Unset means no deadline for that catch-up run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub starting_deadline_seconds: Option<i64>,
+    /// What to do when a fire time comes while the previous run is still active: `Forbid`
+    /// (default) skips the new run; `Replace` stops the active run and starts the new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_policy: Option<ConcurrencyPolicy>,
+    /// Which runs to keep. The newest successful run is never deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Retention>,
+}
+
+/// Which scheduled runs to keep. Successful and failed runs are counted separately.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Retention {
+    /// Number of successful runs to keep. Defaults to 7.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub keep_successful: Option<i32>,
+    /// Number of failed runs to keep. Defaults to 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub keep_failed: Option<i32>,
+    /// Runs older than this are deleted, for example `720h` or `30d`; the newest successful
+    /// run is kept whatever its age.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<String>,
+}
+
+/// Compression of a backup's data chunks.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    #[default]
+    Zstd,
+    Gzip,
+    None,
+}
+
+impl Compression {
+    /// The name the agent's `--compression` flag takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::Zstd => "zstd",
+            Compression::Gzip => "gzip",
+            Compression::None => "none",
+        }
+    }
+}
+
+/// What a schedule does when a fire time comes while a run is active.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ConcurrencyPolicy {
+    #[default]
+    Forbid,
+    Replace,
+}
+
+/// The lifecycle phase of a backup run.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum BackupPhase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+/// The observed state of a backup run or of a schedule.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MySQLBackupStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+
+    /// Run: `Pending`, `Running`, `Succeeded` or `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<BackupPhase>,
+    /// Run: the Job that runs the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    /// Run: when the agent started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// Run: when the run succeeded or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// Run: wall time of the run in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<f64>,
+    /// Run: where the backup is stored, for example `s3://bucket/prefix/ns/app/run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// Run: stored bytes, all files included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
+    /// Run: number of tables backed up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tables: Option<i64>,
+    /// Run: number of rows backed up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<i64>,
+    /// Run: SHA-256 of the backup's manifest, which lists the SHA-256 of every file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_sha256: Option<String>,
+    /// Run: version of the MySQL server that was backed up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_version: Option<String>,
+    /// Run: why the run failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+
+    /// Schedule: the latest fire time a run was created for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    /// Schedule: the next fire time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_schedule_time: Option<Time>,
+    /// Schedule: the newest run that succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_successful_run: Option<String>,
+    /// Schedule: the newest run that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed_run: Option<String>,
+    /// Schedule: the run in progress, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_run: Option<String>,
+}
+
+impl MySQLBackupSpec {
+    pub fn is_schedule(&self) -> bool {
+        self.schedule.is_some()
+    }
+
+    pub fn compression(&self) -> Compression {
+        self.compression.unwrap_or_default()
+    }
+
+    pub fn parallelism(&self) -> i32 {
+        self.parallelism.unwrap_or(DEFAULT_PARALLELISM)
+    }
+
+    pub fn active_deadline_seconds(&self) -> i64 {
+        self.active_deadline_seconds.unwrap_or(DEFAULT_ACTIVE_DEADLINE_SECONDS)
+    }
+
+    pub fn deletion_policy(&self) -> DeletionPolicy {
+        self.deletion_policy.unwrap_or_default()
+    }
+
+    pub fn validate(&self) -> Result<(), InvalidSpec> {
+        let mut problems = Problems::default();
+        problems.check("spec.source.visitorsApp", dns_subdomain(&self.source.visitors_app));
+        self.storage.validate("spec.storage", &mut problems);
+        validate_parallelism("spec.parallelism", self.parallelism, &mut problems);
+        validate_deadline("spec.activeDeadlineSeconds", self.active_deadline_seconds, &mut problems);
+        if let Some(schedule) = &self.schedule {
+            schedule.validate(&mut problems);
+        }
+        problems.into_result()
+    }
+}
+
+impl BackupSchedule {
+    pub fn time_zone(&self) -> &str {
+        self.time_zone.as_deref().unwrap_or("UTC")
+    }
+
+    pub fn suspended(&self) -> bool {
+        self.suspend.unwrap_or(false)
+    }
+
+    pub fn concurrency_policy(&self) -> ConcurrencyPolicy {
+        self.concurrency_policy.unwrap_or_default()
+    }
+
+    fn validate(&self, problems: &mut Problems) {
+        problems.check("spec.schedule.cron", cron_expression(&self.cron));
+        problems.check("spec.schedule.timeZone", time_zone(self.time_zone()));
+        if let Some(seconds) = self.starting_deadline_seconds
+            && seconds < 1
+        {
+            problems.add("spec.schedule.startingDeadlineSeconds", format!("{seconds} must be at least 1"));
+        }
+        if let Some(retention) = &self.retention {
+            retention.validate(problems);
+        }
+    }
+}
+
+impl Retention {
+    pub fn keep_successful(&self) -> i32 {
+        self.keep_successful.unwrap_or(DEFAULT_KEEP_SUCCESSFUL)
+    }
+
+    pub fn keep_failed(&self) -> i32 {
+        self.keep_failed.unwrap_or(DEFAULT_KEEP_FAILED)
+    }
+
+    /// `maxAge` as a duration, counting a day as 24 hours.
+    pub fn max_age(&self) -> Result<Option<Duration>, String> {
+        self.max_age.as_deref().map(parse_age).transpose()
+    }
+
+    fn validate(&self, problems: &mut Problems) {
+        if self.keep_successful() < 1 {
+            problems.add("spec.schedule.retention.keepSuccessful", "must be at least 1: the newest successful run is always kept");
+        }
+        if self.keep_failed() < 0 {
+            problems.add("spec.schedule.retention.keepFailed", "must not be negative");
+        }
+        if let Err(problem) = self.max_age() {
+            problems.add("spec.schedule.retention.maxAge", problem);
+        }
+    }
+}
+
+fn parse_age(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration (examples: 720h, 30d, 1d12h)");
+    let span: jiff::Span = text.parse().map_err(|_| bad())?;
+    let seconds = span.total((jiff::Unit::Second, jiff::SpanRelativeTo::days_are_24_hours())).map_err(|_| bad())?;
+    if seconds <= 0.0 {
+        return Err(format!("{text:?} must be longer than zero"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// Checks a standard 5-field cron expression (no seconds field, no year field).
+pub fn cron_expression(expression: &str) -> Result<(), String> {
+    let fields = expression.split_whitespace().count();
+    if fields != 5 {
+        return Err(format!(
+            "{expression:?} has {fields} fields; use the standard 5: minute hour day-of-month month day-of-week (for example \"0 3 * * *\")"
+        ));
+    }
+    expression
+        .parse::<croner::Cron>()
+        .map(|_| ())
+        .map_err(|e| format!("{expression:?} is not a valid cron expression: {e}"))
+}
+
+/// Checks an IANA time zone name against the time zone database built into the binary.
+pub fn time_zone(name: &str) -> Result<(), String> {
+    jiff::tz::TimeZone::get(name)
+        .map(|_| ())
+        .map_err(|_| format!("{name:?} is not an IANA time zone name (examples: UTC, Europe/Paris, America/New_York)"))
+}
+
+pub(crate) fn validate_parallelism(field: &str, parallelism: Option<i32>, problems: &mut Problems) {
+    if let Some(n) = parallelism
+        && !(1..=MAX_PARALLELISM).contains(&n)
+    {
+        problems.add(field, format!("{n} is out of range: use 1 to {MAX_PARALLELISM}"));
+    }
+}
+
+pub(crate) fn validate_deadline(field: &str, seconds: Option<i64>, problems: &mut Problems) {
+    if let Some(seconds) = seconds
+        && seconds < MIN_ACTIVE_DEADLINE_SECONDS
+    {
+        problems.add(field, format!("{seconds} is too short: use at least {MIN_ACTIVE_DEADLINE_SECONDS} seconds"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::PvcStorage;
+
+    fn on_demand() -> MySQLBackupSpec {
+        MySQLBackupSpec {
+            source: BackupSource { visitors_app: "ex".into() },
+            storage: BackupStorage {
+                s3: None,
+                persistent_volume_claim: Some(PvcStorage { claim_name: "backups".into(), sub_path: None }),
+            },
+            schedule: None,
+            compression: None,
+            parallelism: None,
+            active_deadline_seconds: None,
+            deletion_policy: None,
+        }
+    }
+
+    fn scheduled(cron: &str) -> MySQLBackupSpec {
+        MySQLBackupSpec { schedule: Some(BackupSchedule { cron: cron.into(), ..Default::default() }), ..on_demand() }
+    }
+
+    #[test]
+    fn on_demand_defaults() {
+        let spec = on_demand();
+        assert_eq!(spec.validate(), Ok(()));
+        assert!(!spec.is_schedule());
+        assert_eq!(spec.compression(), Compression::Zstd);
+        assert_eq!(spec.parallelism(), 2);
+    }
+
+    #[test]
+    fn accepts_standard_cron_and_zones() {
+        let mut spec = scheduled("0 3 * * 1-5");
+        spec.schedule.as_mut().unwrap().time_zone = Some("Europe/Paris".into());
+        assert_eq!(spec.validate(), Ok(()));
+    }
+
+    #[test]
+    fn rejects_six_field_cron_and_bad_zone() {
+        let mut spec = scheduled("0 0 3 * * *");
+        spec.schedule.as_mut().unwrap().time_zone = Some("Mars/Olympus".into());
+        let fields: Vec<String> = spec.validate().unwrap_err().0.into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["spec.schedule.cron", "spec.schedule.timeZone"]);
+    }
+
+    #[test]
+    fn rejects_out_of_range_cron_fields() {
+        let err = scheduled("61 3 * * *").validate().unwrap_err();
+        assert_eq!(err.first_field(), "spec.schedule.cron");
+    }
+
+    #[test]
+    fn max_age_counts_days_as_24_hours() {
+        let retention = Retention { max_age: Some("30d".into()), ..Default::default() };
+        assert_eq!(retention.max_age(), Ok(Some(Duration::from_secs(30 * 86400))));
+        let retention = Retention { max_age: Some("720h".into()), ..Default::default() };
+        assert_eq!(retention.max_age(), Ok(Some(Duration::from_secs(30 * 86400))));
+        let bad = Retention { max_age: Some("a month".into()), keep_successful: Some(0), ..Default::default() };
+        let mut spec = scheduled("0 3 * * *");
+        spec.schedule.as_mut().unwrap().retention = Some(bad);
+        let fields: Vec<String> = spec.validate().unwrap_err().0.into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["spec.schedule.retention.keepSuccessful", "spec.schedule.retention.maxAge"]);
+    }
+
+    #[test]
+    fn rejects_out_of_range_options() {
+        let spec = MySQLBackupSpec { parallelism: Some(0), active_deadline_seconds: Some(5), ..on_demand() };
+        let fields: Vec<String> = spec.validate().unwrap_err().0.into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["spec.parallelism", "spec.activeDeadlineSeconds"]);
+    }
+}

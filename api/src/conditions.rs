@@ -1,0 +1,110 @@
+//! Standard `metav1.Condition` helpers. A condition's `lastTransitionTime` moves only when its
+//! status changes, so writing an unchanged status is a no-op and never re-triggers a reconcile.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+pub const READY: &str = "Ready";
+pub const DATABASE_READY: &str = "DatabaseReady";
+pub const BACKEND_READY: &str = "BackendReady";
+pub const FRONTEND_READY: &str = "FrontendReady";
+/// Reason used on every condition when the spec is invalid.
+pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
+
+/// The status of a condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    True,
+    False,
+    Unknown,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+impl From<bool> for Status {
+    fn from(value: bool) -> Self {
+        if value { Status::True } else { Status::False }
+    }
+}
+
+/// The desired state of one condition, before it is merged into a list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired<'a> {
+    pub type_: &'a str,
+    pub status: Status,
+    /// CamelCase reason, for example `WaitingForDatabase`.
+    pub reason: &'a str,
+    /// One sentence a user can act on. Never holds a time or a counter that changes each
+    /// reconcile.
+    pub message: String,
+}
+
+/// Sets `desired` in `conditions`, keeping `lastTransitionTime` when the status is unchanged.
+pub fn set(conditions: &mut Vec<Condition>, desired: Desired<'_>, observed_generation: Option<i64>, now: Time) {
+    let existing = conditions.iter_mut().find(|c| c.type_ == desired.type_);
+    let status = desired.status.as_str().to_string();
+    match existing {
+        Some(condition) => {
+            if condition.status != status {
+                condition.last_transition_time = now;
+            }
+            condition.status = status;
+            condition.reason = desired.reason.to_string();
+            condition.message = desired.message;
+            condition.observed_generation = observed_generation;
+        }
+        None => conditions.push(Condition {
+            type_: desired.type_.to_string(),
+            status,
+            reason: desired.reason.to_string(),
+            message: desired.message,
+            observed_generation,
+            last_transition_time: now,
+        }),
+    }
+}
+
+/// Finds a condition by type.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the condition of that type is `True`.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap())
+    }
+
+    fn ready(status: Status, message: &str) -> Desired<'static> {
+        Desired { type_: READY, status, reason: "Test", message: message.into() }
+    }
+
+    #[test]
+    fn transition_time_moves_only_on_status_change() {
+        let mut conditions = Vec::new();
+        set(&mut conditions, ready(Status::False, "waiting"), Some(1), at(10));
+        set(&mut conditions, ready(Status::False, "still waiting"), Some(2), at(20));
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0].last_transition_time, at(10));
+        assert_eq!(conditions[0].message, "still waiting");
+        assert_eq!(conditions[0].observed_generation, Some(2));
+        set(&mut conditions, ready(Status::True, "ok"), Some(2), at(30));
+        assert_eq!(conditions[0].last_transition_time, at(30));
+        assert!(is_true(&conditions, READY));
+        assert!(!is_true(&conditions, DATABASE_READY));
+    }
+}

@@ -1,0 +1,115 @@
+//! Names and labels of the objects the controllers derive from a resource. Every child name is
+//! derived from its owner's name, so any number of apps can share a namespace.
+
+use std::collections::BTreeMap;
+
+/// The value of `app.kubernetes.io/part-of` on every child.
+pub const PART_OF: &str = "visitors-site";
+/// The value of `app.kubernetes.io/managed-by` on every child.
+pub const MANAGED_BY: &str = "visitors-operator";
+/// The name of the application, `app.kubernetes.io/name`.
+pub const APP_NAME: &str = "visitors";
+/// Label naming the VisitorsApp a child belongs to (kept from the book's operator).
+pub const VISITORS_APP_LABEL: &str = "visitorssite_cr";
+/// Label on a scheduled run naming the schedule that created it.
+pub const SCHEDULE_LABEL: &str = "example.com/backup-schedule";
+/// Label on backup runs and restores naming the VisitorsApp they act on.
+pub const DATABASE_LABEL: &str = "example.com/visitors-app";
+
+/// A tier of the Visitors Site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Component {
+    Mysql,
+    Backend,
+    Frontend,
+    Backup,
+    Restore,
+}
+
+impl Component {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Component::Mysql => "mysql",
+            Component::Backend => "backend",
+            Component::Frontend => "frontend",
+            Component::Backup => "backup",
+            Component::Restore => "restore",
+        }
+    }
+}
+
+/// The standard labels of a child of `instance` (the owner's name) in tier `component`.
+pub fn labels(instance: &str, component: Component) -> BTreeMap<String, String> {
+    let mut labels = selector(instance, component);
+    labels.insert("app.kubernetes.io/part-of".into(), PART_OF.into());
+    labels.insert("app.kubernetes.io/managed-by".into(), MANAGED_BY.into());
+    labels.insert(VISITORS_APP_LABEL.into(), instance.into());
+    labels
+}
+
+/// The labels that select the pods of one tier of one app; stable for a workload's life, as a
+/// selector must be.
+pub fn selector(instance: &str, component: Component) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
+        ("app.kubernetes.io/instance".to_string(), instance.to_string()),
+        ("app.kubernetes.io/component".to_string(), component.as_str().to_string()),
+    ])
+}
+
+/// Names of the objects derived from one VisitorsApp.
+pub mod names {
+    /// The generated credentials Secret.
+    pub fn credentials_secret(app: &str) -> String {
+        format!("{app}-mysql-credentials")
+    }
+    /// The MySQL StatefulSet, its client Service, and the base of its pods' names.
+    pub fn mysql(app: &str) -> String {
+        format!("{app}-mysql")
+    }
+    /// The headless Service that governs the MySQL StatefulSet.
+    pub fn mysql_headless(app: &str) -> String {
+        format!("{app}-mysql-headless")
+    }
+    /// The backend Deployment and Service.
+    pub fn backend(app: &str) -> String {
+        format!("{app}-backend")
+    }
+    /// The frontend Deployment and Service.
+    pub fn frontend(app: &str) -> String {
+        format!("{app}-frontend")
+    }
+    /// The per-database Lease that serialises backups and restores of one app.
+    pub fn database_lease(app: &str) -> String {
+        format!("{app}-mysql-operations")
+    }
+    /// The Job that runs one backup.
+    pub fn backup_job(backup: &str) -> String {
+        format!("{backup}-backup")
+    }
+    /// The Job that runs one restore.
+    pub fn restore_job(restore: &str) -> String {
+        format!("{restore}-restore")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_extend_the_selector() {
+        let all = labels("ex", Component::Backend);
+        for (key, value) in selector("ex", Component::Backend) {
+            assert_eq!(all.get(&key), Some(&value));
+        }
+        assert_eq!(all["app.kubernetes.io/managed-by"], MANAGED_BY);
+        assert_eq!(all[VISITORS_APP_LABEL], "ex");
+    }
+
+    #[test]
+    fn names_derive_from_the_app() {
+        assert_eq!(names::mysql("ex"), "ex-mysql");
+        assert_ne!(names::mysql("a"), names::mysql("b"));
+    }
+}

@@ -1,0 +1,212 @@
+//! `MySQLRestore`: restores a backup into a VisitorsApp's database, in place and safely: the
+//! backup is verified before the database is touched, writers are stopped while it runs, and
+//! the result is checked against the backup's manifest.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::backup::{validate_deadline, validate_parallelism};
+use crate::storage::{BackupStorage, relative_path};
+use crate::validation::{InvalidSpec, Problems, dns_subdomain};
+
+/// A restore of a backup into a VisitorsApp's database.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "example.com",
+    version = "v1",
+    kind = "MySQLRestore",
+    plural = "mysqlrestores",
+    shortname = "mrestore",
+    category = "visitors",
+    namespaced,
+    status = "MySQLRestoreStatus",
+    derive = "PartialEq",
+    doc = "A restore of a MySQLBackup run, or of a backup at an explicit storage location, into a VisitorsApp's database.",
+    printcolumn(name = "App", type_ = "string", json_path = ".spec.target.visitorsApp"),
+    printcolumn(name = "Backup", type_ = "string", json_path = ".spec.source.backup"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Error", type_ = "string", json_path = ".status.error", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self == oldSelf").message("a MySQLRestore cannot be changed once created; create a new one"))]
+pub struct MySQLRestoreSpec {
+    /// The backup to restore.
+    pub source: RestoreSource,
+    /// The database to restore into.
+    pub target: RestoreTarget,
+    /// Stop the app's backend while the restore runs, so no client writes into a half-restored
+    /// database, and start it again afterwards. Defaults to true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiesce: Option<bool>,
+    /// After loading, check every table's row count against the backup's manifest; a mismatch
+    /// fails the restore. Defaults to true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<bool>,
+    /// Number of parallel load connections. Defaults to 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 16))]
+    pub parallelism: Option<i32>,
+    /// Deadline of the restore, in seconds. Defaults to 21600 (six hours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60))]
+    pub active_deadline_seconds: Option<i64>,
+}
+
+/// The backup to restore: a `MySQLBackup` run by name, or an explicit storage location.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.backup) != has(self.storage)").message("set exactly one of backup or storage"))]
+#[x_kube(validation = Rule::new("!has(self.path) || has(self.storage)").message("path goes with storage"))]
+pub struct RestoreSource {
+    /// Name of a successful `MySQLBackup` run in this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<String>,
+    /// Storage that holds the backup (same shape as a MySQLBackup's storage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<BackupStorage>,
+    /// Folder of the backup (the one holding `manifest.json`), relative to the storage's
+    /// prefix or sub path. Unset means the prefix or sub path itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// The database a restore writes into.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreTarget {
+    /// Name of the VisitorsApp, in this namespace, whose database is restored.
+    #[schemars(length(min = 1, max = 253))]
+    pub visitors_app: String,
+}
+
+/// The lifecycle phase of a restore.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RestorePhase {
+    Pending,
+    Quiescing,
+    Running,
+    Verifying,
+    Succeeded,
+    Failed,
+}
+
+/// The observed state of a restore.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MySQLRestoreStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// `Pending`, `Quiescing`, `Running`, `Verifying`, `Succeeded` or `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RestorePhase>,
+    /// The Job that runs the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    /// When the restore started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the restore succeeded or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// Wall time of the restore in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<f64>,
+    /// Where the restored backup was read from, for example `s3://bucket/prefix/ns/app/run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<String>,
+    /// SHA-256 of the restored backup's manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_sha256: Option<String>,
+    /// Number of tables restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tables: Option<i64>,
+    /// Number of rows restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<i64>,
+    /// Why the restore failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl MySQLRestoreSpec {
+    pub fn quiesce(&self) -> bool {
+        self.quiesce.unwrap_or(true)
+    }
+
+    pub fn verify(&self) -> bool {
+        self.verify.unwrap_or(true)
+    }
+
+    pub fn parallelism(&self) -> i32 {
+        self.parallelism.unwrap_or(crate::backup::DEFAULT_PARALLELISM)
+    }
+
+    pub fn active_deadline_seconds(&self) -> i64 {
+        self.active_deadline_seconds.unwrap_or(crate::backup::DEFAULT_ACTIVE_DEADLINE_SECONDS)
+    }
+
+    pub fn validate(&self) -> Result<(), InvalidSpec> {
+        let mut problems = Problems::default();
+        let source = &self.source;
+        match (&source.backup, &source.storage) {
+            (Some(backup), None) => problems.check("spec.source.backup", dns_subdomain(backup)),
+            (None, Some(storage)) => storage.validate("spec.source.storage", &mut problems),
+            _ => problems.add("spec.source", "set exactly one of backup or storage"),
+        }
+        if let Some(path) = &source.path {
+            if source.storage.is_none() {
+                problems.add("spec.source.path", "path goes with storage; a backup run knows its own location");
+            }
+            problems.check("spec.source.path", relative_path(path));
+        }
+        problems.check("spec.target.visitorsApp", dns_subdomain(&self.target.visitors_app));
+        validate_parallelism("spec.parallelism", self.parallelism, &mut problems);
+        validate_deadline("spec.activeDeadlineSeconds", self.active_deadline_seconds, &mut problems);
+        problems.into_result()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from_backup(name: &str) -> MySQLRestoreSpec {
+        MySQLRestoreSpec {
+            source: RestoreSource { backup: Some(name.into()), storage: None, path: None },
+            target: RestoreTarget { visitors_app: "ex".into() },
+            quiesce: None,
+            verify: None,
+            parallelism: None,
+            active_deadline_seconds: None,
+        }
+    }
+
+    #[test]
+    fn safe_defaults() {
+        let spec = from_backup("nightly-1");
+        assert_eq!(spec.validate(), Ok(()));
+        assert!(spec.quiesce());
+        assert!(spec.verify());
+    }
+
+    #[test]
+    fn source_needs_exactly_one_kind() {
+        let mut spec = from_backup("nightly-1");
+        spec.source.storage = Some(BackupStorage::default());
+        assert_eq!(spec.validate().unwrap_err().first_field(), "spec.source");
+    }
+
+    #[test]
+    fn path_needs_storage() {
+        let mut spec = from_backup("nightly-1");
+        spec.source.path = Some("ns/app/run".into());
+        assert_eq!(spec.validate().unwrap_err().first_field(), "spec.source.path");
+    }
+}

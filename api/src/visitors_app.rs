@@ -1,0 +1,350 @@
+//! `VisitorsApp`: one Visitors Site (MySQL, the REST backend and the web frontend).
+//!
+//! The book's resource (`spec.size`, `spec.title`) is accepted unchanged; every other field is
+//! optional with a production default.
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::validation::{InvalidSpec, Problems, dns_subdomain, image_reference, quantity_bytes};
+
+/// The MySQL image used when `spec.mysql.image` is unset: MySQL 8.4, the current LTS line.
+pub const DEFAULT_MYSQL_IMAGE: &str = "mysql:8.4";
+/// The backend image published for the book.
+pub const DEFAULT_BACKEND_IMAGE: &str = "jdob/visitors-service:1.0.0";
+/// The frontend image published for the book.
+pub const DEFAULT_FRONTEND_IMAGE: &str = "jdob/visitors-webui:1.0.0";
+/// The database the Visitors Site uses.
+pub const DATABASE_NAME: &str = "visitors";
+/// The application user created in MySQL.
+pub const DATABASE_USER: &str = "visitors";
+/// Default size of the MySQL data volume.
+pub const DEFAULT_STORAGE_SIZE: &str = "1Gi";
+/// The book's NodePort for the backend.
+pub const DEFAULT_BACKEND_NODE_PORT: i32 = 30685;
+/// The book's NodePort for the frontend.
+pub const DEFAULT_FRONTEND_NODE_PORT: i32 = 30686;
+/// Ports of the three tiers.
+pub const MYSQL_PORT: i32 = 3306;
+pub const BACKEND_PORT: i32 = 8000;
+pub const FRONTEND_PORT: i32 = 3000;
+/// Largest accepted `spec.size`.
+pub const MAX_SIZE: i32 = 50;
+/// Longest accepted `spec.title`.
+pub const MAX_TITLE_LEN: usize = 256;
+
+/// Keys of the credentials Secret (generated, or supplied through `spec.credentialsSecret`).
+pub mod secret_keys {
+    /// The application user's name.
+    pub const USERNAME: &str = "username";
+    /// The application user's password.
+    pub const PASSWORD: &str = "password";
+    /// MySQL's root password, used by probes, backups and restores.
+    pub const ROOT_PASSWORD: &str = "root-password";
+    /// Every key a supplied Secret must hold.
+    pub const REQUIRED: [&str; 3] = [USERNAME, PASSWORD, ROOT_PASSWORD];
+}
+
+/// The desired state of one Visitors Site.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "example.com",
+    version = "v1",
+    kind = "VisitorsApp",
+    plural = "visitorsapps",
+    shortname = "vapp",
+    category = "visitors",
+    namespaced,
+    status = "VisitorsAppStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A Visitors Site: MySQL with persistent storage, the visitors REST backend and the web frontend, kept converged by the visitors controller.",
+    printcolumn(name = "Size", type_ = "integer", json_path = ".spec.size", description = "Desired backend replicas"),
+    printcolumn(name = "Backend", type_ = "integer", json_path = ".status.backendReadyReplicas", description = "Ready backend replicas"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VisitorsAppSpec {
+    /// Number of backend replicas (the book's `size`). 0 stops the backend.
+    #[schemars(range(min = 0, max = 50))]
+    pub size: i32,
+    /// Dashboard title shown by the frontend. Empty or unset shows the frontend's default title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub title: Option<String>,
+    /// The MySQL tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mysql: Option<MysqlSpec>,
+    /// The backend tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<TierSpec>,
+    /// The frontend tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontend: Option<TierSpec>,
+    /// How the backend and frontend Services are exposed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceSpec>,
+    /// Name of a Secret in this namespace holding `username`, `password` and `root-password`.
+    /// When unset, the operator generates `<name>-mysql-credentials` once, with random
+    /// passwords, and never rotates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
+    /// What happens to the MySQL data volume when this VisitorsApp is deleted. `Retain`
+    /// (default) keeps the PersistentVolumeClaim; `Delete` removes it with the app.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
+}
+
+/// The MySQL tier.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MysqlSpec {
+    /// The MySQL image. Defaults to `mysql:8.4`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The data volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageSpec>,
+    /// CPU and memory requests and limits of the MySQL container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+/// The MySQL data volume.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// Requested size, as a Kubernetes quantity. Defaults to `1Gi`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// Storage class of the claim. Unset uses the cluster's default class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+/// A stateless tier (backend or frontend).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TierSpec {
+    /// The container image. Defaults to the image published for the book.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// CPU and memory requests and limits of the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+/// Service exposure of the backend and frontend.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceSpec {
+    /// `ClusterIP` (default) or `NodePort`.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "type")]
+    pub type_: Option<ServiceType>,
+    /// Node port of the backend when `type` is `NodePort`. Defaults to the book's 30685.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub backend_node_port: Option<i32>,
+    /// Node port of the frontend when `type` is `NodePort`. Defaults to the book's 30686.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub frontend_node_port: Option<i32>,
+}
+
+/// How a Service is exposed.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ServiceType {
+    #[default]
+    ClusterIP,
+    NodePort,
+}
+
+/// What happens to stored data when its owner is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Keep the data.
+    #[default]
+    Retain,
+    /// Delete the data with its owner.
+    Delete,
+}
+
+/// The observed state of a Visitors Site.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VisitorsAppStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `DatabaseReady`, `BackendReady` and `FrontendReady`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The backend image in use (kept from the book's operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_image: Option<String>,
+    /// The frontend image in use (kept from the book's operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontend_image: Option<String>,
+    /// The MySQL image in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mysql_image: Option<String>,
+    /// Ready MySQL replicas (0 or 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mysql_ready_replicas: Option<i32>,
+    /// Ready backend replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_ready_replicas: Option<i32>,
+    /// Ready frontend replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontend_ready_replicas: Option<i32>,
+    /// The Secret holding the database credentials (its name only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
+    /// In-cluster addresses of the three tiers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<Endpoints>,
+}
+
+/// In-cluster addresses of the three tiers.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoints {
+    /// `host:port` of the MySQL client Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    /// URL of the backend Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// URL of the frontend Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontend: Option<String>,
+}
+
+impl VisitorsAppSpec {
+    pub fn mysql_image(&self) -> &str {
+        self.mysql.as_ref().and_then(|m| m.image.as_deref()).unwrap_or(DEFAULT_MYSQL_IMAGE)
+    }
+
+    pub fn backend_image(&self) -> &str {
+        self.backend.as_ref().and_then(|t| t.image.as_deref()).unwrap_or(DEFAULT_BACKEND_IMAGE)
+    }
+
+    pub fn frontend_image(&self) -> &str {
+        self.frontend.as_ref().and_then(|t| t.image.as_deref()).unwrap_or(DEFAULT_FRONTEND_IMAGE)
+    }
+
+    /// The title, or `None` when unset or empty (the book's operator crashed on empty).
+    pub fn title(&self) -> Option<&str> {
+        self.title.as_deref().filter(|t| !t.is_empty())
+    }
+
+    pub fn storage_size(&self) -> &str {
+        self.mysql.as_ref().and_then(|m| m.storage.as_ref()).and_then(|s| s.size.as_deref()).unwrap_or(DEFAULT_STORAGE_SIZE)
+    }
+
+    pub fn storage_class_name(&self) -> Option<&str> {
+        self.mysql.as_ref().and_then(|m| m.storage.as_ref()).and_then(|s| s.storage_class_name.as_deref())
+    }
+
+    pub fn service_type(&self) -> ServiceType {
+        self.service.as_ref().and_then(|s| s.type_).unwrap_or_default()
+    }
+
+    pub fn backend_node_port(&self) -> i32 {
+        self.service.as_ref().and_then(|s| s.backend_node_port).unwrap_or(DEFAULT_BACKEND_NODE_PORT)
+    }
+
+    pub fn frontend_node_port(&self) -> i32 {
+        self.service.as_ref().and_then(|s| s.frontend_node_port).unwrap_or(DEFAULT_FRONTEND_NODE_PORT)
+    }
+
+    pub fn deletion_policy(&self) -> DeletionPolicy {
+        self.deletion_policy.unwrap_or_default()
+    }
+
+    /// Checks everything the schema cannot (and, for clients that bypass it, what it can).
+    pub fn validate(&self) -> Result<(), InvalidSpec> {
+        let mut problems = Problems::default();
+        if !(0..=MAX_SIZE).contains(&self.size) {
+            problems.add("spec.size", format!("{} is out of range: use 0 to {MAX_SIZE} backend replicas", self.size));
+        }
+        if let Some(title) = &self.title
+            && title.chars().count() > MAX_TITLE_LEN
+        {
+            problems.add("spec.title", format!("is {} characters long; at most {MAX_TITLE_LEN} are allowed", title.chars().count()));
+        }
+        problems.check("spec.mysql.image", image_reference(self.mysql_image()));
+        problems.check("spec.backend.image", image_reference(self.backend_image()));
+        problems.check("spec.frontend.image", image_reference(self.frontend_image()));
+        match quantity_bytes(self.storage_size()) {
+            Ok(0) => problems.add("spec.mysql.storage.size", "must be larger than zero"),
+            Ok(_) => {}
+            Err(problem) => problems.add("spec.mysql.storage.size", problem),
+        }
+        if let Some(class) = self.storage_class_name() {
+            problems.check("spec.mysql.storage.storageClassName", dns_subdomain(class));
+        }
+        if let Some(secret) = &self.credentials_secret {
+            problems.check("spec.credentialsSecret", dns_subdomain(secret));
+        }
+        if self.service_type() == ServiceType::NodePort && self.backend_node_port() == self.frontend_node_port() {
+            problems.add("spec.service.frontendNodePort", "must differ from spec.service.backendNodePort");
+        }
+        problems.into_result()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn book_spec() -> VisitorsAppSpec {
+        VisitorsAppSpec { size: 1, title: Some("Custom Dashboard Title".into()), ..Default::default() }
+    }
+
+    #[test]
+    fn book_resource_is_valid_and_gets_defaults() {
+        let spec = book_spec();
+        assert_eq!(spec.validate(), Ok(()));
+        assert_eq!(spec.backend_image(), DEFAULT_BACKEND_IMAGE);
+        assert_eq!(spec.storage_size(), "1Gi");
+        assert_eq!(spec.service_type(), ServiceType::ClusterIP);
+        assert_eq!(spec.deletion_policy(), DeletionPolicy::Retain);
+    }
+
+    #[test]
+    fn empty_title_means_no_title() {
+        let spec = VisitorsAppSpec { title: Some(String::new()), ..book_spec() };
+        assert_eq!(spec.title(), None);
+    }
+
+    #[test]
+    fn reports_each_invalid_field() {
+        let spec = VisitorsAppSpec {
+            size: 51,
+            mysql: Some(MysqlSpec {
+                image: Some("MySQL:8".into()),
+                storage: Some(StorageSpec { size: Some("lots".into()), storage_class_name: None }),
+                resources: None,
+            }),
+            service: Some(ServiceSpec { type_: Some(ServiceType::NodePort), backend_node_port: Some(30000), frontend_node_port: Some(30000) }),
+            ..book_spec()
+        };
+        let fields: Vec<String> = spec.validate().unwrap_err().0.into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["spec.size", "spec.mysql.image", "spec.mysql.storage.size", "spec.service.frontendNodePort"]);
+    }
+
+    #[test]
+    fn zero_storage_is_rejected() {
+        let spec = VisitorsAppSpec {
+            mysql: Some(MysqlSpec { storage: Some(StorageSpec { size: Some("0".into()), ..Default::default() }), ..Default::default() }),
+            ..book_spec()
+        };
+        assert_eq!(spec.validate().unwrap_err().first_field(), "spec.mysql.storage.size");
+    }
+}

@@ -1,0 +1,19 @@
+//! What every visitors-operator controller shares: flags, telemetry, the metrics and health
+//! server, per-object backoff, server-side apply, events, leader election, startup checks and
+//! graceful shutdown. A controller crate adds its reconcile and its builders; nothing else.
+
+pub mod apply;
+pub mod args;
+pub mod backoff;
+pub mod events;
+pub mod leader;
+pub mod metrics;
+pub mod reconcile;
+pub mod runner;
+pub mod server;
+pub mod shutdown;
+pub mod startup;
+pub mod telemetry;
+
+pub use args::ControllerArgs;
+pub use reconcile::{ReconcileFailure, Runtime};

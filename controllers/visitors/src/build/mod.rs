@@ -1,0 +1,158 @@
+//! Pure builders: a VisitorsApp in, the desired Kubernetes objects out. No client, no clock, no
+//! randomness (generated passwords are passed in), so every object can be checked field by field.
+
+pub mod backend;
+pub mod frontend;
+pub mod mysql;
+pub mod secret;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    ContainerPort, EnvVar, EnvVarSource, SecretKeySelector, Service, ServicePort, ServiceSpec as K8sServiceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use visitors_api::VisitorsApp;
+use visitors_api::labels::{Component, labels, selector};
+use visitors_api::visitors_app::ServiceType;
+
+/// The controller owner reference every child carries, so that deleting the app deletes it.
+pub fn owner_reference(app: &VisitorsApp) -> OwnerReference {
+    app.controller_owner_ref(&()).expect("a VisitorsApp read from the API has a name and a UID")
+}
+
+/// Metadata of a child named `name` in tier `component` of `app`, owned by the app.
+pub fn child_meta(app: &VisitorsApp, name: String, component: Component) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: app.namespace(),
+        labels: Some(labels(&app.name_any(), component)),
+        owner_references: Some(vec![owner_reference(app)]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// An environment variable read from one key of a Secret.
+pub fn env_from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector { name: secret.to_string(), key: key.to_string(), optional: None }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+/// A plain environment variable.
+pub fn env(name: &str, value: &str) -> EnvVar {
+    EnvVar { name: name.to_string(), value: Some(value.to_string()), ..EnvVar::default() }
+}
+
+/// A named TCP container port.
+pub fn container_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort { name: Some(name.to_string()), container_port: port, ..ContainerPort::default() }
+}
+
+/// The Service in front of a stateless tier (backend or frontend), `ClusterIP` or `NodePort`
+/// as the spec asks.
+pub fn tier_service(
+    app: &VisitorsApp,
+    name: String,
+    component: Component,
+    port: i32,
+    node_port: i32,
+) -> Service {
+    let type_ = app.spec.service_type();
+    Service {
+        metadata: child_meta(app, name, component),
+        spec: Some(K8sServiceSpec {
+            type_: Some(service_type_name(type_).to_string()),
+            selector: Some(selector(&app.name_any(), component)),
+            ports: Some(vec![ServicePort {
+                name: Some("http".to_string()),
+                port,
+                target_port: Some(IntOrString::String("http".to_string())),
+                // Omitted for ClusterIP: server-side apply then drops the node port we owned.
+                node_port: (type_ == ServiceType::NodePort).then_some(node_port),
+                protocol: Some("TCP".to_string()),
+                ..ServicePort::default()
+            }]),
+            ..K8sServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+fn service_type_name(type_: ServiceType) -> &'static str {
+    match type_ {
+        ServiceType::ClusterIP => "ClusterIP",
+        ServiceType::NodePort => "NodePort",
+    }
+}
+
+/// The pod template labels of a tier: the selector plus the standard labels.
+pub fn pod_labels(app: &VisitorsApp, component: Component) -> BTreeMap<String, String> {
+    labels(&app.name_any(), component)
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use visitors_api::{VisitorsApp, VisitorsAppSpec};
+
+    /// The book's resource, as read back from the API (name, namespace, UID, generation).
+    pub fn book_app() -> VisitorsApp {
+        let mut app = VisitorsApp::new(
+            "ex",
+            VisitorsAppSpec { size: 1, title: Some("Custom Dashboard Title".into()), ..VisitorsAppSpec::default() },
+        );
+        app.metadata = ObjectMeta {
+            name: Some("ex".into()),
+            namespace: Some("shop".into()),
+            uid: Some("0b7a1d4e-uid".into()),
+            generation: Some(1),
+            ..ObjectMeta::default()
+        };
+        app
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::book_app;
+    use super::*;
+    use visitors_api::visitors_app::ServiceSpec;
+
+    #[test]
+    fn children_are_owned_and_labelled() {
+        let app = book_app();
+        let meta = child_meta(&app, "ex-backend".into(), Component::Backend);
+        let owner = &meta.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("VisitorsApp", "ex", Some(true)));
+        assert_eq!(meta.namespace.as_deref(), Some("shop"));
+        assert_eq!(meta.labels.as_ref().unwrap()["app.kubernetes.io/component"], "backend");
+    }
+
+    #[test]
+    fn cluster_ip_service_has_no_node_port() {
+        let service = tier_service(&book_app(), "ex-backend".into(), Component::Backend, 8000, 30685);
+        let spec = service.spec.unwrap();
+        assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+        assert_eq!(spec.ports.unwrap()[0].node_port, None);
+    }
+
+    #[test]
+    fn node_port_service_uses_the_spec_port() {
+        let mut app = book_app();
+        app.spec.service = Some(ServiceSpec { type_: Some(ServiceType::NodePort), ..ServiceSpec::default() });
+        let service = tier_service(&app, "ex-backend".into(), Component::Backend, 8000, 30685);
+        let spec = service.spec.unwrap();
+        assert_eq!(spec.type_.as_deref(), Some("NodePort"));
+        let port = &spec.ports.unwrap()[0];
+        assert_eq!((port.port, port.node_port), (8000, Some(30685)));
+        assert_eq!(spec.selector.unwrap()["app.kubernetes.io/component"], "backend");
+    }
+}

@@ -1,0 +1,341 @@
+//! MySQL: a one-replica StatefulSet with a data volume claim, the headless Service that governs
+//! it, and the client Service the backend (and the controller's `SELECT 1`) connect to.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
+};
+use k8s_openapi::api::core::v1::{
+    Container, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe,
+    Service, ServicePort, ServiceSpec as K8sServiceSpec, VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+use visitors_api::VisitorsApp;
+use visitors_api::labels::{Component, names, selector};
+use visitors_api::visitors_app::{DATABASE_NAME, DeletionPolicy, MYSQL_PORT, secret_keys};
+
+use super::{child_meta, container_port, env, env_from_secret, pod_labels};
+
+/// Name of the volume claim template; the claim of pod 0 is `data-<app>-mysql-0`.
+pub const DATA_VOLUME: &str = "data";
+/// Name of the MySQL container.
+pub const CONTAINER: &str = "mysql";
+
+/// mysqld flags. The book's backend links an old client library that may lack
+/// `caching_sha2_password`, so accounts are created with `mysql_native_password`, which MySQL
+/// 8.4 ships disabled. `loose-` makes servers that do not know an option (5.7, 8.0) warn
+/// instead of refusing to start, so older images still work.
+pub const MYSQLD_ARGS: [&str; 2] =
+    ["--loose-mysql-native-password=ON", "--loose-authentication-policy=mysql_native_password,,"];
+
+/// Readiness: the application user runs `SELECT 1` in its database over TCP. It fails while
+/// the image's first-start initialisation runs (that server listens on the socket only), and
+/// proves that mysqld accepts connections with the credentials the backend uses.
+const READINESS_SCRIPT: &str =
+    r#"MYSQL_PWD="$MYSQL_PASSWORD" exec mysql --protocol=TCP -h 127.0.0.1 -u "$MYSQL_USER" -D "$MYSQL_DATABASE" -e 'SELECT 1'"#;
+/// Liveness: mysqld answers on its socket (`ping` succeeds even when access is denied, so a
+/// credentials problem never restarts the database).
+const LIVENESS_SCRIPT: &str = r#"MYSQL_PWD="$MYSQL_ROOT_PASSWORD" exec mysqladmin --protocol=SOCKET -u root ping"#;
+
+/// The name of the data volume claim of the one MySQL pod.
+pub fn claim_name(app: &str) -> String {
+    format!("{DATA_VOLUME}-{}-0", names::mysql(app))
+}
+
+/// The in-cluster host name of the client Service.
+pub fn client_host(app: &VisitorsApp) -> String {
+    format!("{}.{}.svc", names::mysql(&app.name_any()), app.namespace().unwrap_or_default())
+}
+
+/// The StatefulSet. `existing_claims` are the claim templates of the StatefulSet already in the
+/// cluster: they are immutable, so they are kept as they are (size changes go through
+/// [`claim_resize`]).
+pub fn statefulset(app: &VisitorsApp, secret: &str, existing_claims: Option<&[PersistentVolumeClaim]>) -> StatefulSet {
+    let name = app.name_any();
+    let claims = existing_claims.map(<[PersistentVolumeClaim]>::to_vec).unwrap_or_else(|| vec![claim_template(app)]);
+    StatefulSet {
+        metadata: child_meta(app, names::mysql(&name), Component::Mysql),
+        spec: Some(StatefulSetSpec {
+            replicas: Some(1),
+            service_name: Some(names::mysql_headless(&name)),
+            selector: LabelSelector { match_labels: Some(selector(&name, Component::Mysql)), ..LabelSelector::default() },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta { labels: Some(pod_labels(app, Component::Mysql)), ..ObjectMeta::default() }),
+                spec: Some(PodSpec { containers: vec![container(app, secret)], ..PodSpec::default() }),
+            },
+            volume_claim_templates: Some(claims),
+            persistent_volume_claim_retention_policy: Some(retention_policy(app.spec.deletion_policy())),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("RollingUpdate".to_string()),
+                ..StatefulSetUpdateStrategy::default()
+            }),
+            ..StatefulSetSpec::default()
+        }),
+        ..StatefulSet::default()
+    }
+}
+
+/// The StatefulSet controller deletes the claim with the StatefulSet only under `Delete`.
+pub fn retention_policy(policy: DeletionPolicy) -> StatefulSetPersistentVolumeClaimRetentionPolicy {
+    let when_deleted = match policy {
+        DeletionPolicy::Retain => "Retain",
+        DeletionPolicy::Delete => "Delete",
+    };
+    StatefulSetPersistentVolumeClaimRetentionPolicy {
+        when_deleted: Some(when_deleted.to_string()),
+        when_scaled: Some("Retain".to_string()),
+    }
+}
+
+fn container(app: &VisitorsApp, secret: &str) -> Container {
+    Container {
+        name: CONTAINER.to_string(),
+        image: Some(app.spec.mysql_image().to_string()),
+        args: Some(MYSQLD_ARGS.iter().map(ToString::to_string).collect()),
+        ports: Some(vec![container_port("mysql", MYSQL_PORT)]),
+        env: Some(vec![
+            env_from_secret("MYSQL_ROOT_PASSWORD", secret, secret_keys::ROOT_PASSWORD),
+            env("MYSQL_DATABASE", DATABASE_NAME),
+            env_from_secret("MYSQL_USER", secret, secret_keys::USERNAME),
+            env_from_secret("MYSQL_PASSWORD", secret, secret_keys::PASSWORD),
+        ]),
+        volume_mounts: Some(vec![VolumeMount {
+            name: DATA_VOLUME.to_string(),
+            mount_path: "/var/lib/mysql".to_string(),
+            ..VolumeMount::default()
+        }]),
+        readiness_probe: Some(shell_probe(READINESS_SCRIPT, 10, 5, 3)),
+        liveness_probe: Some(Probe { initial_delay_seconds: Some(30), ..shell_probe(LIVENESS_SCRIPT, 10, 5, 6) }),
+        resources: app.spec.mysql.as_ref().and_then(|m| m.resources.clone()),
+        ..Container::default()
+    }
+}
+
+fn shell_probe(script: &str, period: i32, timeout: i32, failures: i32) -> Probe {
+    Probe {
+        exec: Some(ExecAction { command: Some(vec!["sh".to_string(), "-c".to_string(), script.to_string()]) }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(timeout),
+        failure_threshold: Some(failures),
+        ..Probe::default()
+    }
+}
+
+fn claim_template(app: &VisitorsApp) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(DATA_VOLUME.to_string()),
+            labels: Some(pod_labels(app, Component::Mysql)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_string()]),
+            storage_class_name: app.spec.storage_class_name().map(ToString::to_string),
+            resources: Some(storage_request(app.spec.storage_size())),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    }
+}
+
+fn storage_request(size: &str) -> VolumeResourceRequirements {
+    VolumeResourceRequirements {
+        requests: Some(BTreeMap::from([("storage".to_string(), Quantity(size.to_string()))])),
+        ..VolumeResourceRequirements::default()
+    }
+}
+
+/// The storage size requested by a claim template.
+fn requested_size(claim: &PersistentVolumeClaim) -> Option<&str> {
+    claim.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?.get("storage").map(|q| q.0.as_str())
+}
+
+/// When the spec asks for another size than the StatefulSet's (immutable) claim template, the
+/// patch that asks the claim of pod 0 to grow. The API server refuses to shrink a claim or to
+/// grow one whose storage class does not allow expansion; that refusal is reported as it is.
+pub fn claim_resize(app: &VisitorsApp, existing_claims: Option<&[PersistentVolumeClaim]>) -> Option<PersistentVolumeClaim> {
+    let template = existing_claims?.iter().find(|c| c.metadata.name.as_deref() == Some(DATA_VOLUME))?;
+    let wanted = app.spec.storage_size();
+    if requested_size(template) == Some(wanted) {
+        return None;
+    }
+    Some(PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(claim_name(&app.name_any())),
+            namespace: app.namespace(),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            resources: Some(storage_request(wanted)),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    })
+}
+
+/// The headless Service that gives the pod its stable DNS name. It publishes the pod before it
+/// is ready so that the name resolves while MySQL initialises.
+pub fn headless_service(app: &VisitorsApp) -> Service {
+    let name = app.name_any();
+    Service {
+        metadata: child_meta(app, names::mysql_headless(&name), Component::Mysql),
+        spec: Some(K8sServiceSpec {
+            cluster_ip: Some("None".to_string()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector(&name, Component::Mysql)),
+            ports: Some(vec![mysql_port()]),
+            ..K8sServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// The client Service: the address in `MYSQL_SERVICE_HOST`, routed to the pod only when ready.
+pub fn client_service(app: &VisitorsApp) -> Service {
+    let name = app.name_any();
+    Service {
+        metadata: child_meta(app, names::mysql(&name), Component::Mysql),
+        spec: Some(K8sServiceSpec {
+            type_: Some("ClusterIP".to_string()),
+            selector: Some(selector(&name, Component::Mysql)),
+            ports: Some(vec![mysql_port()]),
+            ..K8sServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+fn mysql_port() -> ServicePort {
+    ServicePort {
+        name: Some("mysql".to_string()),
+        port: MYSQL_PORT,
+        target_port: Some(IntOrString::String("mysql".to_string())),
+        protocol: Some("TCP".to_string()),
+        ..ServicePort::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::fixtures::book_app;
+    use visitors_api::visitors_app::{MysqlSpec, StorageSpec};
+
+    fn env_names(container: &Container) -> Vec<&str> {
+        container.env.as_ref().unwrap().iter().map(|e| e.name.as_str()).collect()
+    }
+
+    fn only_container(sts: &StatefulSet) -> &Container {
+        &sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0]
+    }
+
+    #[test]
+    fn statefulset_runs_one_mysql_with_a_volume() {
+        let sts = statefulset(&book_app(), "ex-mysql-credentials", None);
+        assert_eq!(sts.metadata.name.as_deref(), Some("ex-mysql"));
+        let spec = sts.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(1));
+        assert_eq!(spec.service_name.as_deref(), Some("ex-mysql-headless"));
+        let claim = &spec.volume_claim_templates.as_ref().unwrap()[0];
+        assert_eq!(requested_size(claim), Some("1Gi"));
+        let container = only_container(&sts);
+        assert_eq!(container.image.as_deref(), Some("mysql:8.4"));
+        assert_eq!(container.volume_mounts.as_ref().unwrap()[0].mount_path, "/var/lib/mysql");
+        let template_labels = spec.template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+        for (key, value) in spec.selector.match_labels.as_ref().unwrap() {
+            assert_eq!(template_labels.get(key), Some(value), "the selector must match the pods");
+        }
+    }
+
+    #[test]
+    fn credentials_come_from_the_secret_never_literals() {
+        let sts = statefulset(&book_app(), "creds", None);
+        let container = only_container(&sts);
+        assert_eq!(env_names(container), ["MYSQL_ROOT_PASSWORD", "MYSQL_DATABASE", "MYSQL_USER", "MYSQL_PASSWORD"]);
+        for var in container.env.as_ref().unwrap() {
+            if var.name.contains("PASSWORD") || var.name == "MYSQL_USER" {
+                assert!(var.value.is_none());
+                assert_eq!(var.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap().name, "creds");
+            }
+        }
+    }
+
+    #[test]
+    fn readiness_probe_runs_a_query_as_the_application_user() {
+        let sts = statefulset(&book_app(), "creds", None);
+        let probe = only_container(&sts).readiness_probe.as_ref().unwrap();
+        let command = probe.exec.as_ref().unwrap().command.as_ref().unwrap().join(" ");
+        assert!(command.contains("SELECT 1") && command.contains("--protocol=TCP"), "{command}");
+        assert!(command.contains("$MYSQL_USER") && !command.contains("-p"), "password must come from MYSQL_PWD");
+    }
+
+    #[test]
+    fn native_password_is_enabled_loosely() {
+        let sts = statefulset(&book_app(), "creds", None);
+        let args = only_container(&sts).args.clone().unwrap();
+        assert!(args.iter().all(|a| a.starts_with("--loose-")), "{args:?}");
+        assert!(args.iter().any(|a| a.contains("authentication-policy=mysql_native_password")));
+    }
+
+    #[test]
+    fn storage_and_resources_follow_the_spec() {
+        let mut app = book_app();
+        app.spec.mysql = Some(MysqlSpec {
+            storage: Some(StorageSpec { size: Some("5Gi".into()), storage_class_name: Some("fast".into()) }),
+            resources: Some(Default::default()),
+            ..MysqlSpec::default()
+        });
+        let sts = statefulset(&app, "creds", None);
+        let claim = &sts.spec.as_ref().unwrap().volume_claim_templates.as_ref().unwrap()[0];
+        assert_eq!(requested_size(claim), Some("5Gi"));
+        assert_eq!(claim.spec.as_ref().unwrap().storage_class_name.as_deref(), Some("fast"));
+        assert!(only_container(&sts).resources.is_some());
+    }
+
+    #[test]
+    fn existing_claim_templates_are_kept_and_a_resize_is_requested() {
+        let original = statefulset(&book_app(), "creds", None);
+        let claims = original.spec.unwrap().volume_claim_templates.unwrap();
+        let mut app = book_app();
+        app.spec.mysql = Some(MysqlSpec {
+            storage: Some(StorageSpec { size: Some("5Gi".into()), ..StorageSpec::default() }),
+            ..MysqlSpec::default()
+        });
+        let sts = statefulset(&app, "creds", Some(&claims));
+        assert_eq!(sts.spec.unwrap().volume_claim_templates.unwrap(), claims);
+        let resize = claim_resize(&app, Some(&claims)).expect("a resize");
+        assert_eq!(resize.metadata.name.as_deref(), Some("data-ex-mysql-0"));
+        assert_eq!(requested_size(&resize), Some("5Gi"));
+        assert_eq!(claim_resize(&book_app(), Some(&claims)), None, "same size: nothing to do");
+        assert_eq!(claim_resize(&app, None), None, "no StatefulSet yet: the template has the size");
+    }
+
+    #[test]
+    fn retention_follows_the_deletion_policy() {
+        let mut app = book_app();
+        let policy = |app: &VisitorsApp| {
+            statefulset(app, "c", None).spec.unwrap().persistent_volume_claim_retention_policy.unwrap().when_deleted
+        };
+        assert_eq!(policy(&app).as_deref(), Some("Retain"));
+        app.spec.deletion_policy = Some(DeletionPolicy::Delete);
+        assert_eq!(policy(&app).as_deref(), Some("Delete"));
+    }
+
+    #[test]
+    fn services_select_the_mysql_pod() {
+        let app = book_app();
+        let headless = headless_service(&app);
+        assert_eq!(headless.metadata.name.as_deref(), Some("ex-mysql-headless"));
+        assert_eq!(headless.spec.as_ref().unwrap().cluster_ip.as_deref(), Some("None"));
+        let client = client_service(&app);
+        assert_eq!(client.metadata.name.as_deref(), Some("ex-mysql"));
+        let spec = client.spec.unwrap();
+        assert_eq!(spec.ports.unwrap()[0].port, 3306);
+        assert_eq!(spec.selector.unwrap()["app.kubernetes.io/component"], "mysql");
+        assert_eq!(client_host(&app), "ex-mysql.shop.svc");
+    }
+}

@@ -1,0 +1,348 @@
+//! Observed state in, `VisitorsAppStatus` out. Pure: the controller gathers the observations
+//! (workload statuses from the apply responses, the database check) and passes the clock.
+//!
+//! Messages hold no time and no counter, so an unchanged state computes an identical status and
+//! the status write is skipped or is a no-op.
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use visitors_api::conditions::{self, BACKEND_READY, DATABASE_READY, Desired, FRONTEND_READY, READY, Status};
+use visitors_api::labels::names;
+use visitors_api::visitors_app::{BACKEND_PORT, DATABASE_USER, Endpoints, FRONTEND_PORT, MYSQL_PORT};
+use visitors_api::{VisitorsApp, VisitorsAppStatus};
+
+use crate::build::mysql::client_host;
+use crate::validate::Invalid;
+
+/// What a workload's own status says.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Workload {
+    pub desired: i32,
+    pub ready: i32,
+    pub updated: i32,
+    /// The workload controller has seen the latest spec.
+    pub current: bool,
+    /// The image of the first container of the pod template.
+    pub image: Option<String>,
+}
+
+impl Workload {
+    pub fn from_statefulset(sts: &StatefulSet) -> Self {
+        let status = sts.status.clone().unwrap_or_default();
+        let spec = sts.spec.as_ref();
+        Self {
+            desired: spec.and_then(|s| s.replicas).unwrap_or(1),
+            ready: status.ready_replicas.unwrap_or(0),
+            updated: status.updated_replicas.unwrap_or(0),
+            current: status.observed_generation.unwrap_or(0) >= sts.metadata.generation.unwrap_or(0),
+            image: spec.and_then(|s| first_image(&s.template)),
+        }
+    }
+
+    pub fn from_deployment(deployment: &Deployment) -> Self {
+        let status = deployment.status.clone().unwrap_or_default();
+        let spec = deployment.spec.as_ref();
+        Self {
+            desired: spec.and_then(|s| s.replicas).unwrap_or(1),
+            ready: status.ready_replicas.unwrap_or(0),
+            updated: status.updated_replicas.unwrap_or(0),
+            current: status.observed_generation.unwrap_or(0) >= deployment.metadata.generation.unwrap_or(0),
+            image: spec.and_then(|s| first_image(&s.template)),
+        }
+    }
+
+    /// Every desired replica runs the latest template and is ready.
+    pub fn rolled_out(&self) -> bool {
+        self.current && self.updated >= self.desired && self.ready >= self.desired
+    }
+}
+
+fn first_image(template: &PodTemplateSpec) -> Option<String> {
+    template.spec.as_ref()?.containers.first()?.image.clone()
+}
+
+/// How far the database check got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// The MySQL pod has not passed its readiness probe.
+    PodNotReady,
+    /// The pod is ready, but the controller's `SELECT 1` failed; the text says how, in a few
+    /// stable words (never a password, never a time).
+    QueryFailed(String),
+    /// The controller's `SELECT 1` succeeded.
+    Connected,
+    /// The pod is ready and the controller's own query is switched off.
+    PodReady,
+}
+
+impl Database {
+    pub fn is_ready(&self) -> bool {
+        matches!(self, Database::Connected | Database::PodReady)
+    }
+}
+
+/// Everything one reconcile observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub secret: String,
+    pub mysql: Workload,
+    pub database: Database,
+    /// The backend as it is; `None` while it has never been rolled out.
+    pub backend: Option<Workload>,
+    /// The backend was not applied this time because the database is not ready.
+    pub backend_held: bool,
+    pub frontend: Workload,
+}
+
+/// The status after a reconcile that applied the children.
+pub fn compute(app: &VisitorsApp, observed: &Observed, now: Time) -> VisitorsAppStatus {
+    let mut status = app.status.clone().unwrap_or_default();
+    let generation = app.metadata.generation;
+    let name = app.name_any();
+    let database = database_condition(&name, &observed.database);
+    let backend = backend_condition(observed.backend.as_ref(), observed.backend_held);
+    let frontend = workload_condition(FRONTEND_READY, "frontend", Some(&observed.frontend));
+    let ready = ready_condition([&database, &backend, &frontend]);
+    for desired in [ready, database, backend, frontend] {
+        conditions::set(&mut status.conditions, desired, generation, now.clone());
+    }
+    status.observed_generation = generation;
+    status.mysql_image = observed.mysql.image.clone();
+    status.mysql_ready_replicas = Some(observed.mysql.ready);
+    status.backend_image = observed.backend.as_ref().and_then(|b| b.image.clone());
+    status.backend_ready_replicas = observed.backend.as_ref().map(|b| b.ready);
+    status.frontend_image = observed.frontend.image.clone();
+    status.frontend_ready_replicas = Some(observed.frontend.ready);
+    status.credentials_secret = Some(observed.secret.clone());
+    status.endpoints = Some(endpoints(app));
+    status
+}
+
+/// The status when the app cannot be reconciled: `Ready=False` with the reason, and the other
+/// conditions `Unknown` for the same reason; the rest of the status is left as it was.
+pub fn invalid(app: &VisitorsApp, invalid: &Invalid, now: Time) -> VisitorsAppStatus {
+    let mut status = app.status.clone().unwrap_or_default();
+    let generation = app.metadata.generation;
+    let reason = invalid.reason();
+    conditions::set(
+        &mut status.conditions,
+        Desired { type_: READY, status: Status::False, reason, message: invalid.to_string() },
+        generation,
+        now.clone(),
+    );
+    for type_ in [DATABASE_READY, BACKEND_READY, FRONTEND_READY] {
+        let message = "not reconciled until the problem in the Ready condition is fixed".to_string();
+        conditions::set(&mut status.conditions, Desired { type_, status: Status::Unknown, reason, message }, generation, now.clone());
+    }
+    status.observed_generation = generation;
+    status
+}
+
+fn database_condition(app: &str, database: &Database) -> Desired<'static> {
+    let service = names::mysql(app);
+    let (status, reason, message) = match database {
+        Database::PodNotReady => (
+            Status::False,
+            "WaitingForMysqlPod",
+            format!("waiting for the MySQL pod to pass its readiness probe (SELECT 1 as user {DATABASE_USER})"),
+        ),
+        Database::QueryFailed(why) => (
+            Status::False,
+            "WaitingForConnection",
+            format!("the MySQL pod is ready; waiting for the controller's SELECT 1 through Service {service}: {why}"),
+        ),
+        Database::Connected => (Status::True, "Connected", format!("SELECT 1 through Service {service} succeeds")),
+        Database::PodReady => (
+            Status::True,
+            "PodReady",
+            "the MySQL pod passes its readiness probe (the controller's own query is switched off)".to_string(),
+        ),
+    };
+    Desired { type_: DATABASE_READY, status, reason, message }
+}
+
+fn backend_condition(backend: Option<&Workload>, held: bool) -> Desired<'static> {
+    if held && backend.is_none() {
+        return Desired {
+            type_: BACKEND_READY,
+            status: Status::False,
+            reason: "WaitingForDatabase",
+            message: "the backend is rolled out once the database is ready".to_string(),
+        };
+    }
+    let mut desired = workload_condition(BACKEND_READY, "backend", backend);
+    if held && desired.status != Status::True {
+        desired.message.push_str("; spec changes wait until the database is ready");
+    }
+    desired
+}
+
+fn workload_condition(type_: &'static str, tier: &str, workload: Option<&Workload>) -> Desired<'static> {
+    let (status, reason, message) = match workload {
+        Some(w) if w.desired == 0 && w.rolled_out() => {
+            (Status::True, "ScaledToZero", format!("the {tier} is scaled to zero replicas"))
+        }
+        Some(w) if w.rolled_out() => (Status::True, "Available", format!("every {tier} replica is ready")),
+        Some(w) if !w.current || w.updated < w.desired => {
+            (Status::False, "RollingOut", format!("the {tier} is rolling out its latest spec"))
+        }
+        Some(_) => (Status::False, "WaitingForReplicas", format!("waiting for {tier} replicas to become ready")),
+        None => (Status::False, "NotCreated", format!("the {tier} does not exist yet")),
+    };
+    Desired { type_, status, reason, message }
+}
+
+fn ready_condition(parts: [&Desired<'static>; 3]) -> Desired<'static> {
+    match parts.into_iter().find(|c| c.status != Status::True) {
+        Some(blocking) => Desired {
+            type_: READY,
+            status: Status::False,
+            reason: blocking.reason,
+            message: blocking.message.clone(),
+        },
+        None => Desired {
+            type_: READY,
+            status: Status::True,
+            reason: "Ready",
+            message: "the database, the backend and the frontend are ready".to_string(),
+        },
+    }
+}
+
+fn endpoints(app: &VisitorsApp) -> Endpoints {
+    let name = app.name_any();
+    let namespace = app.namespace().unwrap_or_default();
+    Endpoints {
+        database: Some(format!("{}:{MYSQL_PORT}", client_host(app))),
+        backend: Some(format!("http://{}.{namespace}.svc:{BACKEND_PORT}", names::backend(&name))),
+        frontend: Some(format!("http://{}.{namespace}.svc:{FRONTEND_PORT}", names::frontend(&name))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::fixtures::book_app;
+    use visitors_api::conditions::{find, is_true};
+
+    fn at(seconds: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap())
+    }
+
+    fn ready(replicas: i32, image: &str) -> Workload {
+        Workload { desired: replicas, ready: replicas, updated: replicas, current: true, image: Some(image.into()) }
+    }
+
+    fn converged() -> Observed {
+        Observed {
+            secret: "ex-mysql-credentials".into(),
+            mysql: ready(1, "mysql:8.4"),
+            database: Database::Connected,
+            backend: Some(ready(1, "jdob/visitors-service:1.0.0")),
+            backend_held: false,
+            frontend: ready(1, "jdob/visitors-webui:1.0.0"),
+        }
+    }
+
+    #[test]
+    fn converged_app_is_ready() {
+        let status = compute(&book_app(), &converged(), at(1));
+        for type_ in [READY, DATABASE_READY, BACKEND_READY, FRONTEND_READY] {
+            assert!(is_true(&status.conditions, type_), "{type_}: {:?}", status.conditions);
+        }
+        assert_eq!(status.observed_generation, Some(1));
+        assert_eq!(status.backend_image.as_deref(), Some("jdob/visitors-service:1.0.0"));
+        assert_eq!(status.backend_ready_replicas, Some(1));
+        assert_eq!(status.credentials_secret.as_deref(), Some("ex-mysql-credentials"));
+        assert_eq!(status.endpoints.unwrap().database.as_deref(), Some("ex-mysql.shop.svc:3306"));
+    }
+
+    #[test]
+    fn waiting_for_the_pod_names_the_check() {
+        let observed = Observed {
+            mysql: Workload { ready: 0, ..ready(1, "mysql:8.4") },
+            database: Database::PodNotReady,
+            backend: None,
+            backend_held: true,
+            ..converged()
+        };
+        let status = compute(&book_app(), &observed, at(1));
+        let ready = find(&status.conditions, READY).unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "WaitingForMysqlPod"));
+        assert!(ready.message.contains("readiness probe"), "{}", ready.message);
+        assert_eq!(find(&status.conditions, BACKEND_READY).unwrap().reason, "WaitingForDatabase");
+        assert_eq!(status.backend_image, None);
+    }
+
+    #[test]
+    fn waiting_for_the_query_says_why() {
+        let observed = Observed { database: Database::QueryFailed("access denied".into()), backend: None, backend_held: true, ..converged() };
+        let status = compute(&book_app(), &observed, at(1));
+        let db = find(&status.conditions, DATABASE_READY).unwrap();
+        assert_eq!(db.reason, "WaitingForConnection");
+        assert!(db.message.contains("SELECT 1") && db.message.ends_with("access denied"), "{}", db.message);
+    }
+
+    #[test]
+    fn scaling_up_is_not_ready_until_replicas_are() {
+        let observed = Observed {
+            backend: Some(Workload { desired: 3, ready: 1, updated: 3, ..ready(3, "b") }),
+            ..converged()
+        };
+        let status = compute(&book_app(), &observed, at(1));
+        assert_eq!(find(&status.conditions, READY).unwrap().reason, "WaitingForReplicas");
+        let stale = Observed { backend: Some(Workload { current: false, ..ready(3, "b") }), ..converged() };
+        assert_eq!(find(&compute(&book_app(), &stale, at(1)).conditions, BACKEND_READY).unwrap().reason, "RollingOut");
+    }
+
+    #[test]
+    fn size_zero_is_ready() {
+        let observed = Observed { backend: Some(ready(0, "b")), ..converged() };
+        let status = compute(&book_app(), &observed, at(1));
+        assert_eq!(find(&status.conditions, BACKEND_READY).unwrap().reason, "ScaledToZero");
+        assert!(is_true(&status.conditions, READY));
+    }
+
+    #[test]
+    fn recomputing_an_unchanged_state_changes_nothing() {
+        let mut app = book_app();
+        app.status = Some(compute(&app, &converged(), at(1)));
+        let again = compute(&app, &converged(), at(500));
+        assert_eq!(Some(again), app.status, "same observations must give the same status, times included");
+    }
+
+    #[test]
+    fn invalid_spec_sets_every_condition() {
+        let mut app = book_app();
+        app.metadata.generation = Some(4);
+        app.spec.size = 99;
+        let err = crate::validate::spec(&app.spec).unwrap_err();
+        let status = invalid(&app, &err, at(1));
+        let ready = find(&status.conditions, READY).unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidSpec"));
+        assert!(ready.message.contains("spec.size"), "{}", ready.message);
+        assert_eq!(find(&status.conditions, BACKEND_READY).unwrap().status, "Unknown");
+        assert_eq!(status.observed_generation, Some(4));
+    }
+
+    #[test]
+    fn workload_state_is_read_from_objects() {
+        use k8s_openapi::api::apps::v1::DeploymentStatus;
+        let app = book_app();
+        let mut deployment = crate::build::backend::deployment(&app, "c");
+        deployment.metadata.generation = Some(2);
+        deployment.status = Some(DeploymentStatus {
+            observed_generation: Some(2),
+            ready_replicas: Some(1),
+            updated_replicas: Some(1),
+            ..DeploymentStatus::default()
+        });
+        let workload = Workload::from_deployment(&deployment);
+        assert!(workload.rolled_out());
+        assert_eq!(workload.image.as_deref(), Some("jdob/visitors-service:1.0.0"));
+        deployment.metadata.generation = Some(3);
+        assert!(!Workload::from_deployment(&deployment).rolled_out());
+    }
+}
