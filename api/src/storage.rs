@@ -27,6 +27,7 @@ pub struct S3Storage {
     pub bucket: String,
     /// The endpoint URL, for example `https://minio.storage.svc:9000`. Leave unset for AWS S3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
     #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://')").message("endpoint must be an http:// or https:// URL"))]
     pub endpoint: Option<String>,
     /// The bucket's region. Defaults to `us-east-1`, which most S3-compatible servers accept.
@@ -71,6 +72,7 @@ pub struct PvcStorage {
     pub claim_name: String,
     /// A folder inside the volume under which backups are written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
     #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.contains('..')").message("subPath must be relative and must not contain '..'"))]
     pub sub_path: Option<String>,
 }
@@ -164,7 +166,7 @@ pub fn relative_path(path: &str) -> Result<(), String> {
     if path.starts_with('/') {
         return Err(format!("{path:?} must be relative (no leading '/')"));
     }
-    if path.split('/').any(|part| part == "..") {
+    if path.contains("..") {
         return Err(format!("{path:?} must not contain '..'"));
     }
     if path.chars().any(|c| c.is_control()) {

@@ -14,6 +14,7 @@ pub mod server;
 pub mod shutdown;
 pub mod startup;
 pub mod telemetry;
+pub mod testing;
 
 pub use args::ControllerArgs;
 pub use reconcile::{ReconcileFailure, Runtime};

@@ -5,5 +5,7 @@
 //! apply them with server-side apply, then compute the [`status`].
 
 pub mod build;
+pub mod controller;
+pub mod db;
 pub mod status;
 pub mod validate;

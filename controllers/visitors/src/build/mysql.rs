@@ -270,7 +270,7 @@ mod tests {
         let probe = only_container(&sts).readiness_probe.as_ref().unwrap();
         let command = probe.exec.as_ref().unwrap().command.as_ref().unwrap().join(" ");
         assert!(command.contains("SELECT 1") && command.contains("--protocol=TCP"), "{command}");
-        assert!(command.contains("$MYSQL_USER") && !command.contains("-p"), "password must come from MYSQL_PWD");
+        assert!(command.contains("$MYSQL_USER") && !command.contains(" -p"), "password must come from MYSQL_PWD");
     }
 
     #[test]

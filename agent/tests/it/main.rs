@@ -1,0 +1,61 @@
+//! Integration tests of the agent against real servers (see support.rs).
+
+mod consistency;
+mod failures;
+mod refusal;
+mod roundtrip;
+mod s3;
+mod support;
+
+use std::path::Path;
+
+use visitors_agent::backup::{self, BackupOptions};
+use visitors_agent::restore::{self, RestoreOptions};
+
+use support::MariaDb;
+
+pub fn file_location(dir: &Path) -> String {
+    format!("file://{}", dir.display())
+}
+
+/// Backup options for tests: small chunks and ranges so that even small tables are split.
+pub fn small_backup(server: &MariaDb, to: &str) -> BackupOptions {
+    let mut options = BackupOptions::new(server.settings(), to);
+    options.split_bytes = 64 * 1024;
+    options.chunk_bytes = 32 * 1024;
+    options.parallelism = 3;
+    options.progress_interval = std::time::Duration::ZERO;
+    options
+}
+
+pub fn restore_options(server: &MariaDb, from: &str) -> RestoreOptions {
+    let mut options = RestoreOptions::new(server.settings(), from);
+    options.progress_interval = std::time::Duration::ZERO;
+    options
+}
+
+pub async fn back_up(options: &BackupOptions) -> backup::BackupReport {
+    backup::run(options).await.unwrap_or_else(|e| panic!("backup failed: {e}"))
+}
+
+pub async fn restore(options: &RestoreOptions) -> restore::RestoreReport {
+    restore::run(options).await.unwrap_or_else(|e| panic!("restore failed: {e}"))
+}
+
+/// Every file under `dir`, relative.
+pub fn files_under(dir: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        for entry in std::fs::read_dir(&current).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path.strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    files.sort();
+    files
+}

@@ -1,0 +1,4 @@
+//! The backup controller as a library, so tests can drive its reconcile.
+
+pub mod controller;
+pub mod status;

@@ -1,0 +1,97 @@
+//! Prometheus metrics of one controller: reconciles, failures by error kind, and reconcile
+//! duration. Served as text at `/metrics`.
+
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    controller: String,
+    error: String,
+}
+
+type HistogramFamily = Family<ControllerLabels, Histogram, fn() -> Histogram>;
+
+pub struct Metrics {
+    controller: ControllerLabels,
+    registry: Registry,
+    reconciles: Family<ControllerLabels, Counter>,
+    failures: Family<FailureLabels, Counter>,
+    duration: HistogramFamily,
+}
+
+fn duration_histogram() -> Histogram {
+    // 1 ms to about 16 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+impl Metrics {
+    pub fn new(controller: &str) -> Self {
+        let mut registry = Registry::with_prefix("visitors_operator");
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        let failures = Family::<FailureLabels, Counter>::default();
+        let duration: HistogramFamily = Family::new_with_constructor(duration_histogram);
+        registry.register("reconciles", "Reconciles run", reconciles.clone());
+        registry.register("reconcile_failures", "Reconciles that failed, by error kind", failures.clone());
+        registry.register("reconcile_duration_seconds", "Duration of reconciles", duration.clone());
+        Self { controller: ControllerLabels { controller: controller.to_string() }, registry, reconciles, failures, duration }
+    }
+
+    /// Counts a reconcile and measures it until the returned guard is dropped.
+    pub fn reconcile_started(&self) -> ReconcileMeasurer<'_> {
+        self.reconciles.get_or_create(&self.controller).inc();
+        ReconcileMeasurer { metrics: self, start: Instant::now() }
+    }
+
+    /// Counts a failed reconcile under its error kind (a short, fixed label, never a message).
+    pub fn reconcile_failed(&self, error_kind: &str) {
+        let labels = FailureLabels { controller: self.controller.controller.clone(), error: error_kind.to_string() };
+        self.failures.get_or_create(&labels).inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("writing to a String cannot fail");
+        text
+    }
+}
+
+/// Records a reconcile's duration when dropped.
+pub struct ReconcileMeasurer<'a> {
+    metrics: &'a Metrics,
+    start: Instant,
+}
+
+impl Drop for ReconcileMeasurer<'_> {
+    fn drop(&mut self) {
+        self.metrics.duration.get_or_create(&self.metrics.controller).observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_reconciles_failures_and_durations() {
+        let metrics = Metrics::new("visitors");
+        drop(metrics.reconcile_started());
+        drop(metrics.reconcile_started());
+        metrics.reconcile_failed("Kube");
+        let text = metrics.encode();
+        assert!(text.contains(r#"visitors_operator_reconciles_total{controller="visitors"} 2"#), "{text}");
+        assert!(text.contains(r#"visitors_operator_reconcile_failures_total{controller="visitors",error="Kube"} 1"#), "{text}");
+        assert!(text.contains(r#"visitors_operator_reconcile_duration_seconds_count{controller="visitors"} 2"#), "{text}");
+    }
+}

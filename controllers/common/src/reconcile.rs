@@ -1,0 +1,161 @@
+//! What every reconcile shares: the runtime handed to it (client, metrics, backoff, events,
+//! field manager) and the three ways a reconcile ends: converged, waiting, failed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+use kube::{Client, Resource, ResourceExt};
+use tracing::Instrument;
+use visitors_api::InvalidSpec;
+
+use crate::backoff::ObjectBackoff;
+use crate::events::Events;
+use crate::metrics::Metrics;
+use crate::telemetry::reconcile_span;
+
+/// An error a reconcile can fail with; `metric_label` is its kind in the failure metric (a
+/// short fixed word, never a message, to keep the metric's cardinality bounded).
+pub trait ReconcileFailure: std::error::Error {
+    fn metric_label(&self) -> &'static str;
+}
+
+/// The shared part of each controller's context.
+pub struct Runtime {
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub backoff: ObjectBackoff,
+    pub events: Events,
+    /// The server-side apply field manager of this controller.
+    pub field_manager: String,
+    /// Period of the resync of a converged object.
+    pub resync: Duration,
+}
+
+impl Runtime {
+    /// The object is converged: forget its backoff and look again at the next resync.
+    pub fn converged<K: Resource>(&self, object: &K) -> Action {
+        self.backoff.reset(&key(object));
+        Action::requeue(self.resync)
+    }
+
+    /// The object waits for something outside the controller (a pod to become ready, a Job to
+    /// finish): look again after its next backoff delay. Owned-object watches usually wake it
+    /// sooner.
+    pub fn waiting<K: Resource>(&self, object: &K) -> Action {
+        Action::requeue(self.backoff.next_delay(&key(object)))
+    }
+
+    /// The object cannot progress until its spec changes (an invalid spec): no retry, and no
+    /// backoff state kept. A spec change (new generation) triggers the next reconcile.
+    pub fn until_spec_changes<K: Resource>(&self, object: &K) -> Action {
+        self.backoff.reset(&key(object));
+        Action::await_change()
+    }
+
+    /// The reconcile failed: count it and retry after the object's next backoff delay.
+    pub fn failed<K, E>(&self, object: &K, error: &E) -> Action
+    where
+        K: Resource,
+        E: ReconcileFailure,
+    {
+        self.metrics.reconcile_failed(error.metric_label());
+        let delay = self.backoff.next_delay(&key(object));
+        tracing::warn!(
+            error = %error,
+            object = %object.name_any(),
+            namespace = object.namespace().unwrap_or_default(),
+            retry_in_ms = delay.as_millis() as u64,
+            "reconcile failed"
+        );
+        Action::requeue(delay)
+    }
+
+    /// Runs one reconcile of `object` inside its trace span, counted and timed in the metrics.
+    pub async fn instrumented<K, F>(&self, object: &K, reconcile: F) -> F::Output
+    where
+        K: Resource<DynamicType = ()>,
+        F: Future,
+    {
+        let _measure = self.metrics.reconcile_started();
+        reconcile.instrument(reconcile_span(object)).await
+    }
+
+    /// Tells the user, by a Warning Event on the object, which fields of its spec are invalid.
+    pub async fn report_invalid_spec<K>(&self, object: &K, invalid: &InvalidSpec)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        tracing::info!(problem = %invalid, "invalid spec");
+        self.events.warning(object, "InvalidSpec", "Validate", invalid.to_string()).await;
+    }
+
+    /// The object is gone: forget its backoff state.
+    pub fn forget<K: Resource>(&self, object: &K) {
+        self.backoff.reset(&key(object));
+    }
+}
+
+/// Backoff is keyed by UID, so a deleted and re-created object starts fresh.
+fn key<K: Resource>(object: &K) -> String {
+    object.uid().unwrap_or_else(|| format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Events;
+    use visitors_api::VisitorsApp;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("boom")]
+    struct Boom;
+
+    impl ReconcileFailure for Boom {
+        fn metric_label(&self) -> &'static str {
+            "Boom"
+        }
+    }
+
+    fn runtime() -> Runtime {
+        let (service, _handle) = tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let client = Client::new(service, "default");
+        Runtime {
+            client: client.clone(),
+            metrics: Arc::new(Metrics::new("test")),
+            backoff: ObjectBackoff::new(Duration::from_millis(100), Duration::from_secs(10)),
+            events: Events::new(client, "test", None),
+            field_manager: "test".into(),
+            resync: Duration::from_secs(600),
+        }
+    }
+
+    fn app(uid: &str) -> VisitorsApp {
+        let mut app = VisitorsApp::new("ex", Default::default());
+        app.metadata.uid = Some(uid.into());
+        app
+    }
+
+    #[tokio::test]
+    async fn failures_back_off_and_success_resets() {
+        let runtime = runtime();
+        let app = app("uid-1");
+        let first = runtime.failed(&app, &Boom);
+        let second = runtime.failed(&app, &Boom);
+        let third = runtime.failed(&app, &Boom);
+        assert_ne!(first, second);
+        assert_ne!(second, third);
+        assert!(runtime.metrics.encode().contains(r#"error="Boom"} 3"#));
+        assert_eq!(runtime.converged(&app), Action::requeue(Duration::from_secs(600)));
+        assert_eq!(runtime.backoff.tracked(), 0);
+    }
+
+    #[tokio::test]
+    async fn invalid_specs_wait_for_a_change() {
+        let runtime = runtime();
+        let app = app("uid-2");
+        runtime.waiting(&app);
+        assert_eq!(runtime.until_spec_changes(&app), Action::await_change());
+        assert_eq!(runtime.backoff.tracked(), 0);
+    }
+}

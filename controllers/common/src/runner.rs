@@ -1,0 +1,179 @@
+//! The start-up and shut-down sequence every controller binary shares:
+//! signals → cluster connection → health server → CRD established → leadership → ready;
+//! then, on SIGTERM or lost leadership, stop reconciling, release the lease, stop serving.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::utils::{Predicate, PredicateConfig, predicates};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::args::ControllerArgs;
+use crate::backoff::ObjectBackoff;
+use crate::events::Events;
+use crate::leader::{self, Leadership};
+use crate::metrics::Metrics;
+use crate::reconcile::Runtime;
+use crate::server::{self, Health};
+use crate::shutdown;
+use crate::startup::{self, StartupError};
+
+/// Who a controller is: its name (field manager, event reporter, lease and service name) and
+/// the CRD it reconciles.
+#[derive(Debug, Clone, Copy)]
+pub struct Identity {
+    /// For example `visitors-controller`.
+    pub name: &'static str,
+    /// For example `visitorsapps.example.com`.
+    pub crd: &'static str,
+}
+
+/// A started controller, ready to reconcile.
+pub struct Started {
+    pub runtime: Arc<Runtime>,
+    /// Cancelled on SIGTERM, SIGINT or lost leadership.
+    pub shutdown: CancellationToken,
+    pub health: Arc<Health>,
+    leadership: Option<Leadership>,
+    server: JoinHandle<std::io::Result<()>>,
+}
+
+/// Runs the start-up sequence. Returns `Ok(None)` when a shutdown signal came while standing
+/// by for leadership.
+pub async fn start(identity: Identity, args: &ControllerArgs) -> Result<Option<Started>, StartupError> {
+    let shutdown = shutdown::on_signals();
+    let client = startup::connect().await?;
+    let metrics = Arc::new(Metrics::new(identity.name));
+    let health = Health::new(metrics.clone());
+    let server = spawn_server(args, health.clone(), shutdown.clone()).await?;
+
+    startup::wait_for_crd(client.clone(), identity.crd, std::time::Duration::from_secs(args.crd_wait_seconds)).await?;
+
+    let leadership = if args.leader_election {
+        let lease = format!("{}-leader", identity.name);
+        match leader::acquire(client.clone(), &lease, &args.lease_namespace(), &args.identity(), &shutdown).await? {
+            Some(leadership) => {
+                leadership.stop_on_loss(shutdown.clone());
+                Some(leadership)
+            }
+            None => return Ok(None),
+        }
+    } else {
+        None
+    };
+
+    let runtime = Arc::new(Runtime {
+        client: client.clone(),
+        metrics,
+        backoff: ObjectBackoff::new(args.backoff_base(), args.backoff_max()),
+        events: Events::new(client, identity.name, Some(args.identity())),
+        field_manager: identity.name.to_string(),
+        resync: args.resync(),
+    });
+    health.set_ready(true);
+    tracing::info!(controller = identity.name, namespace = args.watch_namespace().unwrap_or("<all>"), "reconciling");
+    Ok(Some(Started { runtime, shutdown, health, leadership, server }))
+}
+
+async fn spawn_server(
+    args: &ControllerArgs,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+) -> Result<JoinHandle<std::io::Result<()>>, StartupError> {
+    let address = args.metrics_address;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| StartupError::Server { address: address.to_string(), reason: e.to_string() })?;
+    tracing::info!(%address, "serving /metrics, /healthz and /readyz");
+    Ok(tokio::spawn(async move {
+        axum::serve(listener, server::router(health)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    }))
+}
+
+impl Started {
+    /// Called once the controller loop has ended: stops being ready, releases the lease and
+    /// stops the HTTP server.
+    pub async fn finish(self) {
+        self.health.set_ready(false);
+        self.shutdown.cancel();
+        if let Some(leadership) = self.leadership {
+            leadership.release().await;
+        }
+        match self.server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "the HTTP server failed"),
+            Err(error) => tracing::warn!(%error, "the HTTP server task failed"),
+        }
+        tracing::info!("stopped");
+    }
+}
+
+/// The whole life of a controller binary: telemetry, start-up, `run` until shutdown, then
+/// clean-up. Start-up errors are printed as one line and give a non-zero exit code.
+pub async fn main<F, Fut>(identity: Identity, args: &ControllerArgs, run: F) -> std::process::ExitCode
+where
+    F: FnOnce(Arc<Runtime>, CancellationToken) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let _telemetry = match crate::telemetry::init(identity.name, args.log_format) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("{}: {error}", identity.name);
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match start(identity, args).await {
+        Ok(Some(started)) => {
+            run(started.runtime.clone(), started.shutdown.clone()).await;
+            started.finish().await;
+            std::process::ExitCode::SUCCESS
+        }
+        Ok(None) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "cannot start");
+            eprintln!("{}: {error}", identity.name);
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// An `Api` for `K` in the watched namespace, or in all namespaces.
+pub fn scoped_api<K>(client: Client, args: &ControllerArgs) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+{
+    match args.watch_namespace() {
+        Some(namespace) => Api::namespaced(client, namespace),
+        None => Api::all(client),
+    }
+}
+
+/// The trigger stream of a controller's own kind: objects are reflected into `writer`'s store,
+/// and only changes of generation (the spec), finalizers or deletion reach the reconciler.
+/// Status writes move only the resourceVersion, so they never re-trigger a reconcile.
+pub fn primary_stream<K>(api: Api<K>, writer: Writer<K>) -> impl Stream<Item = Result<K, watcher::Error>> + Send
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(spec_or_lifecycle_changed(), PredicateConfig::default())
+        .boxed()
+}
+
+/// Hashes what should trigger a reconcile: generation, finalizers, deletion.
+pub fn spec_or_lifecycle_changed<K: Resource>() -> impl Predicate<K> {
+    predicates::generation.combine(predicates::finalizers).combine(being_deleted::<K>)
+}
+
+fn being_deleted<K: Resource>(object: &K) -> Option<u64> {
+    object.meta().deletion_timestamp.as_ref().map(|_| 1)
+}

@@ -1,0 +1,110 @@
+//! Logs and traces. Every reconcile is one span (`reconcile`) carrying the object's kind,
+//! namespace, name and generation; when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are sent
+//! by OTLP/HTTP (which Jaeger reads natively) and the trace id is recorded on the span, so it
+//! appears on every log line written inside it.
+
+use kube::{Resource, ResourceExt};
+use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+use opentelemetry_otlp::{SpanExporter, WithExportConfig};
+use opentelemetry_sdk::Resource as OtelResource;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use tracing_opentelemetry::{OpenTelemetryLayer, OpenTelemetrySpanExt};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
+
+use crate::args::LogFormat;
+
+/// The environment variable that turns trace export on.
+pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+const DEFAULT_FILTER: &str = "info,kube=warn,kube_lease_manager=warn";
+
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("cannot set up the OTLP trace exporter for {endpoint}: {reason}")]
+    Exporter { endpoint: String, reason: String },
+    #[error("a global tracing subscriber is already installed")]
+    AlreadyInstalled,
+}
+
+/// Keeps trace export alive; flushes pending spans when dropped.
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take()
+            && let Err(error) = provider.shutdown()
+        {
+            eprintln!("could not flush traces on shutdown: {error}");
+        }
+    }
+}
+
+/// Installs the global subscriber: logs in `format`, filtered by `RUST_LOG`, plus OTLP trace
+/// export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. `service` is the default service name
+/// (`OTEL_SERVICE_NAME` overrides it).
+pub fn init(service: &str, format: LogFormat) -> Result<Telemetry, TelemetryError> {
+    let service = std::env::var("OTEL_SERVICE_NAME").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| service.into());
+    let provider = match std::env::var(OTLP_ENDPOINT_ENV).ok().filter(|e| !e.is_empty()) {
+        Some(endpoint) => Some(tracer_provider(&endpoint, &service)?),
+        None => None,
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    let logs = match format {
+        LogFormat::Json => tracing_subscriber::fmt::layer().json().flatten_event(true).with_current_span(true).boxed(),
+        LogFormat::Text => tracing_subscriber::fmt::layer().boxed(),
+    };
+    let traces = provider.as_ref().map(|p| otel_layer(p, &service));
+    Registry::default().with(filter).with(logs).with(traces).try_init().map_err(|_| TelemetryError::AlreadyInstalled)?;
+    Ok(Telemetry { provider })
+}
+
+/// A tracer provider that batches spans to `endpoint` (the collector's base URL, for example
+/// `http://jaeger-collector:4318`) over OTLP/HTTP with protobuf bodies.
+pub fn tracer_provider(endpoint: &str, service: &str) -> Result<SdkTracerProvider, TelemetryError> {
+    let traces_url = format!("{}/v1/traces", endpoint.trim_end_matches('/'));
+    let exporter = SpanExporter::builder()
+        .with_http()
+        .with_endpoint(traces_url)
+        .build()
+        .map_err(|e| TelemetryError::Exporter { endpoint: endpoint.to_string(), reason: e.to_string() })?;
+    let resource = OtelResource::builder().with_service_name(service.to_string()).build();
+    Ok(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
+}
+
+/// The tracing layer that turns spans into OpenTelemetry spans of `provider`.
+pub fn otel_layer<S>(provider: &SdkTracerProvider, service: &str) -> OpenTelemetryLayer<S, SdkTracer>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    tracing_opentelemetry::layer().with_tracer(provider.tracer(service.to_string()))
+}
+
+/// Opens the span of one reconcile of `object` and records its trace id (when traces are
+/// exported) so every log line inside carries it.
+pub fn reconcile_span<K>(object: &K) -> tracing::Span
+where
+    K: Resource<DynamicType = ()>,
+{
+    let span = tracing::info_span!(
+        "reconcile",
+        "object.kind" = %K::kind(&()),
+        "object.namespace" = object.namespace().unwrap_or_default(),
+        "object.name" = object.name_any(),
+        "object.generation" = object.meta().generation.unwrap_or_default(),
+        trace_id = tracing::field::Empty,
+    );
+    if let Some(trace_id) = trace_id(&span) {
+        span.record("trace_id", tracing::field::display(trace_id));
+    }
+    span
+}
+
+/// The OpenTelemetry trace id of `span`, when it is being exported.
+pub fn trace_id(span: &tracing::Span) -> Option<opentelemetry::TraceId> {
+    let context = span.context();
+    let span_context = context.span().span_context().clone();
+    span_context.is_valid().then(|| span_context.trace_id())
+}

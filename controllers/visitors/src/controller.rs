@@ -1,0 +1,513 @@
+//! The reconcile pipeline of a VisitorsApp — validate → build → apply → status — its error
+//! policy, and the watches that wake it.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use controller_common::apply::{apply, apply_status};
+use controller_common::{ReconcileFailure, Runtime};
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::Instrument;
+use visitors_api::conditions::{self, READY};
+use visitors_api::labels::names;
+use visitors_api::visitors_app::{DeletionPolicy, secret_keys};
+use visitors_api::{VisitorsApp, VisitorsAppStatus};
+
+use crate::build::{self, secret::Credentials};
+use crate::db::{DatabaseProbe, Target};
+use crate::status::{self, Database, Observed, Workload};
+use crate::validate::{self, Invalid};
+
+/// Field manager, event reporter and lease name of this controller.
+pub const NAME: &str = "visitors-controller";
+/// The CRD this controller reconciles.
+pub const CRD: &str = "visitorsapps.example.com";
+/// Holds a deleted app until the controller has reported what happens to its data volume.
+pub const FINALIZER: &str = "example.com/visitors-app-cleanup";
+/// Selects the children of every VisitorsApp (and nothing else) in the owned-object watches.
+pub const CHILD_SELECTOR: &str = "app.kubernetes.io/name=visitors,app.kubernetes.io/managed-by=visitors-operator";
+
+/// What every reconcile shares.
+pub struct Context {
+    pub runtime: Arc<Runtime>,
+    /// The controller's own `SELECT 1`; `None` trusts the pod's readiness probe alone (for a
+    /// controller that cannot reach pod networks, e.g. one running outside the cluster).
+    pub probe: Option<Arc<dyn DatabaseProbe>>,
+    pub stores: Stores,
+}
+
+/// Caches of the owned workloads, filled by the owned-object watches. The reconcile reads them
+/// instead of the API: to keep the immutable claim templates of a StatefulSet, and to see a
+/// backend it does not apply while the database is down.
+#[derive(Clone)]
+pub struct Stores {
+    pub statefulsets: Store<StatefulSet>,
+    pub deployments: Store<Deployment>,
+}
+
+/// Why a reconcile failed. Every variant says which object and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("VisitorsApp {0:?} has no namespace, but the kind is namespaced; this is a bug in the API server or the CRD")]
+    NoNamespace(String),
+    #[error("{action} failed: {}", explain(.source))]
+    Kube {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl ReconcileFailure for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::NoNamespace(_) => "NoNamespace",
+            Error::Kube { source: kube::Error::Api(status), .. } if status.code == 403 => "Forbidden",
+            Error::Kube { source: kube::Error::Api(status), .. } if status.code == 409 => "Conflict",
+            Error::Kube { source: kube::Error::Api(status), .. } if status.code == 422 || status.code == 400 => {
+                "Rejected"
+            }
+            Error::Kube { .. } => "Kube",
+        }
+    }
+}
+
+fn explain(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => format!(
+            "the controller's ServiceAccount lacks a permission ({}); check the Role or ClusterRole from the Helm chart",
+            status.message
+        ),
+        kube::Error::Api(status) if status.code == 422 || status.code == 400 => {
+            format!("the API server rejected it: {}", status.message)
+        }
+        kube::Error::Api(status) => format!("the API server answered {} {}: {}", status.code, status.reason, status.message),
+        other => format!("{other} (is the API server reachable?)"),
+    }
+}
+
+fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let action = action.into();
+    move |source| Error::Kube { action, source }
+}
+
+/// The entry point the kube `Controller` calls.
+pub async fn reconcile(app: Arc<VisitorsApp>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let span = controller_common::telemetry::reconcile_span(app.as_ref());
+    async move {
+        let _measure = ctx.runtime.metrics.reconcile_started();
+        Reconciler::new(&app, &ctx)?.run().await
+    }
+    .instrument(span)
+    .await
+}
+
+/// kube's error policy: count the failure, say it once as a Warning Event, retry after the
+/// object's backoff.
+pub fn error_policy(app: Arc<VisitorsApp>, error: &Error, ctx: Arc<Context>) -> Action {
+    let action = ctx.runtime.failed(app.as_ref(), error);
+    let runtime = ctx.runtime.clone();
+    let note = error.to_string();
+    let reason = error.metric_label();
+    tokio::spawn(async move {
+        runtime.events.warning(app.as_ref(), reason, "Reconcile", note).await;
+    });
+    action
+}
+
+/// One reconcile of one app.
+struct Reconciler<'a> {
+    app: &'a VisitorsApp,
+    ctx: &'a Context,
+    name: String,
+    namespace: String,
+}
+
+impl<'a> Reconciler<'a> {
+    fn new(app: &'a VisitorsApp, ctx: &'a Context) -> Result<Self, Error> {
+        let namespace = app.namespace().ok_or_else(|| Error::NoNamespace(app.name_any()))?;
+        Ok(Self { app, ctx, name: app.name_any(), namespace })
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.ctx.runtime.client.clone(), &self.namespace)
+    }
+
+    async fn run(&self) -> Result<Action, Error> {
+        if self.app.metadata.deletion_timestamp.is_some() {
+            return self.clean_up().await;
+        }
+        self.add_finalizer().await?;
+        if let Err(invalid) = validate::spec(&self.app.spec) {
+            return self.reject(invalid).await;
+        }
+        let credentials = match self.credentials().await? {
+            Ok(credentials) => credentials,
+            Err(invalid) => return self.reject(invalid).await,
+        };
+        let observed = self.apply_children(&credentials).await?;
+        let status = status::compute(self.app, &observed, now());
+        let ready = conditions::is_true(&status.conditions, READY);
+        self.publish(status).await?;
+        Ok(if ready { self.ctx.runtime.converged(self.app) } else { self.ctx.runtime.waiting(self.app) })
+    }
+
+    // ----- lifecycle -----
+
+    async fn add_finalizer(&self) -> Result<(), Error> {
+        if self.app.finalizers().iter().any(|f| f == FINALIZER) {
+            return Ok(());
+        }
+        let mut finalizers = self.app.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_string());
+        self.set_finalizers(finalizers).await.map_err(kube_err(format!("adding finalizer to VisitorsApp {}", self.name)))
+    }
+
+    /// The app is being deleted. Owner references delete the children; the StatefulSet's claim
+    /// retention policy decides about the volume. Say which, then let the deletion finish.
+    async fn clean_up(&self) -> Result<Action, Error> {
+        if !self.app.finalizers().iter().any(|f| f == FINALIZER) {
+            return Ok(Action::await_change());
+        }
+        let claim = build::mysql::claim_name(&self.name);
+        match self.app.spec.deletion_policy() {
+            DeletionPolicy::Retain => {
+                let secret = if build::secret::is_generated(self.app) {
+                    format!(" and Secret {}", build::secret::secret_name(self.app))
+                } else {
+                    String::new()
+                };
+                let note = format!(
+                    "deletionPolicy is Retain: PersistentVolumeClaim {claim}{secret} are kept; a new VisitorsApp named {} in this namespace reuses them; delete them by hand to free the storage",
+                    self.name
+                );
+                tracing::info!(%claim, "retaining the database volume");
+                self.ctx.runtime.events.normal(self.app, "VolumeRetained", "Delete", note).await;
+            }
+            DeletionPolicy::Delete => {
+                let note = format!("deletionPolicy is Delete: PersistentVolumeClaim {claim} is deleted with the app");
+                self.ctx.runtime.events.normal(self.app, "VolumeDeleted", "Delete", note).await;
+            }
+        }
+        let remaining = self.app.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
+        match self.set_finalizers(remaining).await {
+            Ok(()) => {}
+            // Already gone: nothing left to do.
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(source) => {
+                return Err(Error::Kube { action: format!("removing finalizer from VisitorsApp {}", self.name), source });
+            }
+        }
+        self.ctx.runtime.forget(self.app);
+        Ok(Action::await_change())
+    }
+
+    /// Replaces the finalizer list, on the condition that the app did not change meanwhile
+    /// (the resourceVersion is a precondition), so another controller's finalizer is never lost.
+    async fn set_finalizers(&self, finalizers: Vec<String>) -> Result<(), kube::Error> {
+        let patch = serde_json::json!({
+            "metadata": { "finalizers": finalizers, "resourceVersion": self.app.resource_version() }
+        });
+        self.api::<VisitorsApp>().patch_metadata(&self.name, &PatchParams::default(), &Patch::Merge(patch)).await.map(drop)
+    }
+
+    /// The spec (or an object it names) is unusable: say so in status and once as an Event,
+    /// and do not retry hot.
+    async fn reject(&self, invalid: Invalid) -> Result<Action, Error> {
+        tracing::info!(reason = invalid.reason(), problem = %invalid, "not reconciling");
+        let status = status::invalid(self.app, &invalid, now());
+        self.publish(status).await?;
+        Ok(if invalid.fixed_elsewhere() {
+            self.ctx.runtime.waiting(self.app)
+        } else {
+            self.ctx.runtime.until_spec_changes(self.app)
+        })
+    }
+
+    // ----- credentials -----
+
+    /// The database credentials: the user's Secret checked, or the generated one (created once).
+    async fn credentials(&self) -> Result<Result<Credentials, Invalid>, Error> {
+        let name = build::secret::secret_name(self.app);
+        let secrets = self.api::<Secret>();
+        let existing = secrets.get_opt(&name).await.map_err(kube_err(format!("reading Secret {name}")))?;
+        let secret = match existing {
+            Some(secret) => secret,
+            None if build::secret::is_generated(self.app) => match self.generate_secret(&name).await? {
+                Ok(secret) => secret,
+                Err(invalid) => return Ok(Err(invalid)),
+            },
+            None => return Ok(Err(Invalid::SecretMissing { name })),
+        };
+        if let Err(invalid) = validate::user_secret(&name, Some(&secret)) {
+            return Ok(Err(invalid));
+        }
+        if build::secret::is_generated(self.app) {
+            self.sync_secret_owner(&secret).await?;
+        }
+        let text = |key: &str| {
+            String::from_utf8(validate::secret_value(&secret, key).unwrap_or_default()).unwrap_or_default()
+        };
+        Ok(Ok(Credentials {
+            username: text(secret_keys::USERNAME),
+            password: text(secret_keys::PASSWORD),
+            root_password: text(secret_keys::ROOT_PASSWORD),
+        }))
+    }
+
+    async fn generate_secret(&self, name: &str) -> Result<Result<Secret, Invalid>, Error> {
+        // New passwords for a volume initialised with the old ones would lock the backend out.
+        let claim = build::mysql::claim_name(&self.name);
+        let claims = self.api::<PersistentVolumeClaim>();
+        if claims.get_metadata_opt(&claim).await.map_err(kube_err(format!("reading PersistentVolumeClaim {claim}")))?.is_some()
+        {
+            return Ok(Err(Invalid::CredentialsLost { secret: name.to_string(), claim }));
+        }
+        let secret = build::secret::generated(self.app, &Credentials::generate());
+        let params = PostParams { field_manager: Some(NAME.to_string()), ..PostParams::default() };
+        let created = match self.api::<Secret>().create(&params, &secret).await {
+            Ok(created) => created,
+            // Created meanwhile (by a previous, interrupted reconcile): use that one.
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                self.api::<Secret>().get(name).await.map_err(kube_err(format!("reading Secret {name}")))?
+            }
+            Err(source) => return Err(Error::Kube { action: format!("creating Secret {name}"), source }),
+        };
+        let note = format!("Secret {name} with generated database passwords (never rotated)");
+        self.ctx.runtime.events.normal(self.app, "Created", "Create", note).await;
+        Ok(Ok(created))
+    }
+
+    /// Owns the generated Secret exactly when the deletion policy is Delete; patches only on a
+    /// change, so a converged app sends nothing.
+    async fn sync_secret_owner(&self, secret: &Secret) -> Result<(), Error> {
+        let uid = self.app.uid();
+        let current = secret.owner_references();
+        let mine = |r: &OwnerReference| Some(&r.uid) == uid.as_ref();
+        let wanted = build::secret::owner_references(self.app);
+        let have: Vec<&OwnerReference> = current.iter().filter(|r| mine(r)).collect();
+        if have.len() == wanted.len() && have.iter().zip(&wanted).all(|(a, b)| *a == b) {
+            return Ok(());
+        }
+        let mut refs: Vec<OwnerReference> = current.iter().filter(|r| !mine(r)).cloned().collect();
+        refs.extend(wanted);
+        let patch = serde_json::json!({ "metadata": { "ownerReferences": refs, "resourceVersion": secret.resource_version() } });
+        let name = secret.name_any();
+        self.api::<Secret>()
+            .patch_metadata(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(kube_err(format!("updating the owner of Secret {name}")))?;
+        Ok(())
+    }
+
+    // ----- children -----
+
+    async fn apply_children(&self, credentials: &Credentials) -> Result<Observed, Error> {
+        let secret = build::secret::secret_name(self.app);
+        let existing_sts = self.cached(&self.ctx.stores.statefulsets, &names::mysql(&self.name));
+        let claims = existing_sts.as_ref().and_then(|s| s.spec.as_ref()?.volume_claim_templates.clone());
+        let sts = self.apply_child(&build::mysql::statefulset(self.app, &secret, claims.as_deref()), existing_sts.is_none()).await?;
+        if let Some(resize) = build::mysql::claim_resize(self.app, claims.as_deref()) {
+            self.apply_child(&resize, false).await?;
+        }
+        self.apply_child(&build::mysql::headless_service(self.app), false).await?;
+        self.apply_child(&build::mysql::client_service(self.app), false).await?;
+
+        let mysql = Workload::from_statefulset(&sts);
+        let database = self.check_database(&mysql, credentials).await;
+
+        let backend_name = names::backend(&self.name);
+        let existing_backend = self.cached(&self.ctx.stores.deployments, &backend_name);
+        let (backend, backend_held) = if database.is_ready() {
+            let applied = self.apply_child(&build::backend::deployment(self.app, &secret), existing_backend.is_none()).await?;
+            self.apply_child(&build::backend::service(self.app), false).await?;
+            (Some(Workload::from_deployment(&applied)), false)
+        } else {
+            (existing_backend.as_deref().map(Workload::from_deployment), true)
+        };
+
+        let frontend_name = names::frontend(&self.name);
+        let frontend_new = self.cached(&self.ctx.stores.deployments, &frontend_name).is_none();
+        let frontend = self.apply_child(&build::frontend::deployment(self.app), frontend_new).await?;
+        self.apply_child(&build::frontend::service(self.app), false).await?;
+
+        Ok(Observed {
+            secret,
+            mysql,
+            database,
+            backend,
+            backend_held,
+            frontend: Workload::from_deployment(&frontend),
+        })
+    }
+
+    fn cached<K>(&self, store: &Store<K>, name: &str) -> Option<Arc<K>>
+    where
+        K: Resource<DynamicType = ()> + Clone,
+    {
+        store.get(&ObjectRef::new(name).within(&self.namespace))
+    }
+
+    /// Server-side applies one child; an unchanged child is a no-op on the server.
+    async fn apply_child<K>(&self, desired: &K, announce: bool) -> Result<K, Error>
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Serialize
+            + DeserializeOwned
+            + Clone
+            + Debug,
+    {
+        let what = format!("{} {}", K::kind(&()), desired.name_any());
+        let applied = apply(&self.api::<K>(), NAME, desired).await.map_err(kube_err(format!("applying {what}")))?;
+        if announce {
+            self.ctx.runtime.events.normal(self.app, "Created", "Apply", format!("{what}")).await;
+        }
+        Ok(applied)
+    }
+
+    async fn check_database(&self, mysql: &Workload, credentials: &Credentials) -> Database {
+        if mysql.ready < 1 {
+            return Database::PodNotReady;
+        }
+        let Some(probe) = &self.ctx.probe else {
+            return Database::PodReady;
+        };
+        let target = Target {
+            host: build::mysql::client_host(self.app),
+            user: credentials.username.clone(),
+            password: credentials.password.clone(),
+        };
+        match probe.select_one(&target).await {
+            Ok(()) => Database::Connected,
+            Err(why) => {
+                tracing::info!(%why, "database not answering yet");
+                Database::QueryFailed(why)
+            }
+        }
+    }
+
+    // ----- status -----
+
+    /// Writes the status when it changed, and announces a change of the Ready condition.
+    async fn publish(&self, status: VisitorsAppStatus) -> Result<(), Error> {
+        if self.app.status.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        let before = self.app.status.as_ref().and_then(|s| conditions::find(&s.conditions, READY)).cloned();
+        apply_status(&self.api::<VisitorsApp>(), NAME, &self.name, &status)
+            .await
+            .map_err(kube_err(format!("writing the status of VisitorsApp {}", self.name)))?;
+        let Some(after) = conditions::find(&status.conditions, READY) else { return Ok(()) };
+        let changed = before.as_ref().is_none_or(|b| (&b.status, &b.reason, &b.message) != (&after.status, &after.reason, &after.message));
+        if changed {
+            let events = &self.ctx.runtime.events;
+            match (after.status.as_str(), after.reason.as_str()) {
+                ("True", _) => events.normal(self.app, "Ready", "Reconcile", after.message.clone()).await,
+                (_, reason) if is_problem(reason) => {
+                    events.warning(self.app, reason, "Reconcile", after.message.clone()).await
+                }
+                (_, reason) => events.normal(self.app, reason, "Reconcile", after.message.clone()).await,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reasons that need a user's action (the rest are progress).
+fn is_problem(reason: &str) -> bool {
+    ["InvalidSpec", "InvalidCredentialsSecret", "CredentialsLost"].contains(&reason)
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// The watches of the controller: VisitorsApps (filtered so that status writes do not wake
+/// them), and the children, whose changes and deletions wake their owner. The StatefulSet and
+/// Deployment watches also fill [`Stores`]; Services and Secrets are watched as metadata only.
+pub struct Watches {
+    pub stores: Stores,
+    statefulsets: reflector::store::Writer<StatefulSet>,
+    deployments: reflector::store::Writer<Deployment>,
+}
+
+impl Watches {
+    pub fn new() -> Self {
+        let statefulsets = reflector::store::Writer::default();
+        let deployments = reflector::store::Writer::default();
+        let stores = Stores { statefulsets: statefulsets.as_reader(), deployments: deployments.as_reader() };
+        Self { stores, statefulsets, deployments }
+    }
+
+    /// Runs the controller until `shutdown` resolves.
+    pub async fn run(
+        self,
+        client: Client,
+        namespace: Option<&str>,
+        ctx: Arc<Context>,
+        shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    ) {
+        let children = watcher::Config::default().labels(CHILD_SELECTOR);
+        let (app_reader, app_writer) = reflector::store::store();
+        let apps = controller_common::runner::primary_stream(scoped::<VisitorsApp>(&client, namespace), app_writer);
+        let statefulsets =
+            owned(watcher(scoped::<StatefulSet>(&client, namespace), children.clone()).reflect(self.statefulsets));
+        let deployments =
+            owned(watcher(scoped::<Deployment>(&client, namespace), children.clone()).reflect(self.deployments));
+        let services = owned(watcher(scoped::<PartialObjectMeta<Service>>(&client, namespace), children.clone()));
+        let secrets = owned(watcher(scoped::<PartialObjectMeta<Secret>>(&client, namespace), children));
+        Controller::for_stream(apps, app_reader)
+            .with_config(ControllerConfig::default().concurrency(16))
+            .owns_stream(statefulsets)
+            .owns_stream(deployments)
+            .owns_stream::<PartialObjectMeta<Service>>(services)
+            .owns_stream::<PartialObjectMeta<Secret>>(secrets)
+            .graceful_shutdown_on(shutdown)
+            .run(reconcile, error_policy, ctx)
+            .for_each(|result| async move {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "controller event");
+                }
+            })
+            .await;
+    }
+}
+
+impl Default for Watches {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Children's changes and deletions both wake the owner (a deleted child must come back).
+fn owned<K, S>(events: S) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    events.default_backoff().touched_objects()
+}
+
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    }
+}
