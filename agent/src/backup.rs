@@ -179,7 +179,8 @@ async fn plan_database(
     name: String,
 ) -> Result<DatabasePlan> {
     let create = catalog::create_database_sql(connector, conn, &name).await?;
-    let schema = store_sql(storage, written, &layout::database_schema(&name), &format!("database {name}"), &[create]).await?;
+    let schema =
+        store_sql(storage, written, &layout::database_schema(&name), &format!("database {name}"), &[create]).await?;
     let tables = catalog::tables(connector, conn, &name).await?;
     let mut entries = Vec::with_capacity(tables.len());
     for table in &tables {
@@ -201,18 +202,27 @@ async fn plan_database(
     let views = catalog::views(connector, conn, &name).await?;
     let view_names = views.iter().map(|(view, _)| view.clone()).collect();
     let view_statements: Vec<String> = views.into_iter().flat_map(|(_, statements)| statements).collect();
-    let views = store_optional(storage, written, &layout::views(&name), &format!("views of {name}"), &view_statements).await?;
+    let views =
+        store_optional(storage, written, &layout::views(&name), &format!("views of {name}"), &view_statements).await?;
     let routine_statements = catalog::routines(connector, conn, &name).await?;
     let routines =
-        store_optional(storage, written, &layout::routines(&name), &format!("routines of {name}"), &routine_statements).await?;
+        store_optional(storage, written, &layout::routines(&name), &format!("routines of {name}"), &routine_statements)
+            .await?;
     let trigger_statements = catalog::triggers(connector, conn, &name).await?;
     let triggers =
-        store_optional(storage, written, &layout::triggers(&name), &format!("triggers of {name}"), &trigger_statements).await?;
+        store_optional(storage, written, &layout::triggers(&name), &format!("triggers of {name}"), &trigger_statements)
+            .await?;
     let entry = DatabaseEntry { name: name.clone(), schema, tables: entries, views, view_names, routines, triggers };
     Ok(DatabasePlan { name, tables, entry })
 }
 
-async fn store_sql(storage: &Storage, written: &Written, path: &str, header: &str, statements: &[String]) -> Result<FileEntry> {
+async fn store_sql(
+    storage: &Storage,
+    written: &Written,
+    path: &str,
+    header: &str,
+    statements: &[String],
+) -> Result<FileEntry> {
     written.lock().unwrap().push(path.to_string());
     let text = write_statements(header, statements);
     storage.put(path, Bytes::from(text), false).await
@@ -314,8 +324,7 @@ async fn split_points(
 
 fn select_sql(database: &str, table: &TableInfo, lower: Option<i128>, upper: Option<i128>) -> String {
     let columns: Vec<String> = table.columns.iter().map(|c| quote_ident(c)).collect();
-    let mut sql =
-        format!("SELECT {} FROM {}.{}", columns.join(","), quote_ident(database), quote_ident(&table.name));
+    let mut sql = format!("SELECT {} FROM {}.{}", columns.join(","), quote_ident(database), quote_ident(&table.name));
     if let Some(key) = &table.integer_key {
         let key = quote_ident(key);
         match (lower, upper) {
@@ -401,7 +410,8 @@ async fn dump_range(context: &DumpContext, conn: &mut Conn, task: &RangeTask) ->
     let mut result = conn.query_iter(task.select.as_str()).await.map_err(|e| context.connector.error(during, e))?;
     let mut rows = result.stream::<Row>().await.map_err(|e| context.connector.error(during, e))?;
     let mut chunks = ChunkSequence::new(context, task);
-    let mut buffer = Vec::with_capacity(ENCODE_BUFFER_BYTES + 64 * 1024);
+    let flush_at = ENCODE_BUFFER_BYTES.min(context.options.chunk_bytes as usize);
+    let mut buffer = Vec::with_capacity(flush_at + 64 * 1024);
     let mut buffered_rows = 0u64;
     if let Some(rows) = rows.as_mut() {
         while let Some(row) = rows.next().await {
@@ -414,7 +424,7 @@ async fn dump_range(context: &DumpContext, conn: &mut Conn, task: &RangeTask) ->
             };
             encode_row(&mut buffer, row)?;
             buffered_rows += 1;
-            if buffer.len() >= ENCODE_BUFFER_BYTES {
+            if buffer.len() >= flush_at {
                 if context.stopped() {
                     chunks.abort().await;
                     return Err(AgentError::Internal(STOPPED.into()));
@@ -505,7 +515,9 @@ impl<'a> ChunkSequence<'a> {
 }
 
 /// The first real error of any worker, or every worker's results.
-fn collect_results(outcomes: Vec<std::result::Result<Result<Vec<TaskResult>>, tokio::task::JoinError>>) -> Result<Vec<TaskResult>> {
+fn collect_results(
+    outcomes: Vec<std::result::Result<Result<Vec<TaskResult>>, tokio::task::JoinError>>,
+) -> Result<Vec<TaskResult>> {
     let mut results = Vec::new();
     let mut first_error = None;
     for outcome in outcomes {

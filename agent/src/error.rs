@@ -19,13 +19,17 @@ pub enum AgentError {
     )]
     WrongCredentials { user: String, address: String },
 
-    #[error("cannot reach the MySQL server at {address} ({reason}): check --host and --port and that the server is running")]
+    #[error(
+        "cannot reach the MySQL server at {address} ({reason}): check --host and --port and that the server is running"
+    )]
     Unreachable { address: String, reason: String },
 
     #[error("database '{0}' does not exist on the server: check --database")]
     MissingDatabase(String),
 
-    #[error("the MySQL connection was lost while {during} ({reason}): the server stopped or dropped the connection; run the operation again once it is back")]
+    #[error(
+        "the MySQL connection was lost while {during} ({reason}): the server stopped or dropped the connection; run the operation again once it is back"
+    )]
     ConnectionLost { during: String, reason: String },
 
     #[error("MySQL refused {during}: {message} (error {code})")]
@@ -54,7 +58,9 @@ pub enum AgentError {
     #[error("{location} already holds a backup (manifest.json exists): back up to a new location")]
     BackupExists { location: String },
 
-    #[error("the backup at {location} is incomplete: manifest.json is missing, so the backup never finished; use another backup")]
+    #[error(
+        "the backup at {location} is incomplete: manifest.json is missing, so the backup never finished; use another backup"
+    )]
     ManifestMissing { location: String },
 
     #[error("manifest.json at {location} is unreadable: {reason}")]
@@ -66,7 +72,9 @@ pub enum AgentError {
     #[error("the backup is corrupt: file {file} has {actual} bytes, manifest.json says {expected}; use another backup")]
     SizeMismatch { file: String, expected: u64, actual: u64 },
 
-    #[error("the backup is corrupt: file {file} has SHA-256 {actual}, manifest.json says {expected}; use another backup")]
+    #[error(
+        "the backup is corrupt: file {file} has SHA-256 {actual}, manifest.json says {expected}; use another backup"
+    )]
     ChecksumMismatch { file: String, expected: String, actual: String },
 
     #[error("the backup file {file} cannot be loaded: {reason}")]
@@ -75,7 +83,9 @@ pub enum AgentError {
     #[error("table {table} already exists on the server: restore into an empty database or pass --drop-existing")]
     TableExists { table: String },
 
-    #[error("the server refuses LOAD DATA LOCAL INFILE: set the server variable local_infile=ON (SET GLOBAL local_infile=1)")]
+    #[error(
+        "the server refuses LOAD DATA LOCAL INFILE: set the server variable local_infile=ON (SET GLOBAL local_infile=1)"
+    )]
     LocalInfileDisabled,
 
     #[error("user '{user}' lacks a privilege the {operation} needs: {message}")]

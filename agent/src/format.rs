@@ -218,7 +218,11 @@ pub fn quote_literal(value: &str) -> String {
 /// `source` (a file name the client reads).
 pub fn load_data_sql(target: &str, columns: &[String], source: &str) -> String {
     let columns: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
-    format!("LOAD DATA LOCAL INFILE {} INTO TABLE {target} CHARACTER SET binary ({})", quote_literal(source), columns.join(","))
+    format!(
+        "LOAD DATA LOCAL INFILE {} INTO TABLE {target} CHARACTER SET binary ({})",
+        quote_literal(source),
+        columns.join(",")
+    )
 }
 
 /// Writes statements as a `.sql` file the `mariadb` client can run as it is.

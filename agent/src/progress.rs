@@ -17,7 +17,13 @@ pub struct Progress {
 
 impl Progress {
     pub fn new(operation: &'static str, expected_bytes: u64) -> Arc<Self> {
-        Arc::new(Self { operation, rows: AtomicU64::new(0), bytes: AtomicU64::new(0), expected_bytes, started: Instant::now() })
+        Arc::new(Self {
+            operation,
+            rows: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            expected_bytes,
+            started: Instant::now(),
+        })
     }
 
     pub fn add(&self, rows: u64, bytes: u64) {
@@ -34,7 +40,8 @@ impl Progress {
         let bytes = self.bytes.load(Ordering::Relaxed);
         let seconds = self.started.elapsed().as_secs_f64().max(0.001);
         let rate = bytes as f64 / seconds;
-        let mut line = format!("{}: {rows} rows, {} in {seconds:.0}s, {}/s", self.operation, mib(bytes as f64), mib(rate));
+        let mut line =
+            format!("{}: {rows} rows, {} in {seconds:.0}s, {}/s", self.operation, mib(bytes as f64), mib(rate));
         if self.expected_bytes > 0 && rate > 0.0 {
             let percent = (bytes as f64 * 100.0 / self.expected_bytes as f64).min(100.0);
             let remaining = self.expected_bytes.saturating_sub(bytes) as f64 / rate;

@@ -11,7 +11,9 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
 use crate::error::{AgentError, Result};
-use crate::format::{ChunkEntry, Compression, DatabaseEntry, FileEntry, Manifest, load_data_sql, quote_ident, read_statements};
+use crate::format::{
+    ChunkEntry, Compression, DatabaseEntry, FileEntry, Manifest, load_data_sql, quote_ident, read_statements,
+};
 use crate::mysql::{ConnectionSettings, Connector, catalog};
 use crate::progress::Progress;
 use crate::storage::{S3Settings, Storage};
@@ -84,8 +86,10 @@ fn select_databases(manifest: &Manifest, requested: &[String]) -> Result<Vec<Dat
 /// Session settings of every restore connection: loads skip foreign key checks (tables load
 /// in any order) but keep unique checks (measured: cheaper per chunk than turning them off).
 async fn session_setup(connector: &Connector, conn: &mut Conn, options: &RestoreOptions) -> Result<()> {
-    let mut statements =
-        vec!["SET SESSION foreign_key_checks = 0", "SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION'"];
+    let mut statements = vec![
+        "SET SESSION foreign_key_checks = 0",
+        "SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION'",
+    ];
     if options.skip_binlog {
         statements.push("SET SESSION sql_log_bin = 0");
     }
@@ -108,9 +112,10 @@ async fn prepare_databases(
         if drop_existing {
             let sql = format!("DROP DATABASE IF EXISTS {}", quote_ident(&database.name));
             connector.execute(conn, &sql, "dropping an existing database").await?;
-        } else if let Some((name, _)) = existing.iter().find(|(name, _)| {
-            database.tables.iter().any(|t| &t.name == name) || database.view_names.contains(name)
-        }) {
+        } else if let Some((name, _)) = existing
+            .iter()
+            .find(|(name, _)| database.tables.iter().any(|t| &t.name == name) || database.view_names.contains(name))
+        {
             return Err(AgentError::TableExists { table: format!("`{}`.`{name}`", database.name) });
         }
         run_file(connector, conn, storage, None, &database.schema).await?;
@@ -160,12 +165,19 @@ async fn read_text(storage: &Storage, file: &FileEntry) -> Result<String> {
 
 /// Views can depend on each other: each one is retried until none is left or a round
 /// makes no progress.
-async fn create_views(connector: &Connector, conn: &mut Conn, storage: &Storage, databases: &[DatabaseEntry]) -> Result<()> {
+async fn create_views(
+    connector: &Connector,
+    conn: &mut Conn,
+    storage: &Storage,
+    databases: &[DatabaseEntry],
+) -> Result<()> {
     let mut pending = Vec::new();
     for database in databases {
         if let Some(file) = &database.views {
             let text = read_text(storage, file).await?;
-            pending.extend(group_objects(read_statements(&text)).into_iter().map(|object| (database.name.clone(), object)));
+            pending.extend(
+                group_objects(read_statements(&text)).into_iter().map(|object| (database.name.clone(), object)),
+            );
         }
     }
     while !pending.is_empty() {

@@ -80,11 +80,14 @@ impl Storage {
     pub fn open(text: &str, s3: &S3Settings, create: bool) -> Result<Self> {
         match Location::parse(text)? {
             Location::S3 { bucket, prefix } => {
-                let store = build_s3(&bucket, s3).map_err(|e| AgentError::InvalidLocation {
+                let store = build_s3(&bucket, s3)
+                    .map_err(|e| AgentError::InvalidLocation { location: text.into(), reason: e.to_string() })?;
+                Ok(Self {
+                    store: Arc::new(store),
+                    root: Path::from(prefix),
                     location: text.into(),
-                    reason: e.to_string(),
-                })?;
-                Ok(Self { store: Arc::new(store), root: Path::from(prefix), location: text.into(), bucket: Some(bucket) })
+                    bucket: Some(bucket),
+                })
             }
             Location::Directory(dir) => {
                 if create && let Err(error) = std::fs::create_dir_all(&dir) {
@@ -93,10 +96,8 @@ impl Storage {
                 if !dir.is_dir() {
                     return Err(AgentError::ManifestMissing { location: text.into() });
                 }
-                let store = LocalFileSystem::new_with_prefix(&dir).map_err(|e| AgentError::InvalidLocation {
-                    location: text.into(),
-                    reason: e.to_string(),
-                })?;
+                let store = LocalFileSystem::new_with_prefix(&dir)
+                    .map_err(|e| AgentError::InvalidLocation { location: text.into(), reason: e.to_string() })?;
                 Ok(Self { store: Arc::new(store), root: Path::default(), location: text.into(), bucket: None })
             }
         }
@@ -120,7 +121,8 @@ impl Storage {
 
     /// Stores a small file whole. With `create_only`, fails if the file exists.
     pub async fn put(&self, relative: &str, data: Bytes, create_only: bool) -> Result<FileEntry> {
-        let entry = FileEntry { path: relative.into(), bytes: data.len() as u64, sha256: hex::encode(Sha256::digest(&data)) };
+        let entry =
+            FileEntry { path: relative.into(), bytes: data.len() as u64, sha256: hex::encode(Sha256::digest(&data)) };
         let mode = if create_only { PutMode::Create } else { PutMode::Overwrite };
         let options = PutOptions { mode, ..Default::default() };
         self.store.put_opts(&self.path(relative), PutPayload::from(data), options).await.map_err(|e| self.error(e))?;
@@ -147,7 +149,11 @@ impl Storage {
     }
 
     /// The decompressed content of a chunk as a stream of bytes.
-    pub async fn decompressed(&self, relative: &str, compression: Compression) -> Result<BoxStream<'static, io::Result<Bytes>>> {
+    pub async fn decompressed(
+        &self,
+        relative: &str,
+        compression: Compression,
+    ) -> Result<BoxStream<'static, io::Result<Bytes>>> {
         let result = self.store.get(&self.path(relative)).await.map_err(|e| self.read_error(relative, e))?;
         let raw = result.into_stream().map_err(io::Error::other);
         let reader = BufReader::with_capacity(256 * 1024, StreamReader::new(raw));
@@ -346,7 +352,10 @@ impl FileWriter {
         match error.into_inner() {
             Some(inner) => match inner.downcast::<object_store::Error>() {
                 Ok(store_error) => self.storage.error(*store_error),
-                Err(other) => AgentError::Storage { location: self.storage.location.clone(), reason: short_reason(&other.to_string()) },
+                Err(other) => AgentError::Storage {
+                    location: self.storage.location.clone(),
+                    reason: short_reason(&other.to_string()),
+                },
             },
             None => AgentError::Storage { location: self.storage.location.clone(), reason: "write failed".into() },
         }
@@ -386,10 +395,7 @@ mod tests {
 
     #[test]
     fn locations_parse() {
-        assert_eq!(
-            Location::parse("s3://b/x/y/").unwrap(),
-            Location::S3 { bucket: "b".into(), prefix: "x/y".into() }
-        );
+        assert_eq!(Location::parse("s3://b/x/y/").unwrap(), Location::S3 { bucket: "b".into(), prefix: "x/y".into() });
         assert_eq!(Location::parse("s3://b").unwrap(), Location::S3 { bucket: "b".into(), prefix: "".into() });
         assert_eq!(Location::parse("file:///v/b").unwrap(), Location::Directory("/v/b".into()));
         assert!(Location::parse("file://rel").is_err());
@@ -399,7 +405,9 @@ mod tests {
 
     #[test]
     fn disk_full_is_recognised_through_wrapping_errors() {
-        let storage = Storage::open(&format!("file://{}", std::env::temp_dir().display()), &S3Settings::default(), false).unwrap();
+        let storage =
+            Storage::open(&format!("file://{}", std::env::temp_dir().display()), &S3Settings::default(), false)
+                .unwrap();
         let enospc = io::Error::from_raw_os_error(28);
         let wrapped = object_store::Error::Generic { store: "LocalFileSystem", source: Box::new(enospc) };
         assert!(matches!(storage.error(wrapped), AgentError::DiskFull { .. }));

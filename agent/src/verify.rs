@@ -45,7 +45,11 @@ async fn verify_file(storage: &Storage, file: &FileEntry) -> Result<()> {
         return Err(AgentError::SizeMismatch { file: file.path.clone(), expected: file.bytes, actual: bytes });
     }
     if sha256 != file.sha256 {
-        return Err(AgentError::ChecksumMismatch { file: file.path.clone(), expected: file.sha256.clone(), actual: sha256 });
+        return Err(AgentError::ChecksumMismatch {
+            file: file.path.clone(),
+            expected: file.sha256.clone(),
+            actual: sha256,
+        });
     }
     Ok(())
 }
@@ -78,7 +82,9 @@ pub async fn run(options: &VerifyOptions) -> Result<VerifyReport> {
     let mut conn = connector.connect().await?;
     let mut differences = Vec::new();
     let mut tables_checked = 0;
-    for database in manifest.databases.iter().filter(|d| options.databases.is_empty() || options.databases.contains(&d.name)) {
+    for database in
+        manifest.databases.iter().filter(|d| options.databases.is_empty() || options.databases.contains(&d.name))
+    {
         for table in &database.tables {
             tables_checked += 1;
             let name = format!("`{}`.`{}`", database.name, table.name);

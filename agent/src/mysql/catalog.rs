@@ -140,11 +140,16 @@ pub async fn routines(connector: &Connector, conn: &mut Conn, database: &str) ->
             return Err(AgentError::MissingPrivilege {
                 user: connector.settings().user.clone(),
                 operation: "backup".into(),
-                message: format!("cannot read the body of {kind} `{name}` (grant SELECT on mysql.proc or SHOW CREATE ROUTINE)"),
+                message: format!(
+                    "cannot read the body of {kind} `{name}` (grant SELECT on mysql.proc or SHOW CREATE ROUTINE)"
+                ),
             });
         };
         statements.push(session_sql_mode(&row.get::<String, _>(1).unwrap_or_default()));
-        statements.push(session_charset(&row.get::<String, _>(3).unwrap_or_default(), &row.get::<String, _>(4).unwrap_or_default()));
+        statements.push(session_charset(
+            &row.get::<String, _>(3).unwrap_or_default(),
+            &row.get::<String, _>(4).unwrap_or_default(),
+        ));
         statements.push(create);
     }
     Ok(statements)
@@ -167,7 +172,10 @@ pub async fn triggers(connector: &Connector, conn: &mut Conn, database: &str) ->
         let row: Option<mysql_async::Row> = conn.query_first(sql).await.map_err(|e| connector.error(during, e))?;
         let Some(row) = row else { continue };
         statements.push(session_sql_mode(&row.get::<String, _>(1).unwrap_or_default()));
-        statements.push(session_charset(&row.get::<String, _>(3).unwrap_or_default(), &row.get::<String, _>(4).unwrap_or_default()));
+        statements.push(session_charset(
+            &row.get::<String, _>(3).unwrap_or_default(),
+            &row.get::<String, _>(4).unwrap_or_default(),
+        ));
         statements.push(row.get::<String, _>(2).unwrap_or_default());
     }
     Ok(statements)
@@ -193,7 +201,12 @@ pub async fn count_rows(connector: &Connector, conn: &mut Conn, database: &str, 
 }
 
 /// `CHECKSUM TABLE`; `None` when the table is missing.
-pub async fn checksum_table(connector: &Connector, conn: &mut Conn, database: &str, table: &str) -> Result<Option<u64>> {
+pub async fn checksum_table(
+    connector: &Connector,
+    conn: &mut Conn,
+    database: &str,
+    table: &str,
+) -> Result<Option<u64>> {
     let sql = format!("CHECKSUM TABLE {}.{}", quote_ident(database), quote_ident(table));
     let row: Option<(String, Option<u64>)> =
         conn.query_first(sql).await.map_err(|e| connector.error("computing a table checksum", e))?;
@@ -202,10 +215,7 @@ pub async fn checksum_table(connector: &Connector, conn: &mut Conn, database: &s
 
 /// The base tables and views that exist in a database.
 pub async fn existing_objects(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<(String, String)>> {
-    conn.exec(
-        "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?",
-        (database,),
-    )
-    .await
-    .map_err(|e| connector.error("listing existing tables", e))
+    conn.exec("SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?", (database,))
+        .await
+        .map_err(|e| connector.error("listing existing tables", e))
 }

@@ -23,7 +23,12 @@ pub struct Snapshot {
 /// Data sessions return column values as stored, with no character set conversion.
 const WORKER_SETUP: [&str; 2] = ["SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ", "SET NAMES binary"];
 
-pub async fn open(connector: &Connector, coordinator: &mut Conn, worker_count: usize, mariadb: bool) -> Result<Snapshot> {
+pub async fn open(
+    connector: &Connector,
+    coordinator: &mut Conn,
+    worker_count: usize,
+    mariadb: bool,
+) -> Result<Snapshot> {
     let mut workers = try_join_all((0..worker_count).map(|_| open_worker(connector))).await?;
     let method = block_commits(connector, coordinator, mariadb).await?;
     let started = start_transactions(connector, &mut workers).await;

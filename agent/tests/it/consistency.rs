@@ -21,6 +21,7 @@ CREATE TABLE bank.accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL, padding
 INSERT INTO bank.accounts SELECT seq, 1000, REPEAT('p', 200) FROM seq_1_to_2000;
 CREATE TABLE bank.transfers (id INT AUTO_INCREMENT PRIMARY KEY, source INT NOT NULL, target INT NOT NULL,
   amount BIGINT NOT NULL);
+ANALYZE TABLE bank.accounts;
 ";
 
 /// Transfers between accounts far apart (so they fall in different key ranges) until stopped.
@@ -57,9 +58,8 @@ async fn a_backup_under_concurrent_transfers_is_one_point_in_time() {
     let Some(target) = MariaDb::start() else { return };
     source.sql(SCHEMA);
     let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..2)
-        .map(|_| tokio::spawn(keep_transferring(Connector::new(source.settings()), stop.clone())))
-        .collect();
+    let writers: Vec<_> =
+        (0..2).map(|_| tokio::spawn(keep_transferring(Connector::new(source.settings()), stop.clone()))).collect();
     while count_transfers(&source) < 50 {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }

@@ -56,7 +56,9 @@ async fn a_wrong_password_is_named_without_showing_any_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_backs_up_verifies_and_inspects_with_a_password_file() {
     let Some(server) = MariaDb::start() else { return };
-    server.sql("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY); INSERT INTO app.t SELECT seq FROM seq_1_to_100;");
+    server.sql(
+        "CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY); INSERT INTO app.t SELECT seq FROM seq_1_to_100;",
+    );
     let dir = tempfile::tempdir().unwrap();
     let password_file = dir.path().join("password");
     std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
@@ -141,7 +143,9 @@ async fn a_server_killed_mid_backup_leaves_no_manifest_and_no_files() {
     }
     server.kill();
     match running.await.unwrap() {
-        Err(error @ AgentError::ConnectionLost { .. }) => assert!(error.to_string().contains("run the operation again")),
+        Err(error @ AgentError::ConnectionLost { .. }) => {
+            assert!(error.to_string().contains("run the operation again"))
+        }
         Err(other) => panic!("expected a lost connection, got {other}"),
         Ok(_) => panic!("the backup finished before the server was killed"),
     }

@@ -63,7 +63,9 @@ async fn corrupt_missing_or_truncated_files_are_refused_by_name() {
     std::fs::write(&chunk_path, &original).unwrap();
     std::fs::remove_file(dir.path().join(MANIFEST_FILE)).unwrap();
     match restore::run(&options).await {
-        Err(error @ AgentError::ManifestMissing { .. }) => assert!(error.to_string().contains("manifest.json"), "{error}"),
+        Err(error @ AgentError::ManifestMissing { .. }) => {
+            assert!(error.to_string().contains("manifest.json"), "{error}")
+        }
         other => panic!("expected a missing manifest, got {:?}", other.err()),
     }
     assert!(!database_exists(&server), "the database was touched");

@@ -57,7 +57,9 @@ async fn a_missing_bucket_and_rejected_credentials_are_named() {
     let mut options = small_backup(&server, "s3://no-such-bucket/x");
     options.s3 = settings(&moto, SECRET);
     match backup::run(&options).await {
-        Err(error @ AgentError::MissingBucket { .. }) => assert!(error.to_string().contains("'no-such-bucket'"), "{error}"),
+        Err(error @ AgentError::MissingBucket { .. }) => {
+            assert!(error.to_string().contains("'no-such-bucket'"), "{error}")
+        }
         other => panic!("expected a missing bucket, got {:?}", other.err()),
     }
     let mut restore_opts = restore_options(&server, "s3://no-such-bucket/x");

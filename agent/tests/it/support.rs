@@ -60,17 +60,24 @@ impl MariaDb {
         let (server, install, client) = (programs[0].clone(), programs[1].clone(), programs[2].clone());
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
         let root_user: &[&str] = if is_root() { &["--user=root"] } else { &[] };
         let installed = Command::new(&install)
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .args(["--auth-root-authentication-method=socket", "--skip-test-db"])
             .args(root_user)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .output()
             .expect("mariadb-install-db runs");
-        assert!(installed.status.success(), "mariadb-install-db failed: {}", String::from_utf8_lossy(&installed.stderr));
+        assert!(
+            installed.status.success(),
+            "mariadb-install-db failed: {}",
+            String::from_utf8_lossy(&installed.stderr)
+        );
         let port = free_port();
         let child = Command::new(&server)
             .arg("--no-defaults")
@@ -79,6 +86,7 @@ impl MariaDb {
             .arg(format!("--pid-file={}", dir.path().join("mysql.pid").display()))
             .arg(format!("--log-error={}", dir.path().join("error.log").display()))
             .arg(format!("--log-bin={}", dir.path().join("binlog").display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .arg(format!("--port={port}"))
             .args([
                 "--bind-address=127.0.0.1",
@@ -125,14 +133,27 @@ impl MariaDb {
     }
 
     pub fn settings(&self) -> ConnectionSettings {
-        ConnectionSettings { host: "127.0.0.1".into(), port: self.port, user: USER.into(), password: Some(PASSWORD.into()) }
+        ConnectionSettings {
+            host: "127.0.0.1".into(),
+            port: self.port,
+            user: USER.into(),
+            password: Some(PASSWORD.into()),
+        }
     }
 
     fn try_sql(&self, sql: &str) -> Result<String, String> {
         let output = Command::new(&self.client)
             .arg("--no-defaults")
             .arg(format!("--socket={}", self.dir.path().join("mysql.sock").display()))
-            .args(["-uroot", "--batch", "--skip-column-names", "--default-character-set=utf8mb4", "-e", sql])
+            .args([
+                "-uroot",
+                "--database=mysql",
+                "--batch",
+                "--skip-column-names",
+                "--default-character-set=utf8mb4",
+                "-e",
+                sql,
+            ])
             .output()
             .map_err(|e| e.to_string())?;
         if output.status.success() {

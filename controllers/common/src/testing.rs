@@ -105,3 +105,61 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
 pub fn status_error(code: u16, reason: &str, message: &str) -> Value {
     serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": message})
 }
+
+/// Runs a controller binary with no cluster configured, then with an unreachable one, and
+/// checks that it exits non-zero with one line saying why; also that `--help` documents the
+/// environment. Used by each controller crate's tests against its real binary.
+pub fn assert_binary_explains_startup_failures(binary: &str) {
+    let dir = std::env::temp_dir().join(format!("startup-check-{}-{}", std::process::id(), binary.len()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let run = |kubeconfig: &std::path::Path| {
+        std::process::Command::new(binary)
+            .args(["--leader-election", "false", "--metrics-address", "127.0.0.1:0"])
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOME", &dir)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .output()
+            .expect("the binary runs")
+    };
+
+    let missing = run(&dir.join("no-such-kubeconfig"));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no Kubernetes cluster is configured: set KUBECONFIG"), "{stderr}");
+
+    let unreachable_config = dir.join("unreachable-kubeconfig");
+    std::fs::write(&unreachable_config, UNREACHABLE_KUBECONFIG).expect("a kubeconfig file");
+    let unreachable = run(&unreachable_config);
+    let stderr = String::from_utf8_lossy(&unreachable.stderr);
+    assert_eq!(unreachable.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot reach the Kubernetes API server at https://127.0.0.1:9/"), "{stderr}");
+
+    let help = std::process::Command::new(binary).arg("--help").output().expect("the binary runs");
+    let help = String::from_utf8_lossy(&help.stdout);
+    for documented in ["--namespace", "WATCH_NAMESPACE", "--metrics-address", "--log-format", "LEADER_ELECTION", "KUBECONFIG", "OTEL_EXPORTER_OTLP_ENDPOINT", "RUST_LOG"] {
+        assert!(help.contains(documented), "--help does not mention {documented}:\n{help}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A kubeconfig naming a port nothing listens on (9, discard).
+const UNREACHABLE_KUBECONFIG: &str = "apiVersion: v1
+kind: Config
+clusters:
+- name: nowhere
+  cluster:
+    server: https://127.0.0.1:9
+    insecure-skip-tls-verify: true
+users:
+- name: nobody
+  user:
+    token: not-a-real-token
+contexts:
+- name: nowhere
+  context:
+    cluster: nowhere
+    user: nobody
+current-context: nowhere
+";

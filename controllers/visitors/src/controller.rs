@@ -374,7 +374,7 @@ impl<'a> Reconciler<'a> {
         let what = format!("{} {}", K::kind(&()), desired.name_any());
         let applied = apply(&self.api::<K>(), NAME, desired).await.map_err(kube_err(format!("applying {what}")))?;
         if announce {
-            self.ctx.runtime.events.normal(self.app, "Created", "Apply", format!("{what}")).await;
+            self.ctx.runtime.events.normal(self.app, "Created", "Apply", what).await;
         }
         Ok(applied)
     }

@@ -1,0 +1,324 @@
+//! Reconcile scenarios against an in-memory API server on kube's tower-test mock service.
+
+mod support;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::controller::Action;
+use support::{Harness, RESYNC, book_spec};
+use visitors_api::conditions::{self, BACKEND_READY, DATABASE_READY, READY};
+use visitors_api::visitors_app::{DeletionPolicy, MysqlSpec, StorageSpec};
+use visitors_controller::controller::FINALIZER;
+
+fn ready_condition(h: &Harness) -> (String, String, String) {
+    let status = h.app().status.expect("a status");
+    let c = conditions::find(&status.conditions, READY).expect("a Ready condition").clone();
+    (c.status, c.reason, c.message)
+}
+
+fn condition_reason(h: &Harness, type_: &str) -> String {
+    conditions::find(&h.app().status.unwrap().conditions, type_).unwrap().reason.clone()
+}
+
+fn replicas(h: &Harness, name: &str) -> Option<i32> {
+    h.api.get::<Deployment>(name).and_then(|d| d.spec?.replicas)
+}
+
+fn frontend_env(h: &Harness) -> Option<Vec<(String, Option<String>)>> {
+    let deployment: Deployment = h.api.get("ex-frontend").unwrap();
+    let container = deployment.spec.unwrap().template.spec.unwrap().containers.remove(0);
+    container.env.map(|env| env.into_iter().map(|e| (e.name, e.value)).collect())
+}
+
+#[tokio::test]
+async fn first_creation_builds_the_database_and_frontend_then_waits() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    let action = h.reconcile().await.unwrap();
+
+    let app = h.app();
+    assert!(app.metadata.finalizers.unwrap().contains(&FINALIZER.to_string()));
+    let secret: Secret = h.api.get("ex-mysql-credentials").expect("a generated Secret");
+    let data = secret.data.unwrap();
+    assert!(["username", "password", "root-password"].iter().all(|k| !data[*k].0.is_empty()));
+    assert!(h.api.get::<StatefulSet>("ex-mysql").is_some());
+    assert!(h.api.get::<Service>("ex-mysql").is_some());
+    assert!(h.api.get::<Service>("ex-mysql-headless").is_some());
+    assert!(h.api.get::<Deployment>("ex-frontend").is_some());
+    assert!(h.api.get::<Service>("ex-frontend").is_some());
+    assert!(h.api.get::<Deployment>("ex-backend").is_none(), "the backend waits for the database");
+
+    let (status, reason, _) = ready_condition(&h);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "WaitingForMysqlPod"));
+    assert_eq!(h.app().status.unwrap().observed_generation, Some(1));
+    assert_ne!(action, Action::requeue(RESYNC), "a waiting app is looked at again after its backoff");
+    assert_ne!(action, Action::await_change());
+
+    let events = h.api.events();
+    assert!(events.iter().any(|(_, reason, note)| reason == "Created" && note.contains("StatefulSet ex-mysql")), "{events:?}");
+    assert!(events.iter().any(|(_, reason, note)| reason == "Created" && note.contains("Secret ex-mysql-credentials")));
+    let password = String::from_utf8(data["password"].0.clone()).unwrap();
+    assert!(events.iter().all(|(_, _, note)| !note.contains(&password)), "a password leaked into an Event");
+    assert!(!serde_json::to_string(&h.app().status).unwrap().contains(&password), "a password leaked into status");
+}
+
+#[tokio::test]
+async fn waiting_for_mysql_then_rolling_out_the_backend() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.reconcile().await.unwrap();
+
+    h.mysql_pod_ready();
+    h.probe.fail_with("connection refused");
+    h.reconcile().await.unwrap();
+    assert_eq!(condition_reason(&h, DATABASE_READY), "WaitingForConnection");
+    assert!(ready_condition(&h).2.ends_with("connection refused"));
+    assert!(h.api.get::<Deployment>("ex-backend").is_none(), "no backend before SELECT 1 succeeds");
+
+    h.probe.succeed();
+    h.reconcile().await.unwrap();
+    assert_eq!(condition_reason(&h, DATABASE_READY), "Connected");
+    assert_eq!(replicas(&h, "ex-backend"), Some(1));
+    assert!(h.api.get::<Service>("ex-backend").is_some());
+    assert_eq!(condition_reason(&h, BACKEND_READY), "RollingOut", "no Deployment status yet");
+
+    h.deployment_ready("ex-backend");
+    h.deployment_ready("ex-frontend");
+    let action = h.reconcile().await.unwrap();
+    assert_eq!(ready_condition(&h).0, "True");
+    assert_eq!(action, Action::requeue(RESYNC));
+    let status = h.app().status.unwrap();
+    assert_eq!(status.backend_image.as_deref(), Some("jdob/visitors-service:1.0.0"));
+    assert_eq!(status.frontend_image.as_deref(), Some("jdob/visitors-webui:1.0.0"));
+    assert_eq!(status.backend_ready_replicas, Some(1));
+    assert!(h.api.events().iter().any(|(type_, reason, _)| type_ == "Normal" && reason == "Ready"));
+}
+
+#[tokio::test]
+async fn converged_reconcile_changes_nothing() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.converge().await;
+    let before = h.api.versions();
+    h.api.clear_requests();
+    h.api.clear_events();
+
+    let action = h.reconcile().await.unwrap();
+
+    assert_eq!(action, Action::requeue(RESYNC));
+    assert_eq!(h.api.versions(), before, "a periodic reconcile must leave every resourceVersion unchanged");
+    let requests = h.api.requests();
+    assert!(requests.iter().all(|r| !r.changed), "{requests:?}");
+    assert!(!requests.iter().any(|r| r.path.ends_with("/status")), "an unchanged status is not written");
+    assert!(h.api.events().is_empty(), "{:?}", h.api.events());
+}
+
+#[tokio::test]
+async fn size_change_scales_the_backend() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.converge().await;
+
+    h.edit_spec(|spec| spec.size = 3);
+    h.reconcile().await.unwrap();
+
+    assert_eq!(replicas(&h, "ex-backend"), Some(3));
+    assert_eq!(ready_condition(&h).1, "RollingOut");
+    assert_eq!(h.app().status.unwrap().observed_generation, Some(2));
+    h.deployment_ready("ex-backend");
+    h.reconcile().await.unwrap();
+    assert_eq!(ready_condition(&h).0, "True");
+    assert_eq!(h.app().status.unwrap().backend_ready_replicas, Some(3));
+}
+
+#[tokio::test]
+async fn clearing_the_title_removes_the_variable() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.reconcile().await.unwrap();
+    assert_eq!(frontend_env(&h), Some(vec![("REACT_APP_TITLE".into(), Some("Custom Dashboard Title".into()))]));
+
+    h.edit_spec(|spec| spec.title = Some(String::new()));
+    h.reconcile().await.unwrap();
+    assert_eq!(frontend_env(&h), None);
+
+    h.edit_spec(|spec| spec.title = Some("Visitors".into()));
+    h.reconcile().await.unwrap();
+    assert_eq!(frontend_env(&h), Some(vec![("REACT_APP_TITLE".into(), Some("Visitors".into()))]));
+}
+
+#[tokio::test]
+async fn drift_is_repaired() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.converge().await;
+
+    h.api.edit::<Deployment>("ex-backend", |d| d.spec.as_mut().unwrap().replicas = Some(7));
+    h.api.remove::<Service>("ex-frontend");
+    h.api.edit::<StatefulSet>("ex-mysql", |s| {
+        s.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0].image = Some("mysql:5.7".into());
+    });
+    h.reconcile().await.unwrap();
+
+    assert_eq!(replicas(&h, "ex-backend"), Some(1));
+    assert!(h.api.get::<Service>("ex-frontend").is_some(), "a deleted child comes back");
+    let sts: StatefulSet = h.api.get("ex-mysql").unwrap();
+    assert_eq!(sts.spec.unwrap().template.spec.unwrap().containers[0].image.as_deref(), Some("mysql:8.4"));
+}
+
+#[tokio::test]
+async fn invalid_spec_is_reported_once_and_not_retried() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.edit_spec(|spec| spec.size = 99);
+
+    let action = h.reconcile().await.unwrap();
+
+    assert_eq!(action, Action::await_change(), "only a spec change can fix it");
+    let (status, reason, message) = ready_condition(&h);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "InvalidSpec"));
+    assert!(message.contains("spec.size"), "{message}");
+    assert!(h.api.get::<StatefulSet>("ex-mysql").is_none(), "nothing is built from an invalid spec");
+    let warnings: Vec<_> = h.api.events().into_iter().filter(|(t, _, _)| t == "Warning").collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].2.contains("spec.size"));
+
+    h.api.clear_requests();
+    let again = h.reconcile().await.unwrap();
+    assert_eq!(again, Action::await_change());
+    assert!(h.api.requests().iter().all(|r| !r.changed), "no status rewrite, no new Event: {:?}", h.api.requests());
+    assert_eq!(h.api.events().iter().filter(|(t, _, _)| t == "Warning").count(), 1);
+
+    h.edit_spec(|spec| spec.size = 2);
+    h.reconcile().await.unwrap();
+    assert_eq!(ready_condition(&h).1, "WaitingForMysqlPod");
+}
+
+#[tokio::test]
+async fn user_secret_missing_a_key_is_named_and_retried_with_backoff() {
+    let h = Harness::new();
+    h.api.put(&Secret {
+        metadata: kube::api::ObjectMeta { name: Some("mine".into()), ..Default::default() },
+        string_data: None,
+        data: Some([("username".to_string(), k8s_openapi::ByteString(b"app".to_vec()))].into()),
+        ..Default::default()
+    });
+    h.create_app(visitors_api::VisitorsAppSpec { credentials_secret: Some("mine".into()), ..book_spec() });
+
+    let first = h.reconcile().await.unwrap();
+    let (_, reason, message) = ready_condition(&h);
+    assert_eq!(reason, "InvalidCredentialsSecret");
+    assert!(message.contains("password, root-password"), "{message}");
+    let second = h.reconcile().await.unwrap();
+    assert_ne!(first, Action::await_change(), "a Secret fix does not change the app, so it is looked at again");
+    assert_ne!(first, second, "retries back off");
+
+    h.api.edit::<Secret>("mine", |s| {
+        let data = s.data.as_mut().unwrap();
+        data.insert("password".into(), k8s_openapi::ByteString(b"p".to_vec()));
+        data.insert("root-password".into(), k8s_openapi::ByteString(b"r".to_vec()));
+    });
+    h.reconcile().await.unwrap();
+    assert_eq!(ready_condition(&h).1, "WaitingForMysqlPod");
+    assert!(h.api.get::<Secret>("ex-mysql-credentials").is_none(), "a user Secret is used, none generated");
+}
+
+#[tokio::test]
+async fn lost_credentials_are_never_regenerated_over_existing_data() {
+    let h = Harness::new();
+    h.api.put(&PersistentVolumeClaim {
+        metadata: kube::api::ObjectMeta { name: Some("data-ex-mysql-0".into()), ..Default::default() },
+        ..Default::default()
+    });
+    h.create_app(book_spec());
+    h.reconcile().await.unwrap();
+    assert_eq!(ready_condition(&h).1, "CredentialsLost");
+    assert!(h.api.get::<Secret>("ex-mysql-credentials").is_none());
+}
+
+#[tokio::test]
+async fn storage_growth_is_requested_on_the_claim() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.reconcile().await.unwrap();
+    h.api.put(&PersistentVolumeClaim {
+        metadata: kube::api::ObjectMeta { name: Some("data-ex-mysql-0".into()), ..Default::default() },
+        ..Default::default()
+    });
+    h.edit_spec(|spec| {
+        spec.mysql = Some(MysqlSpec {
+            storage: Some(StorageSpec { size: Some("5Gi".into()), ..Default::default() }),
+            ..Default::default()
+        })
+    });
+    h.reconcile().await.unwrap();
+
+    let claim: PersistentVolumeClaim = h.api.get("data-ex-mysql-0").unwrap();
+    let requested = claim.spec.unwrap().resources.unwrap().requests.unwrap()["storage"].0.clone();
+    assert_eq!(requested, "5Gi");
+    let sts: StatefulSet = h.api.get("ex-mysql").unwrap();
+    let template = &sts.spec.unwrap().volume_claim_templates.unwrap()[0];
+    assert_eq!(template.spec.as_ref().unwrap().resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"].0, "1Gi");
+}
+
+async fn delete_app(h: &Harness) {
+    h.api.edit::<visitors_api::VisitorsApp>("ex", |app| {
+        app.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap()));
+    });
+    let action = h.reconcile().await.unwrap();
+    assert_eq!(action, Action::await_change());
+}
+
+#[tokio::test]
+async fn deletion_retains_the_volume_by_default_and_says_so() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.reconcile().await.unwrap();
+    let sts: StatefulSet = h.api.get("ex-mysql").unwrap();
+    let policy = sts.spec.unwrap().persistent_volume_claim_retention_policy.unwrap();
+    assert_eq!(policy.when_deleted.as_deref(), Some("Retain"));
+    let secret: Secret = h.api.get("ex-mysql-credentials").unwrap();
+    assert!(secret.metadata.owner_references.is_none(), "a retained volume keeps its credentials");
+
+    delete_app(&h).await;
+
+    assert!(h.api.get::<visitors_api::VisitorsApp>("ex").is_none(), "the finalizer is removed, the app goes");
+    let events = h.api.events();
+    let retained = events.iter().find(|(_, reason, _)| reason == "VolumeRetained").expect("a VolumeRetained Event");
+    assert!(retained.2.contains("data-ex-mysql-0") && retained.2.contains("ex-mysql-credentials"), "{retained:?}");
+}
+
+#[tokio::test]
+async fn deletion_policy_delete_lets_the_volume_and_secret_go() {
+    let h = Harness::new();
+    h.create_app(visitors_api::VisitorsAppSpec { deletion_policy: Some(DeletionPolicy::Delete), ..book_spec() });
+    h.reconcile().await.unwrap();
+    let sts: StatefulSet = h.api.get("ex-mysql").unwrap();
+    let policy = sts.spec.unwrap().persistent_volume_claim_retention_policy.unwrap();
+    assert_eq!(policy.when_deleted.as_deref(), Some("Delete"));
+    let secret: Secret = h.api.get("ex-mysql-credentials").unwrap();
+    assert_eq!(secret.metadata.owner_references.unwrap()[0].name, "ex");
+
+    delete_app(&h).await;
+    assert!(h.api.events().iter().any(|(_, reason, _)| reason == "VolumeDeleted"));
+    assert!(h.api.get::<visitors_api::VisitorsApp>("ex").is_none());
+}
+
+#[tokio::test]
+async fn switching_the_policy_moves_the_secret_ownership() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.reconcile().await.unwrap();
+    h.edit_spec(|spec| spec.deletion_policy = Some(DeletionPolicy::Delete));
+    h.reconcile().await.unwrap();
+    let secret: Secret = h.api.get("ex-mysql-credentials").unwrap();
+    assert_eq!(secret.metadata.owner_references.map(|r| r.len()), Some(1));
+    let password_before = secret.data.unwrap()["password"].clone();
+
+    h.edit_spec(|spec| spec.deletion_policy = Some(DeletionPolicy::Retain));
+    h.reconcile().await.unwrap();
+    let secret: Secret = h.api.get("ex-mysql-credentials").unwrap();
+    assert!(secret.metadata.owner_references.unwrap_or_default().is_empty());
+    assert_eq!(secret.data.unwrap()["password"], password_before, "the Secret is never rotated");
+}

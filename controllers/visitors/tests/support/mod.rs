@@ -1,0 +1,475 @@
+//! A small in-memory API server behind kube's tower-test mock service, for reconcile scenarios
+//! and the request-count benchmark.
+//!
+//! It keeps objects as JSON, answers the requests the controller makes (get, create,
+//! server-side apply, merge patch, status apply, events) and records each request with whether
+//! it changed anything. Server-side apply is modelled as "the applier owns what it sends":
+//! `spec`, `data`, labels and owner references are replaced by the applied ones, and an apply
+//! that changes nothing keeps the resourceVersion, as a real API server does.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use controller_common::Runtime;
+use controller_common::backoff::ObjectBackoff;
+use controller_common::events::Events;
+use controller_common::metrics::Metrics;
+use futures::future::BoxFuture;
+use http::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use kube::client::Body;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use visitors_api::{VisitorsApp, VisitorsAppSpec};
+use visitors_controller::controller::{self, Context, Stores};
+use visitors_controller::db::{DatabaseProbe, Target};
+
+pub const NAMESPACE: &str = "shop";
+pub const RESYNC: Duration = Duration::from_secs(600);
+
+/// One request the controller sent.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: Method,
+    pub path: String,
+    /// The request created, changed or deleted something.
+    pub changed: bool,
+}
+
+#[derive(Default)]
+struct State {
+    /// Keyed by collection path (`/apis/apps/v1/namespaces/shop/statefulsets`) and name.
+    objects: BTreeMap<(String, String), Value>,
+    requests: Vec<Recorded>,
+    events: Vec<Value>,
+    revision: u64,
+}
+
+#[derive(Clone, Default)]
+pub struct FakeApi {
+    state: Arc<Mutex<State>>,
+}
+
+/// Collection paths of the kinds the controller touches.
+pub fn collection<K: Resource<DynamicType = ()>>() -> String {
+    let url = K::url_path(&(), Some(NAMESPACE));
+    url.trim_end_matches('/').to_string()
+}
+
+impl FakeApi {
+    /// A client whose requests this fake answers, on a background task.
+    pub fn client(&self) -> Client {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let fake = self.clone();
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let response = fake.answer(request).await;
+                send.send_response(response);
+            }
+        });
+        Client::new(service, NAMESPACE)
+    }
+
+    // ----- test controls -----
+
+    pub fn put<K: Resource<DynamicType = ()> + Serialize>(&self, object: &K) {
+        let mut value = serde_json::to_value(object).unwrap();
+        let name = value["metadata"]["name"].as_str().unwrap().to_string();
+        let mut state = self.state.lock().unwrap();
+        state.revision += 1;
+        value["metadata"]["resourceVersion"] = json!(state.revision.to_string());
+        if value["metadata"]["uid"].is_null() {
+            value["metadata"]["uid"] = json!(format!("uid-{name}-{}", state.revision));
+        }
+        state.objects.insert((collection::<K>(), name), value);
+    }
+
+    pub fn get<K: Resource<DynamicType = ()> + DeserializeOwned>(&self, name: &str) -> Option<K> {
+        let state = self.state.lock().unwrap();
+        state.objects.get(&(collection::<K>(), name.to_string())).map(|v| serde_json::from_value(v.clone()).unwrap())
+    }
+
+    pub fn remove<K: Resource<DynamicType = ()>>(&self, name: &str) {
+        self.state.lock().unwrap().objects.remove(&(collection::<K>(), name.to_string()));
+    }
+
+    /// Changes a stored object the way another client would (new resourceVersion).
+    pub fn edit<K>(&self, name: &str, change: impl FnOnce(&mut K))
+    where
+        K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+    {
+        let mut object: K = self.get(name).expect("object to edit");
+        change(&mut object);
+        self.put(&object);
+    }
+
+    pub fn resource_version<K: Resource<DynamicType = ()> + DeserializeOwned>(&self, name: &str) -> Option<String> {
+        self.get::<K>(name).and_then(|o| o.meta().resource_version.clone())
+    }
+
+    /// Every resourceVersion, to prove that nothing changed.
+    pub fn versions(&self) -> BTreeMap<(String, String), String> {
+        let state = self.state.lock().unwrap();
+        state
+            .objects
+            .iter()
+            .filter(|((path, _), _)| !path.ends_with("/events"))
+            .map(|(key, v)| (key.clone(), v["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string()))
+            .collect()
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.lock().unwrap().requests.clone()
+    }
+
+    pub fn clear_requests(&self) {
+        self.state.lock().unwrap().requests.clear();
+    }
+
+    /// `(type, reason, note)` of every Event published.
+    pub fn events(&self) -> Vec<(String, String, String)> {
+        let state = self.state.lock().unwrap();
+        state
+            .events
+            .iter()
+            .map(|e| {
+                let text = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+                (text("type"), text("reason"), text("note"))
+            })
+            .collect()
+    }
+
+    pub fn clear_events(&self) {
+        self.state.lock().unwrap().events.clear();
+    }
+
+    // ----- the server -----
+
+    async fn answer(&self, request: Request<Body>) -> Response<Body> {
+        let (parts, body) = request.into_parts();
+        let bytes = body.collect_bytes().await.unwrap_or_default();
+        let body: Value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap_or(Value::Null) };
+        let path = parts.uri.path().to_string();
+        let content_type =
+            parts.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+        let mut state = self.state.lock().unwrap();
+        let (status, value, changed) = state.handle(&parts.method, &path, &content_type, body);
+        state.requests.push(Recorded { method: parts.method.clone(), path, changed });
+        let bytes = serde_json::to_vec(&value).unwrap();
+        Response::builder().status(status).header("content-type", "application/json").body(Body::from(bytes)).unwrap()
+    }
+}
+
+impl State {
+    fn handle(&mut self, method: &Method, path: &str, content_type: &str, body: Value) -> (StatusCode, Value, bool) {
+        if path.contains("/events.k8s.io/") {
+            if *method == Method::POST || *method == Method::PATCH {
+                self.events.push(body.clone());
+            }
+            return (StatusCode::CREATED, with_name(body, "event"), true);
+        }
+        let (collection, name, subresource) = split(path, method);
+        let key = (collection.clone(), name.clone());
+        match *method {
+            Method::GET => match self.objects.get(&key) {
+                Some(object) => (StatusCode::OK, object.clone(), false),
+                None => not_found(&name),
+            },
+            Method::POST => {
+                let name = body["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                let key = (collection, name.clone());
+                if self.objects.contains_key(&key) {
+                    return status(StatusCode::CONFLICT, "AlreadyExists", &format!("{name} already exists"));
+                }
+                let object = self.stamp_new(body);
+                self.objects.insert(key, object.clone());
+                (StatusCode::CREATED, object, true)
+            }
+            Method::PATCH if subresource.as_deref() == Some("status") => {
+                let Some(existing) = self.objects.get(&key).cloned() else { return not_found(&name) };
+                let mut updated = existing.clone();
+                updated["status"] = body["status"].clone();
+                self.store_if_changed(key, existing, updated)
+            }
+            Method::PATCH if content_type.starts_with("application/apply-patch") => {
+                match self.objects.get(&key).cloned() {
+                    None => {
+                        let object = self.stamp_new(body);
+                        self.objects.insert(key, object.clone());
+                        (StatusCode::CREATED, object, true)
+                    }
+                    Some(existing) => {
+                        let mut updated = existing.clone();
+                        for field in ["spec", "data", "type"] {
+                            if !body[field].is_null() {
+                                updated[field] = body[field].clone();
+                            }
+                        }
+                        for field in ["labels", "ownerReferences", "annotations"] {
+                            if !body["metadata"][field].is_null() {
+                                updated["metadata"][field] = body["metadata"][field].clone();
+                            }
+                        }
+                        self.store_if_changed(key, existing, updated)
+                    }
+                }
+            }
+            Method::PATCH => {
+                let Some(existing) = self.objects.get(&key).cloned() else { return not_found(&name) };
+                let precondition = body["metadata"]["resourceVersion"].as_str();
+                if precondition.is_some_and(|rv| Some(rv) != existing["metadata"]["resourceVersion"].as_str()) {
+                    return status(StatusCode::CONFLICT, "Conflict", "the object has been modified");
+                }
+                let mut updated = existing.clone();
+                merge(&mut updated, &body);
+                updated["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"].clone();
+                let deleting = !updated["metadata"]["deletionTimestamp"].is_null();
+                let no_finalizers = updated["metadata"]["finalizers"].as_array().is_none_or(|f| f.is_empty());
+                if deleting && no_finalizers {
+                    self.objects.remove(&key);
+                    return (StatusCode::OK, updated, true);
+                }
+                self.store_if_changed(key, existing, updated)
+            }
+            _ => status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", "not supported by the fake"),
+        }
+    }
+
+    fn stamp_new(&mut self, mut object: Value) -> Value {
+        self.revision += 1;
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        object["metadata"]["resourceVersion"] = json!(self.revision.to_string());
+        object["metadata"]["uid"] = json!(format!("uid-{name}-{}", self.revision));
+        object["metadata"]["generation"] = json!(1);
+        object["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+        object
+    }
+
+    fn store_if_changed(&mut self, key: (String, String), existing: Value, mut updated: Value) -> (StatusCode, Value, bool) {
+        if updated == existing {
+            return (StatusCode::OK, existing, false);
+        }
+        self.revision += 1;
+        updated["metadata"]["resourceVersion"] = json!(self.revision.to_string());
+        if updated["spec"] != existing["spec"] {
+            let generation = existing["metadata"]["generation"].as_i64().unwrap_or(1);
+            updated["metadata"]["generation"] = json!(generation + 1);
+        }
+        self.objects.insert(key, updated.clone());
+        (StatusCode::OK, updated, true)
+    }
+}
+
+/// `/apis/apps/v1/namespaces/shop/statefulsets/ex-mysql/status` → collection, name, subresource.
+fn split(path: &str, method: &Method) -> (String, String, Option<String>) {
+    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    let at = parts.iter().position(|p| *p == "namespaces").expect("namespaced path");
+    let collection_end = at + 3;
+    let collection = parts[..collection_end.min(parts.len())].join("/");
+    if *method == Method::POST && parts.len() == collection_end {
+        return (collection, String::new(), None);
+    }
+    let name = parts.get(collection_end).map(|s| s.to_string()).unwrap_or_default();
+    let subresource = parts.get(collection_end + 1).map(|s| s.to_string());
+    (collection, name, subresource)
+}
+
+fn merge(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(fields) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            for (key, value) in fields {
+                if value.is_null() {
+                    target.as_object_mut().unwrap().remove(key);
+                } else {
+                    merge(target.as_object_mut().unwrap().entry(key.clone()).or_insert(Value::Null), value);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+fn with_name(mut value: Value, name: &str) -> Value {
+    if value["metadata"]["name"].is_null() {
+        value["metadata"]["name"] = json!(name);
+    }
+    value
+}
+
+fn not_found(name: &str) -> (StatusCode, Value, bool) {
+    status(StatusCode::NOT_FOUND, "NotFound", &format!("{name} not found"))
+}
+
+fn status(code: StatusCode, reason: &str, message: &str) -> (StatusCode, Value, bool) {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code.as_u16(),
+    });
+    (code, body, false)
+}
+
+// ----- controller side -----
+
+/// A database check that answers what the test says, and counts its calls.
+#[derive(Default)]
+pub struct FakeProbe {
+    pub answer: Mutex<Option<String>>,
+    pub calls: AtomicUsize,
+}
+
+impl FakeProbe {
+    pub fn fail_with(&self, why: &str) {
+        *self.answer.lock().unwrap() = Some(why.to_string());
+    }
+
+    pub fn succeed(&self) {
+        *self.answer.lock().unwrap() = None;
+    }
+}
+
+impl DatabaseProbe for FakeProbe {
+    fn select_one<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<(), String>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        assert!(!target.password.is_empty(), "the check must use the Secret's password");
+        let answer = self.answer.lock().unwrap().clone();
+        Box::pin(async move { answer.map_or(Ok(()), Err) })
+    }
+}
+
+/// The controller wired to a fake API, with caches the test fills as a watch would.
+pub struct Harness {
+    pub api: FakeApi,
+    pub probe: Arc<FakeProbe>,
+    pub ctx: Arc<Context>,
+    statefulsets: Mutex<Writer<StatefulSet>>,
+    deployments: Mutex<Writer<Deployment>>,
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        let api = FakeApi::default();
+        let client = api.client();
+        let probe = Arc::new(FakeProbe::default());
+        let statefulsets = Writer::default();
+        let deployments = Writer::default();
+        let stores = Stores { statefulsets: statefulsets.as_reader(), deployments: deployments.as_reader() };
+        let runtime = Arc::new(Runtime {
+            client: client.clone(),
+            metrics: Arc::new(Metrics::new(controller::NAME)),
+            backoff: ObjectBackoff::new(Duration::from_millis(500), Duration::from_secs(300)),
+            events: Events::new(client, controller::NAME, None),
+            field_manager: controller::NAME.to_string(),
+            resync: RESYNC,
+        });
+        let ctx = Arc::new(Context { runtime, probe: Some(probe.clone() as Arc<dyn DatabaseProbe>), stores });
+        Self { api, probe, ctx, statefulsets: Mutex::new(statefulsets), deployments: Mutex::new(deployments) }
+    }
+
+    /// Creates the app in the fake API, as `kubectl apply` would.
+    pub fn create_app(&self, spec: VisitorsAppSpec) {
+        let mut app = VisitorsApp::new("ex", spec);
+        app.metadata.namespace = Some(NAMESPACE.to_string());
+        app.metadata.generation = Some(1);
+        self.api.put(&app);
+    }
+
+    pub fn app(&self) -> VisitorsApp {
+        self.api.get("ex").expect("the app")
+    }
+
+    /// Changes the app's spec (new generation), as a user would.
+    pub fn edit_spec(&self, change: impl FnOnce(&mut VisitorsAppSpec)) {
+        self.api.edit::<VisitorsApp>("ex", |app| {
+            change(&mut app.spec);
+            app.metadata.generation = Some(app.metadata.generation.unwrap_or(1) + 1);
+        });
+    }
+
+    /// One reconcile of the app as it is in the API, after the caches caught up.
+    pub async fn reconcile(&self) -> Result<Action, controller::Error> {
+        self.sync_caches();
+        let app = Arc::new(self.app());
+        controller::reconcile(app, self.ctx.clone()).await
+    }
+
+    /// Fills the caches from the fake API, as the owned-object watches would.
+    pub fn sync_caches(&self) {
+        fill(&mut self.statefulsets.lock().unwrap(), self.api.get::<StatefulSet>("ex-mysql"));
+        let deployments: Vec<Deployment> =
+            ["ex-backend", "ex-frontend"].into_iter().filter_map(|n| self.api.get(n)).collect();
+        let mut writer = self.deployments.lock().unwrap();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for deployment in deployments {
+            writer.apply_watcher_event(&watcher::Event::InitApply(deployment));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+    }
+
+    /// The StatefulSet controller reports the MySQL pod ready.
+    pub fn mysql_pod_ready(&self) {
+        self.api.edit::<StatefulSet>("ex-mysql", |sts| {
+            sts.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
+                observed_generation: sts.metadata.generation,
+                replicas: 1,
+                ready_replicas: Some(1),
+                updated_replicas: Some(1),
+                ..Default::default()
+            });
+        });
+    }
+
+    /// The Deployment controller reports every replica of `name` ready.
+    pub fn deployment_ready(&self, name: &str) {
+        self.api.edit::<Deployment>(name, |d| {
+            let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            d.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+                observed_generation: d.metadata.generation,
+                replicas: Some(replicas),
+                ready_replicas: Some(replicas),
+                updated_replicas: Some(replicas),
+                available_replicas: Some(replicas),
+                ..Default::default()
+            });
+        });
+    }
+
+    /// Drives a fresh app to Ready: MySQL ready, the query answers, both Deployments ready.
+    pub async fn converge(&self) {
+        self.reconcile().await.unwrap();
+        self.mysql_pod_ready();
+        self.probe.succeed();
+        self.reconcile().await.unwrap();
+        self.deployment_ready("ex-backend");
+        self.deployment_ready("ex-frontend");
+        let action = self.reconcile().await.unwrap();
+        assert_eq!(action, Action::requeue(RESYNC), "the app should be converged: {:?}", self.app().status);
+    }
+}
+
+fn fill<K>(writer: &mut Writer<K>, object: Option<K>)
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    writer.apply_watcher_event(&watcher::Event::Init);
+    if let Some(object) = object {
+        writer.apply_watcher_event(&watcher::Event::InitApply(object));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+}
+
+/// The book's resource.
+pub fn book_spec() -> VisitorsAppSpec {
+    VisitorsAppSpec { size: 1, title: Some("Custom Dashboard Title".into()), ..VisitorsAppSpec::default() }
+}
