@@ -289,7 +289,7 @@ async fn plan_tasks(
             }
         }
     }
-    ranges.sort_by(|a, b| b.estimated_bytes.cmp(&a.estimated_bytes));
+    ranges.sort_by_key(|task| std::cmp::Reverse(task.estimated_bytes));
     Ok(ranges.into_iter().map(Task::Range).chain(checksums).collect())
 }
 

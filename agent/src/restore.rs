@@ -254,7 +254,7 @@ async fn load_all(
             }
         }
     }
-    tasks.sort_by(|a, b| b.chunk.data_bytes.cmp(&a.chunk.data_bytes));
+    tasks.sort_by_key(|task| std::cmp::Reverse(task.chunk.data_bytes));
     let tables = databases.iter().map(|d| d.tables.len() as u64).sum();
     let rows = tasks.iter().map(|t| t.chunk.rows).sum();
     let expected = tasks.iter().map(|t| t.chunk.data_bytes).sum();

@@ -93,7 +93,12 @@ mod tests {
 
     #[test]
     fn long_errors_are_cut_to_fit() {
-        let summary = AgentSummary { operation: Some(Operation::Backup), ok: false, error: Some("é".repeat(5000)), ..Default::default() };
+        let summary = AgentSummary {
+            operation: Some(Operation::Backup),
+            ok: false,
+            error: Some("é".repeat(5000)),
+            ..Default::default()
+        };
         let line = summary.to_line();
         assert!(line.len() <= MAX_SUMMARY_BYTES, "{}", line.len());
         let back: AgentSummary = serde_json::from_str(&line).unwrap();

@@ -34,7 +34,7 @@ async fn keep_transferring(connector: Connector, stop: Arc<AtomicBool>) -> u64 {
         let source = 1 + (state >> 33) % (ACCOUNTS / 2);
         let target = ACCOUNTS / 2 + 1 + (state >> 17) % (ACCOUNTS / 2);
         let amount = 1 + (state >> 7) % 50;
-        let (source, target) = if done % 2 == 0 { (source, target) } else { (target, source) };
+        let (source, target) = if done.is_multiple_of(2) { (source, target) } else { (target, source) };
         let sql = format!(
             "START TRANSACTION;
              UPDATE bank.accounts SET balance = balance - {amount} WHERE id = {source};

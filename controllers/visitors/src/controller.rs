@@ -5,6 +5,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use controller_common::apply::{apply, apply_status};
+use controller_common::runner::{Identity, primary_stream};
 use controller_common::{ReconcileFailure, Runtime};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -18,7 +19,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tracing::Instrument;
 use visitors_api::conditions::{self, READY};
 use visitors_api::labels::names;
 use visitors_api::visitors_app::{DeletionPolicy, secret_keys};
@@ -33,6 +33,8 @@ use crate::validate::{self, Invalid};
 pub const NAME: &str = "visitors-controller";
 /// The CRD this controller reconciles.
 pub const CRD: &str = "visitorsapps.example.com";
+/// Who this controller is, for the shared start-up sequence.
+pub const IDENTITY: Identity = Identity { name: NAME, crd: CRD };
 /// Holds a deleted app until the controller has reported what happens to its data volume.
 pub const FINALIZER: &str = "example.com/visitors-app-cleanup";
 /// Selects the children of every VisitorsApp (and nothing else) in the owned-object watches.
@@ -59,7 +61,9 @@ pub struct Stores {
 /// Why a reconcile failed. Every variant says which object and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("VisitorsApp {0:?} has no namespace, but the kind is namespaced; this is a bug in the API server or the CRD")]
+    #[error(
+        "VisitorsApp {0:?} has no namespace, but the kind is namespaced; this is a bug in the API server or the CRD"
+    )]
     NoNamespace(String),
     #[error("{action} failed: {}", explain(.source))]
     Kube {
@@ -92,7 +96,9 @@ fn explain(error: &kube::Error) -> String {
         kube::Error::Api(status) if status.code == 422 || status.code == 400 => {
             format!("the API server rejected it: {}", status.message)
         }
-        kube::Error::Api(status) => format!("the API server answered {} {}: {}", status.code, status.reason, status.message),
+        kube::Error::Api(status) => {
+            format!("the API server answered {} {}: {}", status.code, status.reason, status.message)
+        }
         other => format!("{other} (is the API server reachable?)"),
     }
 }
@@ -104,13 +110,7 @@ fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 
 /// The entry point the kube `Controller` calls.
 pub async fn reconcile(app: Arc<VisitorsApp>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let span = controller_common::telemetry::reconcile_span(app.as_ref());
-    async move {
-        let _measure = ctx.runtime.metrics.reconcile_started();
-        Reconciler::new(&app, &ctx)?.run().await
-    }
-    .instrument(span)
-    .await
+    ctx.runtime.instrumented(app.as_ref(), async { Reconciler::new(&app, &ctx)?.run().await }).await
 }
 
 /// kube's error policy: count the failure, say it once as a Warning Event, retry after the
@@ -174,7 +174,9 @@ impl<'a> Reconciler<'a> {
         }
         let mut finalizers = self.app.finalizers().to_vec();
         finalizers.push(FINALIZER.to_string());
-        self.set_finalizers(finalizers).await.map_err(kube_err(format!("adding finalizer to VisitorsApp {}", self.name)))
+        self.set_finalizers(finalizers)
+            .await
+            .map_err(kube_err(format!("adding finalizer to VisitorsApp {}", self.name)))
     }
 
     /// The app is being deleted. Owner references delete the children; the StatefulSet's claim
@@ -209,7 +211,10 @@ impl<'a> Reconciler<'a> {
             // Already gone: nothing left to do.
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(source) => {
-                return Err(Error::Kube { action: format!("removing finalizer from VisitorsApp {}", self.name), source });
+                return Err(Error::Kube {
+                    action: format!("removing finalizer from VisitorsApp {}", self.name),
+                    source,
+                });
             }
         }
         self.ctx.runtime.forget(self.app);
@@ -222,7 +227,10 @@ impl<'a> Reconciler<'a> {
         let patch = serde_json::json!({
             "metadata": { "finalizers": finalizers, "resourceVersion": self.app.resource_version() }
         });
-        self.api::<VisitorsApp>().patch_metadata(&self.name, &PatchParams::default(), &Patch::Merge(patch)).await.map(drop)
+        self.api::<VisitorsApp>()
+            .patch_metadata(&self.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(drop)
     }
 
     /// The spec (or an object it names) is unusable: say so in status and once as an Event,
@@ -259,9 +267,8 @@ impl<'a> Reconciler<'a> {
         if build::secret::is_generated(self.app) {
             self.sync_secret_owner(&secret).await?;
         }
-        let text = |key: &str| {
-            String::from_utf8(validate::secret_value(&secret, key).unwrap_or_default()).unwrap_or_default()
-        };
+        let text =
+            |key: &str| String::from_utf8(validate::secret_value(&secret, key).unwrap_or_default()).unwrap_or_default();
         Ok(Ok(Credentials {
             username: text(secret_keys::USERNAME),
             password: text(secret_keys::PASSWORD),
@@ -273,12 +280,17 @@ impl<'a> Reconciler<'a> {
         // New passwords for a volume initialised with the old ones would lock the backend out.
         let claim = build::mysql::claim_name(&self.name);
         let claims = self.api::<PersistentVolumeClaim>();
-        if claims.get_metadata_opt(&claim).await.map_err(kube_err(format!("reading PersistentVolumeClaim {claim}")))?.is_some()
+        if claims
+            .get_metadata_opt(&claim)
+            .await
+            .map_err(kube_err(format!("reading PersistentVolumeClaim {claim}")))?
+            .is_some()
         {
             return Ok(Err(Invalid::CredentialsLost { secret: name.to_string(), claim }));
         }
         let secret = build::secret::generated(self.app, &Credentials::generate());
-        let params = PostParams { field_manager: Some(NAME.to_string()), ..PostParams::default() };
+        let params =
+            PostParams { field_manager: Some(self.ctx.runtime.field_manager.clone()), ..PostParams::default() };
         let created = match self.api::<Secret>().create(&params, &secret).await {
             Ok(created) => created,
             // Created meanwhile (by a previous, interrupted reconcile): use that one.
@@ -320,7 +332,9 @@ impl<'a> Reconciler<'a> {
         let secret = build::secret::secret_name(self.app);
         let existing_sts = self.cached(&self.ctx.stores.statefulsets, &names::mysql(&self.name));
         let claims = existing_sts.as_ref().and_then(|s| s.spec.as_ref()?.volume_claim_templates.clone());
-        let sts = self.apply_child(&build::mysql::statefulset(self.app, &secret, claims.as_deref()), existing_sts.is_none()).await?;
+        let sts = self
+            .apply_child(&build::mysql::statefulset(self.app, &secret, claims.as_deref()), existing_sts.is_none())
+            .await?;
         if let Some(resize) = build::mysql::claim_resize(self.app, claims.as_deref()) {
             self.apply_child(&resize, false).await?;
         }
@@ -333,7 +347,8 @@ impl<'a> Reconciler<'a> {
         let backend_name = names::backend(&self.name);
         let existing_backend = self.cached(&self.ctx.stores.deployments, &backend_name);
         let (backend, backend_held) = if database.is_ready() {
-            let applied = self.apply_child(&build::backend::deployment(self.app, &secret), existing_backend.is_none()).await?;
+            let applied =
+                self.apply_child(&build::backend::deployment(self.app, &secret), existing_backend.is_none()).await?;
             self.apply_child(&build::backend::service(self.app), false).await?;
             (Some(Workload::from_deployment(&applied)), false)
         } else {
@@ -345,14 +360,7 @@ impl<'a> Reconciler<'a> {
         let frontend = self.apply_child(&build::frontend::deployment(self.app), frontend_new).await?;
         self.apply_child(&build::frontend::service(self.app), false).await?;
 
-        Ok(Observed {
-            secret,
-            mysql,
-            database,
-            backend,
-            backend_held,
-            frontend: Workload::from_deployment(&frontend),
-        })
+        Ok(Observed { secret, mysql, database, backend, backend_held, frontend: Workload::from_deployment(&frontend) })
     }
 
     fn cached<K>(&self, store: &Store<K>, name: &str) -> Option<Arc<K>>
@@ -372,7 +380,9 @@ impl<'a> Reconciler<'a> {
             + Debug,
     {
         let what = format!("{} {}", K::kind(&()), desired.name_any());
-        let applied = apply(&self.api::<K>(), NAME, desired).await.map_err(kube_err(format!("applying {what}")))?;
+        let applied = apply(&self.api::<K>(), &self.ctx.runtime.field_manager, desired)
+            .await
+            .map_err(kube_err(format!("applying {what}")))?;
         if announce {
             self.ctx.runtime.events.normal(self.app, "Created", "Apply", what).await;
         }
@@ -408,11 +418,13 @@ impl<'a> Reconciler<'a> {
             return Ok(());
         }
         let before = self.app.status.as_ref().and_then(|s| conditions::find(&s.conditions, READY)).cloned();
-        apply_status(&self.api::<VisitorsApp>(), NAME, &self.name, &status)
+        apply_status(&self.api::<VisitorsApp>(), &self.ctx.runtime.field_manager, &self.name, &status)
             .await
             .map_err(kube_err(format!("writing the status of VisitorsApp {}", self.name)))?;
         let Some(after) = conditions::find(&status.conditions, READY) else { return Ok(()) };
-        let changed = before.as_ref().is_none_or(|b| (&b.status, &b.reason, &b.message) != (&after.status, &after.reason, &after.message));
+        let changed = before
+            .as_ref()
+            .is_none_or(|b| (&b.status, &b.reason, &b.message) != (&after.status, &after.reason, &after.message));
         if changed {
             let events = &self.ctx.runtime.events;
             match (after.status.as_str(), after.reason.as_str()) {
@@ -456,31 +468,33 @@ impl Watches {
     /// Runs the controller until `shutdown` resolves.
     pub async fn run(
         self,
-        client: Client,
+        runtime: Arc<Runtime>,
         namespace: Option<&str>,
-        ctx: Arc<Context>,
+        probe: Option<Arc<dyn DatabaseProbe>>,
         shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
     ) {
+        let client = runtime.client.clone();
         let children = watcher::Config::default().labels(CHILD_SELECTOR);
         let (app_reader, app_writer) = reflector::store::store();
-        let apps = controller_common::runner::primary_stream(scoped::<VisitorsApp>(&client, namespace), app_writer);
+        let apps = primary_stream(scoped::<VisitorsApp>(&client, namespace), app_writer);
         let statefulsets =
             owned(watcher(scoped::<StatefulSet>(&client, namespace), children.clone()).reflect(self.statefulsets));
         let deployments =
             owned(watcher(scoped::<Deployment>(&client, namespace), children.clone()).reflect(self.deployments));
         let services = owned(watcher(scoped::<PartialObjectMeta<Service>>(&client, namespace), children.clone()));
         let secrets = owned(watcher(scoped::<PartialObjectMeta<Secret>>(&client, namespace), children));
+        let ctx = Arc::new(Context { runtime, probe, stores: self.stores });
         Controller::for_stream(apps, app_reader)
             .with_config(ControllerConfig::default().concurrency(16))
             .owns_stream(statefulsets)
             .owns_stream(deployments)
-            .owns_stream::<PartialObjectMeta<Service>>(services)
-            .owns_stream::<PartialObjectMeta<Secret>>(secrets)
+            .owns_stream(services)
+            .owns_stream(secrets)
             .graceful_shutdown_on(shutdown)
             .run(reconcile, error_policy, ctx)
             .for_each(|result| async move {
                 if let Err(error) = result {
-                    tracing::debug!(%error, "controller event");
+                    tracing::debug!(%error, "reconcile loop reported an error");
                 }
             })
             .await;

@@ -134,7 +134,12 @@ pub fn invalid(app: &VisitorsApp, invalid: &Invalid, now: Time) -> VisitorsAppSt
     );
     for type_ in [DATABASE_READY, BACKEND_READY, FRONTEND_READY] {
         let message = "not reconciled until the problem in the Ready condition is fixed".to_string();
-        conditions::set(&mut status.conditions, Desired { type_, status: Status::Unknown, reason, message }, generation, now.clone());
+        conditions::set(
+            &mut status.conditions,
+            Desired { type_, status: Status::Unknown, reason, message },
+            generation,
+            now.clone(),
+        );
     }
     status.observed_generation = generation;
     status
@@ -196,12 +201,9 @@ fn workload_condition(type_: &'static str, tier: &str, workload: Option<&Workloa
 
 fn ready_condition(parts: [&Desired<'static>; 3]) -> Desired<'static> {
     match parts.into_iter().find(|c| c.status != Status::True) {
-        Some(blocking) => Desired {
-            type_: READY,
-            status: Status::False,
-            reason: blocking.reason,
-            message: blocking.message.clone(),
-        },
+        Some(blocking) => {
+            Desired { type_: READY, status: Status::False, reason: blocking.reason, message: blocking.message.clone() }
+        }
         None => Desired {
             type_: READY,
             status: Status::True,
@@ -278,7 +280,12 @@ mod tests {
 
     #[test]
     fn waiting_for_the_query_says_why() {
-        let observed = Observed { database: Database::QueryFailed("access denied".into()), backend: None, backend_held: true, ..converged() };
+        let observed = Observed {
+            database: Database::QueryFailed("access denied".into()),
+            backend: None,
+            backend_held: true,
+            ..converged()
+        };
         let status = compute(&book_app(), &observed, at(1));
         let db = find(&status.conditions, DATABASE_READY).unwrap();
         assert_eq!(db.reason, "WaitingForConnection");
@@ -287,10 +294,8 @@ mod tests {
 
     #[test]
     fn scaling_up_is_not_ready_until_replicas_are() {
-        let observed = Observed {
-            backend: Some(Workload { desired: 3, ready: 1, updated: 3, ..ready(3, "b") }),
-            ..converged()
-        };
+        let observed =
+            Observed { backend: Some(Workload { desired: 3, ready: 1, updated: 3, ..ready(3, "b") }), ..converged() };
         let status = compute(&book_app(), &observed, at(1));
         assert_eq!(find(&status.conditions, READY).unwrap().reason, "WaitingForReplicas");
         let stale = Observed { backend: Some(Workload { current: false, ..ready(3, "b") }), ..converged() };

@@ -93,7 +93,8 @@ mod tests {
     use super::*;
 
     fn secret(pairs: &[(&str, &str)]) -> Secret {
-        let data = pairs.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect::<BTreeMap<_, _>>();
+        let data =
+            pairs.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect::<BTreeMap<_, _>>();
         Secret { data: Some(data), ..Secret::default() }
     }
 

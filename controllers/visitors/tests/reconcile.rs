@@ -56,7 +56,10 @@ async fn first_creation_builds_the_database_and_frontend_then_waits() {
     assert_ne!(action, Action::await_change());
 
     let events = h.api.events();
-    assert!(events.iter().any(|(_, reason, note)| reason == "Created" && note.contains("StatefulSet ex-mysql")), "{events:?}");
+    assert!(
+        events.iter().any(|(_, reason, note)| reason == "Created" && note.contains("StatefulSet ex-mysql")),
+        "{events:?}"
+    );
     assert!(events.iter().any(|(_, reason, note)| reason == "Created" && note.contains("Secret ex-mysql-credentials")));
     let password = String::from_utf8(data["password"].0.clone()).unwrap();
     assert!(events.iter().all(|(_, _, note)| !note.contains(&password)), "a password leaked into an Event");
@@ -259,7 +262,10 @@ async fn storage_growth_is_requested_on_the_claim() {
     assert_eq!(requested, "5Gi");
     let sts: StatefulSet = h.api.get("ex-mysql").unwrap();
     let template = &sts.spec.unwrap().volume_claim_templates.unwrap()[0];
-    assert_eq!(template.spec.as_ref().unwrap().resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"].0, "1Gi");
+    assert_eq!(
+        template.spec.as_ref().unwrap().resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"].0,
+        "1Gi"
+    );
 }
 
 async fn delete_app(h: &Harness) {

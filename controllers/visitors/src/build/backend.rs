@@ -41,9 +41,15 @@ pub fn deployment(app: &VisitorsApp, secret: &str) -> Deployment {
         metadata: child_meta(app, names::backend(&name), Component::Backend),
         spec: Some(DeploymentSpec {
             replicas: Some(app.spec.size),
-            selector: LabelSelector { match_labels: Some(selector(&name, Component::Backend)), ..LabelSelector::default() },
+            selector: LabelSelector {
+                match_labels: Some(selector(&name, Component::Backend)),
+                ..LabelSelector::default()
+            },
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(pod_labels(app, Component::Backend)), ..ObjectMeta::default() }),
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels(app, Component::Backend)),
+                    ..ObjectMeta::default()
+                }),
                 spec: Some(PodSpec { containers: vec![container], ..PodSpec::default() }),
             },
             ..DeploymentSpec::default()

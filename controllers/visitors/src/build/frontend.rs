@@ -38,9 +38,15 @@ pub fn deployment(app: &VisitorsApp) -> Deployment {
         metadata: child_meta(app, names::frontend(&name), Component::Frontend),
         spec: Some(DeploymentSpec {
             replicas: Some(1),
-            selector: LabelSelector { match_labels: Some(selector(&name, Component::Frontend)), ..LabelSelector::default() },
+            selector: LabelSelector {
+                match_labels: Some(selector(&name, Component::Frontend)),
+                ..LabelSelector::default()
+            },
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(pod_labels(app, Component::Frontend)), ..ObjectMeta::default() }),
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels(app, Component::Frontend)),
+                    ..ObjectMeta::default()
+                }),
                 spec: Some(PodSpec { containers: vec![container], ..PodSpec::default() }),
             },
             ..DeploymentSpec::default()
@@ -50,7 +56,13 @@ pub fn deployment(app: &VisitorsApp) -> Deployment {
 }
 
 pub fn service(app: &VisitorsApp) -> Service {
-    tier_service(app, names::frontend(&app.name_any()), Component::Frontend, FRONTEND_PORT, app.spec.frontend_node_port())
+    tier_service(
+        app,
+        names::frontend(&app.name_any()),
+        Component::Frontend,
+        FRONTEND_PORT,
+        app.spec.frontend_node_port(),
+    )
 }
 
 #[cfg(test)]

@@ -58,13 +58,7 @@ pub fn container_port(name: &str, port: i32) -> ContainerPort {
 
 /// The Service in front of a stateless tier (backend or frontend), `ClusterIP` or `NodePort`
 /// as the spec asks.
-pub fn tier_service(
-    app: &VisitorsApp,
-    name: String,
-    component: Component,
-    port: i32,
-    node_port: i32,
-) -> Service {
+pub fn tier_service(app: &VisitorsApp, name: String, component: Component, port: i32, node_port: i32) -> Service {
     let type_ = app.spec.service_type();
     Service {
         metadata: child_meta(app, name, component),

@@ -7,8 +7,8 @@ use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Container, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe,
-    Service, ServicePort, ServiceSpec as K8sServiceSpec, VolumeMount, VolumeResourceRequirements,
+    Container, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe, Service,
+    ServicePort, ServiceSpec as K8sServiceSpec, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -35,8 +35,7 @@ pub const MYSQLD_ARGS: [&str; 2] =
 /// Readiness: the application user runs `SELECT 1` in its database over TCP. It fails while
 /// the image's first-start initialisation runs (that server listens on the socket only), and
 /// proves that mysqld accepts connections with the credentials the backend uses.
-const READINESS_SCRIPT: &str =
-    r#"MYSQL_PWD="$MYSQL_PASSWORD" exec mysql --protocol=TCP -h 127.0.0.1 -u "$MYSQL_USER" -D "$MYSQL_DATABASE" -e 'SELECT 1'"#;
+const READINESS_SCRIPT: &str = r#"MYSQL_PWD="$MYSQL_PASSWORD" exec mysql --protocol=TCP -h 127.0.0.1 -u "$MYSQL_USER" -D "$MYSQL_DATABASE" -e 'SELECT 1'"#;
 /// Liveness: mysqld answers on its socket (`ping` succeeds even when access is denied, so a
 /// credentials problem never restarts the database).
 const LIVENESS_SCRIPT: &str = r#"MYSQL_PWD="$MYSQL_ROOT_PASSWORD" exec mysqladmin --protocol=SOCKET -u root ping"#;
@@ -62,7 +61,10 @@ pub fn statefulset(app: &VisitorsApp, secret: &str, existing_claims: Option<&[Pe
         spec: Some(StatefulSetSpec {
             replicas: Some(1),
             service_name: Some(names::mysql_headless(&name)),
-            selector: LabelSelector { match_labels: Some(selector(&name, Component::Mysql)), ..LabelSelector::default() },
+            selector: LabelSelector {
+                match_labels: Some(selector(&name, Component::Mysql)),
+                ..LabelSelector::default()
+            },
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta { labels: Some(pod_labels(app, Component::Mysql)), ..ObjectMeta::default() }),
                 spec: Some(PodSpec { containers: vec![container(app, secret)], ..PodSpec::default() }),
@@ -157,7 +159,10 @@ fn requested_size(claim: &PersistentVolumeClaim) -> Option<&str> {
 /// When the spec asks for another size than the StatefulSet's (immutable) claim template, the
 /// patch that asks the claim of pod 0 to grow. The API server refuses to shrink a claim or to
 /// grow one whose storage class does not allow expansion; that refusal is reported as it is.
-pub fn claim_resize(app: &VisitorsApp, existing_claims: Option<&[PersistentVolumeClaim]>) -> Option<PersistentVolumeClaim> {
+pub fn claim_resize(
+    app: &VisitorsApp,
+    existing_claims: Option<&[PersistentVolumeClaim]>,
+) -> Option<PersistentVolumeClaim> {
     let template = existing_claims?.iter().find(|c| c.metadata.name.as_deref() == Some(DATA_VOLUME))?;
     let wanted = app.spec.storage_size();
     if requested_size(template) == Some(wanted) {

@@ -157,7 +157,8 @@ impl FakeApi {
     async fn answer(&self, request: Request<Body>) -> Response<Body> {
         let (parts, body) = request.into_parts();
         let bytes = body.collect_bytes().await.unwrap_or_default();
-        let body: Value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap_or(Value::Null) };
+        let body: Value =
+            if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap_or(Value::Null) };
         let path = parts.uri.path().to_string();
         let content_type =
             parts.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
@@ -254,7 +255,12 @@ impl State {
         object
     }
 
-    fn store_if_changed(&mut self, key: (String, String), existing: Value, mut updated: Value) -> (StatusCode, Value, bool) {
+    fn store_if_changed(
+        &mut self,
+        key: (String, String),
+        existing: Value,
+        mut updated: Value,
+    ) -> (StatusCode, Value, bool) {
         if updated == existing {
             return (StatusCode::OK, existing, false);
         }

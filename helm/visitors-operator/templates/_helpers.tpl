@@ -1,0 +1,146 @@
+{{/*
+Shared names, labels and RBAC rules. Every per-controller template ranges over the keys
+returned by "visitors-operator.controllerKeys" and passes a context built by
+"visitors-operator.ctx": (dict "root" $ "key" "backup").
+*/}}
+
+{{/* The chart name, overridable. */}}
+{{- define "visitors-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Prefix of every resource name: the release name, unless it lacks the chart name. */}}
+{{- define "visitors-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "visitors-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The controllers, in a fixed order; each has a values block of the same name. */}}
+{{- define "visitors-operator.controllerKeys" -}}
+visitors backup restore
+{{- end }}
+
+{{/* "<key>-controller": the binary, the component label and the leader Lease prefix. */}}
+{{- define "visitors-operator.component" -}}
+{{- printf "%s-controller" .key }}
+{{- end }}
+
+{{/* Name of a controller's Deployment, ServiceAccount, Service and RBAC objects. */}}
+{{- define "visitors-operator.controllerName" -}}
+{{- printf "%s-%s" (include "visitors-operator.fullname" .root) (include "visitors-operator.component" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The image, tag defaulting to appVersion. */}}
+{{- define "visitors-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Labels of every object of a controller (context: root, key). */}}
+{{- define "visitors-operator.labels" -}}
+helm.sh/chart: {{ include "visitors-operator.chart" .root }}
+{{ include "visitors-operator.selectorLabels" . }}
+app.kubernetes.io/part-of: visitors-operator
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+{{- end }}
+
+{{/* Labels that select a controller's pods (never change them: Deployment selectors are immutable). */}}
+{{- define "visitors-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "visitors-operator.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ include "visitors-operator.component" . }}
+{{- end }}
+
+{{/*
+RBAC rules a controller needs in every namespace it watches (context: root, key).
+Cluster-wide (ClusterRole) when watchNamespace is empty, else a Role in watchNamespace.
+Verbs are exactly what the controller uses; no wildcards.
+*/}}
+{{- define "visitors-operator.rules" -}}
+{{- if eq .key "visitors" }}
+- apiGroups: ["example.com"]
+  resources: ["visitorsapps"]
+  verbs: ["get", "list", "watch", "patch", "update"]
+- apiGroups: ["example.com"]
+  resources: ["visitorsapps/status"]
+  verbs: ["get", "patch", "update"]
+- apiGroups: ["example.com"]
+  resources: ["visitorsapps/finalizers"]
+  verbs: ["update"]
+# Apps under restore are quiesced, so the controller watches the restores that target them.
+- apiGroups: ["example.com"]
+  resources: ["mysqlrestores"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["secrets", "services", "persistentvolumeclaims"]
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+- apiGroups: ["apps"]
+  resources: ["statefulsets", "deployments"]
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+{{- else if eq .key "backup" }}
+# Schedules create one MySQLBackup run object per fire time; retention deletes old runs.
+- apiGroups: ["example.com"]
+  resources: ["mysqlbackups"]
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+- apiGroups: ["example.com"]
+  resources: ["mysqlbackups/status"]
+  verbs: ["get", "patch", "update"]
+- apiGroups: ["example.com"]
+  resources: ["mysqlbackups/finalizers"]
+  verbs: ["update"]
+- apiGroups: ["example.com"]
+  resources: ["visitorsapps"]
+  verbs: ["get", "list", "watch"]
+{{- include "visitors-operator.jobRules" . }}
+{{- else if eq .key "restore" }}
+- apiGroups: ["example.com"]
+  resources: ["mysqlrestores"]
+  verbs: ["get", "list", "watch", "patch", "update"]
+- apiGroups: ["example.com"]
+  resources: ["mysqlrestores/status"]
+  verbs: ["get", "patch", "update"]
+- apiGroups: ["example.com"]
+  resources: ["mysqlrestores/finalizers"]
+  verbs: ["update"]
+- apiGroups: ["example.com"]
+  resources: ["mysqlbackups", "visitorsapps"]
+  verbs: ["get", "list", "watch"]
+{{- include "visitors-operator.jobRules" . }}
+{{- end }}
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/* What the backup and restore controllers share: agent Jobs and the per-database lock. */}}
+{{- define "visitors-operator.jobRules" }}
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+# Read-only: the Secrets and PVCs that a backup or restore spec refers to.
+- apiGroups: [""]
+  resources: ["secrets", "persistentvolumeclaims"]
+  verbs: ["get"]
+# One Lease per database serialises its backups and restores.
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+{{- end }}
