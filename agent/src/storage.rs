@@ -320,7 +320,8 @@ impl FileWriter {
         };
         if let Err(error) = closed {
             let error = self.write_error(error);
-            self.abort().await;
+            // A writer that began shutting down cannot be aborted; remove what it stored.
+            let _ = self.storage.delete(&self.relative).await;
             return Err(error);
         }
         let hashing = self.into_hashing();

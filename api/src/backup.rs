@@ -38,7 +38,12 @@ pub const DEFAULT_KEEP_FAILED: i32 = 3;
     printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule.cron"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Size", type_ = "integer", json_path = ".status.sizeBytes", description = "Stored bytes"),
-    printcolumn(name = "Last", type_ = "date", json_path = ".status.lastScheduleTime", description = "Last fire time of a schedule"),
+    printcolumn(
+        name = "Last",
+        type_ = "date",
+        json_path = ".status.lastScheduleTime",
+        description = "Last fire time of a schedule"
+    ),
     printcolumn(name = "Error", type_ = "string", json_path = ".status.error", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -307,7 +312,10 @@ impl Retention {
 
     fn validate(&self, problems: &mut Problems) {
         if self.keep_successful() < 1 {
-            problems.add("spec.schedule.retention.keepSuccessful", "must be at least 1: the newest successful run is always kept");
+            problems.add(
+                "spec.schedule.retention.keepSuccessful",
+                "must be at least 1: the newest successful run is always kept",
+            );
         }
         if self.keep_failed() < 0 {
             problems.add("spec.schedule.retention.keepFailed", "must not be negative");

@@ -2,6 +2,9 @@
 //! names and labels of the objects derived from them, condition helpers, and the summary the
 //! agent reports to the controllers. This crate does no I/O.
 
+// kube's derive takes one `printcolumn(...)` per column; clippy mistakes them for duplicates.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod agent_summary;
 pub mod backup;
 pub mod conditions;

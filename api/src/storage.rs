@@ -105,7 +105,12 @@ impl BackupStorage {
     /// `s3://bucket/prefix/path` or `pvc://claim/subPath/path`. Never holds credentials.
     pub fn location(&self, path: &str) -> String {
         let join = |root: Option<&str>| -> String {
-            [root.unwrap_or(""), path].iter().map(|p| p.trim_matches('/')).filter(|p| !p.is_empty()).collect::<Vec<_>>().join("/")
+            [root.unwrap_or(""), path]
+                .iter()
+                .map(|p| p.trim_matches('/'))
+                .filter(|p| !p.is_empty())
+                .collect::<Vec<_>>()
+                .join("/")
         };
         match (&self.s3, &self.persistent_volume_claim) {
             (Some(s3), _) => format!("s3://{}/{}", s3.bucket, join(s3.prefix.as_deref())),
@@ -142,7 +147,10 @@ fn validate_s3(s3: &S3Storage, field: &str, problems: &mut Problems) {
         let scheme_ok = endpoint.starts_with("http://") || endpoint.starts_with("https://");
         let host = endpoint.split_once("://").map(|(_, rest)| rest).unwrap_or("");
         if !scheme_ok || host.is_empty() || host.contains(char::is_whitespace) {
-            problems.add(format!("{field}.endpoint"), format!("{endpoint:?} must be an http:// or https:// URL with a host"));
+            problems.add(
+                format!("{field}.endpoint"),
+                format!("{endpoint:?} must be an http:// or https:// URL with a host"),
+            );
         }
     }
     if let Some(prefix) = &s3.prefix {
@@ -180,7 +188,10 @@ mod tests {
     use super::*;
 
     fn s3(bucket: &str) -> BackupStorage {
-        BackupStorage { s3: Some(S3Storage { bucket: bucket.into(), prefix: Some("prod/".into()), ..Default::default() }), persistent_volume_claim: None }
+        BackupStorage {
+            s3: Some(S3Storage { bucket: bucket.into(), prefix: Some("prod/".into()), ..Default::default() }),
+            persistent_volume_claim: None,
+        }
     }
 
     #[test]

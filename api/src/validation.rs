@@ -91,7 +91,9 @@ pub fn image_reference(reference: &str) -> Result<(), String> {
     if let Some(tag) = tag {
         let first_ok = tag.chars().next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
         if !first_ok || tag.len() > 128 || !tag.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
-            return bad("the tag may hold letters, digits, '_', '.' and '-' (at most 128, not starting with '.' or '-')");
+            return bad(
+                "the tag may hold letters, digits, '_', '.' and '-' (at most 128, not starting with '.' or '-')",
+            );
         }
     }
     let mut components: Vec<&str> = name.split('/').collect();
@@ -125,7 +127,8 @@ fn path_component(component: &str) -> bool {
 /// Parses a Kubernetes resource quantity (`1Gi`, `500M`, `1.5e3`) into bytes, rounding up.
 pub fn quantity_bytes(quantity: &str) -> Result<u128, String> {
     let bad = || format!("{quantity:?} is not a quantity (examples: 1Gi, 500Mi, 10G)");
-    let split = quantity.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(quantity.len());
+    let split =
+        quantity.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(quantity.len());
     let (number, suffix) = quantity.split_at(split);
     let multiplier: f64 = match suffix {
         "" => 1.0,
@@ -167,15 +170,23 @@ pub fn dns_label(name: &str) -> Result<(), String> {
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.starts_with('-')
         && !name.ends_with('-');
-    if ok { Ok(()) } else { Err(format!("{name:?} must be a DNS label: at most 63 lowercase letters, digits or '-', starting and ending with a letter or digit")) }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} must be a DNS label: at most 63 lowercase letters, digits or '-', starting and ending with a letter or digit"
+        ))
+    }
 }
 
 /// Checks that a name is a valid DNS-1123 subdomain (the rule for Secret and PVC names).
 pub fn dns_subdomain(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|part| dns_label(part).is_ok());
-    if ok { Ok(()) } else { Err(format!("{name:?} must be a DNS subdomain: at most 253 lowercase letters, digits, '-' or '.'")) }
+    let ok = !name.is_empty() && name.len() <= 253 && name.split('.').all(|part| dns_label(part).is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{name:?} must be a DNS subdomain: at most 253 lowercase letters, digits, '-' or '.'"))
+    }
 }
 
 #[cfg(test)]
@@ -199,7 +210,8 @@ mod tests {
 
     #[test]
     fn rejects_malformed_image_references() {
-        for bad in ["", "MySQL:8", "mysql:", "mysql:-1", "mysql::8", "a//b", "mysql@sha256:xyz", "mysql:8 .4", "-mysql"] {
+        for bad in ["", "MySQL:8", "mysql:", "mysql:-1", "mysql::8", "a//b", "mysql@sha256:xyz", "mysql:8 .4", "-mysql"]
+        {
             assert!(image_reference(bad).is_err(), "{bad:?} should be rejected");
         }
     }

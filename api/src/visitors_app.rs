@@ -63,9 +63,19 @@ pub mod secret_keys {
     derive = "Default",
     doc = "A Visitors Site: MySQL with persistent storage, the visitors REST backend and the web frontend, kept converged by the visitors controller.",
     printcolumn(name = "Size", type_ = "integer", json_path = ".spec.size", description = "Desired backend replicas"),
-    printcolumn(name = "Backend", type_ = "integer", json_path = ".status.backendReadyReplicas", description = "Ready backend replicas"),
+    printcolumn(
+        name = "Backend",
+        type_ = "integer",
+        json_path = ".status.backendReadyReplicas",
+        description = "Ready backend replicas"
+    ),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", priority = 1),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -244,7 +254,11 @@ impl VisitorsAppSpec {
     }
 
     pub fn storage_size(&self) -> &str {
-        self.mysql.as_ref().and_then(|m| m.storage.as_ref()).and_then(|s| s.size.as_deref()).unwrap_or(DEFAULT_STORAGE_SIZE)
+        self.mysql
+            .as_ref()
+            .and_then(|m| m.storage.as_ref())
+            .and_then(|s| s.size.as_deref())
+            .unwrap_or(DEFAULT_STORAGE_SIZE)
     }
 
     pub fn storage_class_name(&self) -> Option<&str> {
@@ -276,7 +290,10 @@ impl VisitorsAppSpec {
         if let Some(title) = &self.title
             && title.chars().count() > MAX_TITLE_LEN
         {
-            problems.add("spec.title", format!("is {} characters long; at most {MAX_TITLE_LEN} are allowed", title.chars().count()));
+            problems.add(
+                "spec.title",
+                format!("is {} characters long; at most {MAX_TITLE_LEN} are allowed", title.chars().count()),
+            );
         }
         problems.check("spec.mysql.image", image_reference(self.mysql_image()));
         problems.check("spec.backend.image", image_reference(self.backend_image()));
@@ -332,17 +349,27 @@ mod tests {
                 storage: Some(StorageSpec { size: Some("lots".into()), storage_class_name: None }),
                 resources: None,
             }),
-            service: Some(ServiceSpec { type_: Some(ServiceType::NodePort), backend_node_port: Some(30000), frontend_node_port: Some(30000) }),
+            service: Some(ServiceSpec {
+                type_: Some(ServiceType::NodePort),
+                backend_node_port: Some(30000),
+                frontend_node_port: Some(30000),
+            }),
             ..book_spec()
         };
         let fields: Vec<String> = spec.validate().unwrap_err().0.into_iter().map(|e| e.field).collect();
-        assert_eq!(fields, ["spec.size", "spec.mysql.image", "spec.mysql.storage.size", "spec.service.frontendNodePort"]);
+        assert_eq!(
+            fields,
+            ["spec.size", "spec.mysql.image", "spec.mysql.storage.size", "spec.service.frontendNodePort"]
+        );
     }
 
     #[test]
     fn zero_storage_is_rejected() {
         let spec = VisitorsAppSpec {
-            mysql: Some(MysqlSpec { storage: Some(StorageSpec { size: Some("0".into()), ..Default::default() }), ..Default::default() }),
+            mysql: Some(MysqlSpec {
+                storage: Some(StorageSpec { size: Some("0".into()), ..Default::default() }),
+                ..Default::default()
+            }),
             ..book_spec()
         };
         assert_eq!(spec.validate().unwrap_err().first_field(), "spec.mysql.storage.size");

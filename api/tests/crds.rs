@@ -16,7 +16,11 @@ fn committed_crds_match_crdgen() {
         for (file, generated) in visitors_api::crds::files() {
             let path = repo_root().join(dir).join(&file);
             let committed = std::fs::read_to_string(&path).unwrap_or_default();
-            assert!(committed == generated, "{} is stale or missing: run `cargo run --bin crdgen` and commit the result", path.display());
+            assert!(
+                committed == generated,
+                "{} is stale or missing: run `cargo run --bin crdgen` and commit the result",
+                path.display()
+            );
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Every example in deploy/examples deserialises into its type without losing a field (so a
 //! typo cannot be silently pruned) and passes the validation the controllers apply.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -27,7 +27,7 @@ fn examples() -> Vec<(PathBuf, Value)> {
 }
 
 /// Deserialises `value` as `T`, checks nothing was dropped, and returns it.
-fn typed<T: DeserializeOwned + Serialize>(path: &PathBuf, value: &Value) -> T {
+fn typed<T: DeserializeOwned + Serialize>(path: &Path, value: &Value) -> T {
     let typed: T = serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let back = serde_json::to_value(&typed).unwrap();
     assert_eq!(&back, value, "{}: a field was dropped or renamed (typo?)", path.display());
@@ -51,7 +51,10 @@ fn every_example_is_a_valid_resource() {
 
 #[test]
 fn the_books_resource_is_shipped_verbatim() {
-    let book = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/visitorsapp-book.yaml")).unwrap();
+    let book = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/visitorsapp-book.yaml"),
+    )
+    .unwrap();
     assert_eq!(
         book,
         "apiVersion: example.com/v1\nkind: VisitorsApp\nmetadata:\n  name: ex\nspec:\n  size: 1\n  title: \"Custom Dashboard Title\"\n"

@@ -3,15 +3,18 @@
 helm-sdkpy (the Helm v4 Go library behind a C ABI) has no `helm template` and no dry-run:
 its only way to render a chart is `Install`, which talks to a Kubernetes API server. So this
 module starts a tiny in-memory API server on 127.0.0.1 that answers what a client-side
-install needs (version, discovery, GET -> 404 for new objects, POST create, Helm's release
-Secrets) and runs a real `helm install` against it. Helm renders the chart exactly as
-`helm template`/`helm install` would; the release's manifest is what we return, and the
-objects Helm actually sent to the API are recorded too.
+install needs (version, discovery, GET -> 404 for new objects, POST create) and runs a real
+`helm install` against it, in a child process with in-memory release storage
+(HELM_DRIVER=memory). Helm renders the chart exactly as `helm template`/`helm install` would;
+the release's manifest is what we return, and the objects Helm actually sent to the API are
+recorded too. No other address than 127.0.0.1 is ever contacted.
 
 Used by helm/tests/test_chart.py and by deploy/generate.sh (plain manifests).
 
     python helm/tools/helmrender.py [--release NAME] [--namespace NS] [--set-json JSON]
         prints the rendered manifest (CRDs excluded, as `helm template`).
+    python helm/tools/helmrender.py --plain-manifests
+        prints deploy/manifests/visitors-operator.yaml (Namespace, CRDs, default render).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -118,6 +122,7 @@ class FakeApiServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.tmp = tempfile.TemporaryDirectory(prefix="visitors-fake-kube-")
 
     @property
     def url(self) -> str:
@@ -130,10 +135,11 @@ class FakeApiServer:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+        self.tmp.cleanup()
 
     def kubeconfig(self) -> str:
         """Path of a kubeconfig file (JSON is valid YAML) pointing at this server."""
-        path = Path(tempfile.mkdtemp(prefix="visitors-fake-kube-")) / "config"
+        path = Path(self.tmp.name) / "config"
         path.write_text(json.dumps(
             {
                 "apiVersion": "v1",
@@ -271,29 +277,23 @@ def import_helm():
         ) from e
 
 
-def _helm_env() -> None:
-    """Keeps Helm's caches and config out of the user's home, and stores releases in memory.
-
-    Must run before the native library loads: the Go runtime copies the environment once,
-    when the library is loaded, so later changes to os.environ are invisible to Helm.
-    """
+def _helm_env(env: dict) -> dict:
+    """Keeps Helm's caches and config out of the user's home, and stores releases in memory."""
     base = Path(tempfile.gettempdir()) / "visitors-helmrender"
     for var, sub in (("HELM_CACHE_HOME", "cache"), ("HELM_CONFIG_HOME", "config"), ("HELM_DATA_HOME", "data")):
-        os.environ.setdefault(var, str(base / sub))
-    os.environ["HELM_DRIVER"] = "memory"
-
-
-_helm_env()
+        env.setdefault(var, str(base / sub))
+    # Helm's default release storage is Secrets in protobuf, which the fake API does not speak.
+    env["HELM_DRIVER"] = "memory"
+    return env
 
 
 class Rendered:
     """What one install produced."""
 
-    def __init__(self, manifest: str, notes: str, created: list[dict], release: dict):
+    def __init__(self, manifest: str, notes: str, created: list[dict]):
         self.manifest = manifest  # the rendered templates, as `helm template` prints them
         self.notes = notes  # rendered NOTES.txt
-        self.created = created  # the objects Helm sent to the API (CRDs first)
-        self.release = release
+        self.created = created  # the objects Helm sent to the API, in order (CRDs first)
 
 
 def render(
@@ -302,31 +302,92 @@ def render(
     namespace: str = "visitors-operator-system",
     chart: Path = CHART,
 ) -> Rendered:
-    """Installs `chart` with `values` into a fresh fake API server and returns what Helm rendered."""
+    """Installs `chart` with `values` into a fresh fake API server and returns what Helm rendered.
+
+    Runs in a child process: the Go runtime inside helm-sdkpy reads the environment only as
+    it was when the process started, so HELM_DRIVER=memory cannot be set from here.
+    Raises RuntimeError with Helm's message when the install fails.
+    """
+    request = {"values": values or {}, "release": release, "namespace": namespace, "chart": str(chart)}
+    proc = subprocess.run(
+        [sys.executable, __file__, "--worker"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=_helm_env(dict(os.environ)),
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"helm install (render) failed:\n{proc.stderr.strip()}")
+    out = json.loads(proc.stdout)
+    return Rendered(out["manifest"], out["notes"], out["created"])
+
+
+def _worker() -> int:
+    """Child process of render(): one install, request on stdin, result as JSON on stdout."""
+    request = json.load(sys.stdin)
+    if os.environ.get("HELM_DRIVER") != "memory":
+        print("helmrender worker: HELM_DRIVER=memory must be set when the process starts", file=sys.stderr)
+        return 2
     helm = import_helm()
     with FakeApiServer() as api:
-        config = helm.Configuration(namespace=namespace, kubeconfig=api.kubeconfig())
-        result = asyncio.run(
-            helm.Install(config).run(
-                release,
-                str(chart),
-                values=values or None,
-                wait=False,
-                timeout=60,
-                # Validate against the chart's values.schema.json if it has one.
-                skip_schema_validation=False,
+        config = helm.Configuration(namespace=request["namespace"], kubeconfig=api.kubeconfig())
+        try:
+            result = asyncio.run(
+                helm.Install(config).run(
+                    request["release"],
+                    request["chart"],
+                    values=request["values"] or None,
+                    wait=False,
+                    timeout=60,
+                )
             )
-        )
+        except helm.HelmError as e:
+            print(f"{type(e).__name__}: {e}", file=sys.stderr)
+            return 1
         created = list(api.created)
-    return Rendered(result.get("manifest", ""), (result.get("info") or {}).get("notes", ""), created, result)
+    json.dump(
+        {"manifest": result.get("manifest", ""), "notes": (result.get("info") or {}).get("notes", ""), "created": created},
+        sys.stdout,
+    )
+    return 0
 
 
 def lint(chart: Path = CHART) -> dict:
     """Runs `helm lint` on the chart (offline)."""
     helm = import_helm()
-    with FakeApiServer() as api:
+    with FakeApiServer() as api:  # Lint needs a Configuration, though it never calls the API
         config = helm.Configuration(namespace="default", kubeconfig=api.kubeconfig())
         return asyncio.run(helm.Lint(config).run(str(chart)))
+
+
+PLAIN_RELEASE = "visitors-operator"
+PLAIN_NAMESPACE = "visitors-operator-system"
+PLAIN_HEADER = """\
+# visitors-operator: plain Kubernetes manifests, for installing without Helm.
+#
+# GENERATED; do not edit. deploy/generate.sh renders the Helm chart helm/visitors-operator
+# with its default values, release "{release}", namespace "{namespace}",
+# with the real Helm library (helm-sdkpy; see helm/tools/helmrender.py), and puts the
+# Namespace and the chart's CRDs first. helm/tests/test_chart.py fails when it is stale.
+#
+# Install:    kubectl apply -f deploy/manifests/visitors-operator.yaml
+# Uninstall:  see docs/install.md (deleting the CRDs deletes every VisitorsApp and backup object).
+"""
+
+
+def plain_manifests(chart: Path = CHART) -> str:
+    """The content of deploy/manifests/visitors-operator.yaml: Namespace, CRDs, the rendered chart."""
+    rendered = render({}, PLAIN_RELEASE, PLAIN_NAMESPACE, chart)
+    parts = [
+        PLAIN_HEADER.format(release=PLAIN_RELEASE, namespace=PLAIN_NAMESPACE),
+        f"---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: {PLAIN_NAMESPACE}\n",
+    ]
+    for crd in sorted((chart / "crds").glob("*.yaml")):
+        parts.append("---\n" + crd.read_text().rstrip("\n") + "\n")
+    # Helm's manifest starts each document with "---" and a "# Source:" comment.
+    parts.append(rendered.manifest.strip("\n") + "\n")
+    return "".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,7 +395,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--release", default="visitors-operator")
     parser.add_argument("--namespace", default="visitors-operator-system")
     parser.add_argument("--set-json", default="{}", help="values as a JSON object")
+    parser.add_argument("--plain-manifests", action="store_true", help="print deploy/manifests/visitors-operator.yaml")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.worker:
+        return _worker()
+    if args.plain_manifests:
+        sys.stdout.write(plain_manifests())
+        return 0
     out = render(json.loads(args.set_json), args.release, args.namespace)
     sys.stdout.write(out.manifest)
     return 0

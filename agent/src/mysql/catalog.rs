@@ -1,6 +1,8 @@
 //! What a database holds: tables with their columns and keys, views, routines, triggers, and
 //! the statements that recreate them.
 
+use std::collections::HashMap;
+
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
@@ -44,7 +46,8 @@ pub async fn create_database_sql(connector: &Connector, conn: &mut Conn, databas
     Ok(sql.replacen("CREATE DATABASE ", "CREATE DATABASE IF NOT EXISTS ", 1))
 }
 
-/// Base tables with their columns (generated ones left out) and key.
+/// Base tables with their columns (generated ones left out) and key, in three queries
+/// whatever the number of tables (information_schema queries are costly on the server).
 pub async fn tables(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<TableInfo>> {
     let during = "listing tables";
     let rows: Vec<(String, Option<u64>)> = conn
@@ -55,32 +58,42 @@ pub async fn tables(connector: &Connector, conn: &mut Conn, database: &str) -> R
         )
         .await
         .map_err(|e| connector.error(during, e))?;
-    let mut tables = Vec::with_capacity(rows.len());
-    for (name, data_length) in rows {
-        let columns: Vec<String> = conn
-            .exec(
-                "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
-                 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND EXTRA NOT LIKE '%GENERATED%' \
-                 ORDER BY ORDINAL_POSITION",
-                (database, &name),
-            )
-            .await
-            .map_err(|e| connector.error(during, e))?;
-        let key: Option<(String, String)> = conn
-            .exec_first(
-                "SELECT k.COLUMN_NAME, c.DATA_TYPE FROM information_schema.KEY_COLUMN_USAGE k \
-                 JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA \
-                   AND c.TABLE_NAME = k.TABLE_NAME AND c.COLUMN_NAME = k.COLUMN_NAME \
-                 WHERE k.TABLE_SCHEMA = ? AND k.TABLE_NAME = ? AND k.CONSTRAINT_NAME = 'PRIMARY' \
-                   AND k.ORDINAL_POSITION = 1",
-                (database, &name),
-            )
-            .await
-            .map_err(|e| connector.error(during, e))?;
-        let integer_key = key.filter(|(_, kind)| is_integer_type(kind)).map(|(column, _)| column);
-        tables.push(TableInfo { name, data_length: data_length.unwrap_or(0), columns, integer_key });
+    let column_rows: Vec<(String, String)> = conn
+        .exec(
+            "SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = ? AND EXTRA NOT LIKE '%GENERATED%' ORDER BY TABLE_NAME, ORDINAL_POSITION",
+            (database,),
+        )
+        .await
+        .map_err(|e| connector.error(during, e))?;
+    let key_rows: Vec<(String, String, String)> = conn
+        .exec(
+            "SELECT k.TABLE_NAME, k.COLUMN_NAME, c.DATA_TYPE FROM information_schema.KEY_COLUMN_USAGE k \
+             JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA \
+               AND c.TABLE_NAME = k.TABLE_NAME AND c.COLUMN_NAME = k.COLUMN_NAME \
+             WHERE k.TABLE_SCHEMA = ? AND k.CONSTRAINT_NAME = 'PRIMARY' AND k.ORDINAL_POSITION = 1",
+            (database,),
+        )
+        .await
+        .map_err(|e| connector.error(during, e))?;
+    let mut columns: HashMap<String, Vec<String>> = HashMap::new();
+    for (table, column) in column_rows {
+        columns.entry(table).or_default().push(column);
     }
-    Ok(tables)
+    let mut keys: HashMap<String, String> = key_rows
+        .into_iter()
+        .filter(|(_, _, kind)| is_integer_type(kind))
+        .map(|(table, column, _)| (table, column))
+        .collect();
+    Ok(rows
+        .into_iter()
+        .map(|(name, data_length)| TableInfo {
+            columns: columns.remove(&name).unwrap_or_default(),
+            integer_key: keys.remove(&name),
+            data_length: data_length.unwrap_or(0),
+            name,
+        })
+        .collect())
 }
 
 fn is_integer_type(data_type: &str) -> bool {
@@ -116,7 +129,24 @@ pub async fn views(connector: &Connector, conn: &mut Conn, database: &str) -> Re
             views.push((name, vec![session_charset(&charset, &collation), sql]));
         }
     }
-    Ok(views)
+    Ok(dependencies_first(database, views))
+}
+
+/// Orders views so that each comes after the views of the same database it selects from
+/// (`SHOW CREATE VIEW` qualifies every name as `db`.`name`), so `views.sql` runs in one pass.
+fn dependencies_first(database: &str, mut pending: Vec<(String, Vec<String>)>) -> Vec<(String, Vec<String>)> {
+    let qualified = |view: &str| format!("{}.{}", quote_ident(database), quote_ident(view));
+    let mut ordered: Vec<(String, Vec<String>)> = Vec::with_capacity(pending.len());
+    while !pending.is_empty() {
+        let names: Vec<String> = pending.iter().map(|(name, _)| qualified(name)).collect();
+        let ready = pending.iter().position(|(name, statements)| {
+            let body = statements.last().map(String::as_str).unwrap_or_default();
+            !names.iter().any(|other| *other != qualified(name) && body.contains(other.as_str()))
+        });
+        // A cycle cannot be created in MySQL; should the text mislead us, keep name order.
+        ordered.push(pending.remove(ready.unwrap_or(0)));
+    }
+    ordered
 }
 
 /// Stored procedures and functions, each as the statements that recreate it.
@@ -218,4 +248,21 @@ pub async fn existing_objects(connector: &Connector, conn: &mut Conn, database: 
     conn.exec("SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?", (database,))
         .await
         .map_err(|e| connector.error("listing existing tables", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_come_after_the_views_they_select_from() {
+        let view = |name: &str, body: &str| (name.to_string(), vec!["SET x".to_string(), body.to_string()]);
+        let views = vec![
+            view("a", "CREATE VIEW `a` AS select `d`.`b`.`x` from `d`.`b`"),
+            view("b", "CREATE VIEW `b` AS select `d`.`c`.`x` from `d`.`c`"),
+            view("c", "CREATE VIEW `c` AS select `d`.`t`.`x` from `d`.`t`"),
+        ];
+        let order: Vec<String> = dependencies_first("d", views).into_iter().map(|(name, _)| name).collect();
+        assert_eq!(order, ["c", "b", "a"]);
+    }
 }

@@ -152,3 +152,47 @@ async fn a_server_killed_mid_backup_leaves_no_manifest_and_no_files() {
     assert!(!dir.path().join(MANIFEST_FILE).exists());
     assert!(files_under(dir.path()).is_empty(), "partial files left: {:?}", files_under(dir.path()));
 }
+
+/// A tiny tmpfs, unmounted when dropped; `None` where this process may not mount.
+struct TinyVolume {
+    dir: tempfile::TempDir,
+}
+
+impl TinyVolume {
+    fn mount(size: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .is_ok_and(|o| o.status.success());
+        mounted.then_some(Self { dir })
+    }
+}
+
+impl Drop for TinyVolume {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_volume_is_named_and_cleaned_up() {
+    let Some(server) = MariaDb::start() else { return };
+    let Some(volume) = TinyVolume::mount("512k") else {
+        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    server.sql(
+        "CREATE DATABASE full_disk; CREATE TABLE full_disk.t (id INT PRIMARY KEY, b BLOB);
+         INSERT INTO full_disk.t SELECT seq, RANDOM_BYTES(1000) FROM seq_1_to_3000;",
+    );
+    let target = volume.dir.path().join("backup");
+    let mut options = small_backup(&server, &file_location(&target));
+    options.compression = visitors_agent::format::Compression::None;
+    match backup::run(&options).await {
+        Err(error @ AgentError::DiskFull { .. }) => assert!(error.to_string().contains("no space left"), "{error}"),
+        other => panic!("expected a full disk, got {:?}", other.err()),
+    }
+    assert!(files_under(&target).is_empty(), "partial files left: {:?}", files_under(&target));
+}

@@ -146,3 +146,44 @@ async fn gzip_and_uncompressed_backups_restore_too() {
         assert_eq!(server.sql("CHECKSUM TABLE g.t"), before);
     }
 }
+
+/// The format contract: with only zstd and the mariadb client, the commands of
+/// docs/backup-format.md restore a backup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_restores_by_hand_with_zstd_and_the_mariadb_client() {
+    let Some(source) = MariaDb::start() else { return };
+    let Some(target) = MariaDb::start() else { return };
+    if std::process::Command::new("zstd").arg("--version").output().is_err() {
+        assert!(std::env::var("VISITORS_REQUIRE_MARIADB").is_err(), "zstd is required");
+        eprintln!("SKIPPED: zstd is not installed");
+        return;
+    }
+    source.sql(SCHEMA);
+    let dir = tempfile::tempdir().unwrap();
+    let report = back_up(&small_backup(&source, &file_location(dir.path()))).await;
+    let client = target.client_shell_prefix();
+    let mut script = String::from("set -e\n");
+    for database in &report.manifest.databases {
+        let db = format!("'{}'", database.name);
+        script.push_str(&format!("{client} < '{}'\n", database.schema.path));
+        for table in &database.tables {
+            script.push_str(&format!("{client} {db} < '{}'\n", table.schema.path));
+            for chunk in &table.chunks {
+                script.push_str(&format!(
+                    "zstd -dc '{}' | {client} --local-infile=1 {db} -e \"SET foreign_key_checks = 0, time_zone = '+00:00', sql_mode = 'NO_AUTO_VALUE_ON_ZERO'; {}\"\n",
+                    chunk.file.path,
+                    table.load_sql.replace('`', "\\`")
+                ));
+            }
+        }
+        for file in [&database.views, &database.routines, &database.triggers].into_iter().flatten() {
+            script.push_str(&format!("{client} {db} < '{}'\n", file.path));
+        }
+    }
+    let output = std::process::Command::new("bash").arg("-c").arg(&script).current_dir(dir.path()).output().unwrap();
+    assert!(output.status.success(), "{}\n{script}", String::from_utf8_lossy(&output.stderr));
+    for table in TABLES {
+        assert_eq!(table_state(&source, table), table_state(&target, table), "{table} differs after a restore by hand");
+    }
+    assert_eq!(target.sql("SELECT COUNT(*) FROM shop.a_customer_totals"), "50\n");
+}

@@ -141,6 +141,15 @@ impl MariaDb {
         }
     }
 
+    /// The `mariadb` client connected as root, for commands a person would type.
+    pub fn client_shell_prefix(&self) -> String {
+        format!(
+            "{} --no-defaults --socket={} -uroot --default-character-set=utf8mb4",
+            self.client.display(),
+            self.dir.path().join("mysql.sock").display()
+        )
+    }
+
     fn try_sql(&self, sql: &str) -> Result<String, String> {
         let output = Command::new(&self.client)
             .arg("--no-defaults")

@@ -14,7 +14,10 @@ fn main() -> ExitCode {
         match arg.as_str() {
             "--check" => check = true,
             "-h" | "--help" => {
-                println!("usage: crdgen [--check] [DIR ...]\n\nWrites (or with --check, compares) one YAML file per CRD into each DIR.\nDefault DIRs: {}", DEFAULT_DIRS.join(" "));
+                println!(
+                    "usage: crdgen [--check] [DIR ...]\n\nWrites (or with --check, compares) one YAML file per CRD into each DIR.\nDefault DIRs: {}",
+                    DEFAULT_DIRS.join(" ")
+                );
                 return ExitCode::SUCCESS;
             }
             dir => dirs.push(PathBuf::from(dir)),

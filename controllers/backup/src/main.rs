@@ -1,12 +1,9 @@
 //! backup-controller: reconciles MySQLBackup resources.
 
+use backup_controller::controller;
 use clap::Parser;
 use controller_common::ControllerArgs;
 use controller_common::args::ENVIRONMENT_HELP;
-use backup_controller::controller;
-
-
-
 
 /// Reconciles MySQLBackup resources: on-demand backup runs and cron schedules of runs.
 #[derive(Parser)]

@@ -30,7 +30,9 @@ fn context() -> (Arc<Context>, MockApiServer) {
 }
 
 /// The stored object with the applied status, as the API server answers a status apply.
-fn with_applied_status(backup: &MySQLBackup) -> impl FnOnce(&controller_common::testing::Received) -> (StatusCode, serde_json::Value) {
+fn with_applied_status(
+    backup: &MySQLBackup,
+) -> impl FnOnce(&controller_common::testing::Received) -> (StatusCode, serde_json::Value) {
     let mut stored = serde_json::to_value(backup).unwrap();
     move |received| {
         stored["status"] = received.body["status"].clone();

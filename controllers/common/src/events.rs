@@ -36,8 +36,13 @@ impl Events {
     where
         K: Resource<DynamicType = ()>,
     {
-        let event =
-            Event { type_, reason: reason.into(), note: Some(truncate(note, 1000)), action: action.into(), secondary: None };
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(truncate(note, 1000)),
+            action: action.into(),
+            secondary: None,
+        };
         if let Err(error) = self.recorder.publish(&event, &object.object_ref(&())).await {
             tracing::warn!(%error, reason, "could not publish an event");
         }

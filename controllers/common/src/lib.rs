@@ -6,6 +6,7 @@ pub mod apply;
 pub mod args;
 pub mod backoff;
 pub mod events;
+pub mod finalizer;
 pub mod leader;
 pub mod metrics;
 pub mod reconcile;

@@ -44,7 +44,13 @@ impl Metrics {
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register("reconcile_failures", "Reconciles that failed, by error kind", failures.clone());
         registry.register("reconcile_duration_seconds", "Duration of reconciles", duration.clone());
-        Self { controller: ControllerLabels { controller: controller.to_string() }, registry, reconciles, failures, duration }
+        Self {
+            controller: ControllerLabels { controller: controller.to_string() },
+            registry,
+            reconciles,
+            failures,
+            duration,
+        }
     }
 
     /// Counts a reconcile and measures it until the returned guard is dropped.
@@ -91,7 +97,13 @@ mod tests {
         metrics.reconcile_failed("Kube");
         let text = metrics.encode();
         assert!(text.contains(r#"visitors_operator_reconciles_total{controller="visitors"} 2"#), "{text}");
-        assert!(text.contains(r#"visitors_operator_reconcile_failures_total{controller="visitors",error="Kube"} 1"#), "{text}");
-        assert!(text.contains(r#"visitors_operator_reconcile_duration_seconds_count{controller="visitors"} 2"#), "{text}");
+        assert!(
+            text.contains(r#"visitors_operator_reconcile_failures_total{controller="visitors",error="Kube"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"visitors_operator_reconcile_duration_seconds_count{controller="visitors"} 2"#),
+            "{text}"
+        );
     }
 }

@@ -118,7 +118,8 @@ mod tests {
     }
 
     fn runtime() -> Runtime {
-        let (service, _handle) = tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
         let client = Client::new(service, "default");
         Runtime {
             client: client.clone(),

@@ -21,9 +21,13 @@ pub enum StartupError {
         "CustomResourceDefinition {0} is not installed; install the CRDs (`kubectl apply -f deploy/crds/`) or the Helm chart first"
     )]
     CrdMissing(String),
-    #[error("CustomResourceDefinition {name} was not established within {seconds} s; check `kubectl describe crd {name}`")]
+    #[error(
+        "CustomResourceDefinition {name} was not established within {seconds} s; check `kubectl describe crd {name}`"
+    )]
     CrdNotEstablished { name: String, seconds: u64 },
-    #[error("cannot read CustomResourceDefinition {name}: {reason} (the controller's RBAC needs get/list/watch on customresourcedefinitions)")]
+    #[error(
+        "cannot read CustomResourceDefinition {name}: {reason} (the controller's RBAC needs get/list/watch on customresourcedefinitions)"
+    )]
     CrdUnreadable { name: String, reason: String },
     #[error("leader election failed: {0}")]
     LeaderElection(String),
@@ -37,7 +41,10 @@ pub async fn connect() -> Result<Client, StartupError> {
     let config = Config::infer().await.map_err(|e| StartupError::NoCluster(e.to_string()))?;
     let url = config.cluster_url.to_string();
     let client = Client::try_from(config).map_err(|e| StartupError::BadConfig(e.to_string()))?;
-    let version = client.apiserver_version().await.map_err(|e| StartupError::Unreachable { url: url.clone(), reason: e.to_string() })?;
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(|e| StartupError::Unreachable { url: url.clone(), reason: e.to_string() })?;
     tracing::info!(%url, version = %version.git_version, "connected to the Kubernetes API server");
     Ok(client)
 }
@@ -45,7 +52,10 @@ pub async fn connect() -> Result<Client, StartupError> {
 /// Waits until CRD `name` is established, for at most `timeout`.
 pub async fn wait_for_crd(client: Client, name: &str, timeout: Duration) -> Result<(), StartupError> {
     let api: Api<CustomResourceDefinition> = Api::all(client);
-    let exists = api.get_opt(name).await.map_err(|e| StartupError::CrdUnreadable { name: name.into(), reason: e.to_string() })?;
+    let exists = api
+        .get_opt(name)
+        .await
+        .map_err(|e| StartupError::CrdUnreadable { name: name.into(), reason: e.to_string() })?;
     if exists.is_none() {
         tracing::info!(crd = name, "waiting for the CustomResourceDefinition to be installed");
     }

@@ -57,7 +57,12 @@ pub fn init(service: &str, format: LogFormat) -> Result<Telemetry, TelemetryErro
         LogFormat::Text => tracing_subscriber::fmt::layer().boxed(),
     };
     let traces = provider.as_ref().map(|p| otel_layer(p, &service));
-    Registry::default().with(filter).with(logs).with(traces).try_init().map_err(|_| TelemetryError::AlreadyInstalled)?;
+    Registry::default()
+        .with(filter)
+        .with(logs)
+        .with(traces)
+        .try_init()
+        .map_err(|_| TelemetryError::AlreadyInstalled)?;
     Ok(Telemetry { provider })
 }
 

@@ -98,7 +98,10 @@ async fn into_received(request: Request<Body>) -> Received {
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
-    Response::builder().status(status).body(Body::from(serde_json::to_vec(body).expect("JSON serialises"))).expect("a valid response")
+    Response::builder()
+        .status(status)
+        .body(Body::from(serde_json::to_vec(body).expect("JSON serialises")))
+        .expect("a valid response")
 }
 
 /// A Kubernetes `Status` body for error answers, for example a 404.
@@ -138,7 +141,16 @@ pub fn assert_binary_explains_startup_failures(binary: &str) {
 
     let help = std::process::Command::new(binary).arg("--help").output().expect("the binary runs");
     let help = String::from_utf8_lossy(&help.stdout);
-    for documented in ["--namespace", "WATCH_NAMESPACE", "--metrics-address", "--log-format", "LEADER_ELECTION", "KUBECONFIG", "OTEL_EXPORTER_OTLP_ENDPOINT", "RUST_LOG"] {
+    for documented in [
+        "--namespace",
+        "WATCH_NAMESPACE",
+        "--metrics-address",
+        "--log-format",
+        "LEADER_ELECTION",
+        "KUBECONFIG",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "RUST_LOG",
+    ] {
         assert!(help.contains(documented), "--help does not mention {documented}:\n{help}");
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -75,7 +75,12 @@ fn reconcile_span_is_exported_with_object_attributes() {
     let resource = resource_spans.resource.as_ref().unwrap();
     assert_eq!(string(attribute(&resource.attributes, "service.name")), Some("visitors-controller-test"));
 
-    let span = resource_spans.scope_spans.iter().flat_map(|s| &s.spans).find(|s| s.name == "reconcile").expect("a reconcile span");
+    let span = resource_spans
+        .scope_spans
+        .iter()
+        .flat_map(|s| &s.spans)
+        .find(|s| s.name == "reconcile")
+        .expect("a reconcile span");
     assert_eq!(string(attribute(&span.attributes, "object.kind")), Some("VisitorsApp"));
     assert_eq!(string(attribute(&span.attributes, "object.namespace")), Some("shop"));
     assert_eq!(string(attribute(&span.attributes, "object.name")), Some("ex"));

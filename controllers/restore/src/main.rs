@@ -5,9 +5,6 @@ use controller_common::ControllerArgs;
 use controller_common::args::ENVIRONMENT_HELP;
 use restore_controller::controller;
 
-
-
-
 /// Reconciles MySQLRestore resources: safe, verified restores into a VisitorsApp.
 #[derive(Parser)]
 #[command(name = "restore-controller", version, after_help = ENVIRONMENT_HELP)]

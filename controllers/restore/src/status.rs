@@ -2,8 +2,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use visitors_api::InvalidSpec;
-use visitors_api::restore::{MySQLRestore, MySQLRestoreStatus, RestorePhase};
 use visitors_api::conditions::{self, Desired, READY, REASON_INVALID_SPEC, Status};
+use visitors_api::restore::{MySQLRestore, MySQLRestoreStatus, RestorePhase};
 
 /// The status a restore should have, given its spec's validation.
 pub fn desired(restore: &MySQLRestore, validation: &Result<(), InvalidSpec>, now: Time) -> MySQLRestoreStatus {

@@ -331,11 +331,10 @@ impl<'a> Reconciler<'a> {
     async fn apply_children(&self, credentials: &Credentials) -> Result<Observed, Error> {
         let secret = build::secret::secret_name(self.app);
         let existing_sts = self.cached(&self.ctx.stores.statefulsets, &names::mysql(&self.name));
-        let claims = existing_sts.as_ref().and_then(|s| s.spec.as_ref()?.volume_claim_templates.clone());
-        let sts = self
-            .apply_child(&build::mysql::statefulset(self.app, &secret, claims.as_deref()), existing_sts.is_none())
-            .await?;
-        if let Some(resize) = build::mysql::claim_resize(self.app, claims.as_deref()) {
+        let claim = existing_sts.as_deref().and_then(build::mysql::data_claim_template);
+        let desired = build::mysql::statefulset(self.app, &secret, claim);
+        let sts = self.apply_child(&desired, existing_sts.is_none()).await?;
+        if let Some(resize) = build::mysql::claim_resize(self.app, claim) {
             self.apply_child(&resize, false).await?;
         }
         self.apply_child(&build::mysql::headless_service(self.app), false).await?;

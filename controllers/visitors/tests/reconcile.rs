@@ -9,7 +9,7 @@ use kube::runtime::controller::Action;
 use support::{Harness, RESYNC, book_spec};
 use visitors_api::conditions::{self, BACKEND_READY, DATABASE_READY, READY};
 use visitors_api::visitors_app::{DeletionPolicy, MysqlSpec, StorageSpec};
-use visitors_controller::controller::FINALIZER;
+use visitors_controller::controller::{self, FINALIZER};
 
 fn ready_condition(h: &Harness) -> (String, String, String) {
     let status = h.app().status.expect("a status");
@@ -327,4 +327,28 @@ async fn switching_the_policy_moves_the_secret_ownership() {
     let secret: Secret = h.api.get("ex-mysql-credentials").unwrap();
     assert!(secret.metadata.owner_references.unwrap_or_default().is_empty());
     assert_eq!(secret.data.unwrap()["password"], password_before, "the Secret is never rotated");
+}
+
+#[tokio::test]
+async fn api_failures_are_explained_counted_and_backed_off() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.api.fail_when("/statefulsets", 403);
+
+    let error = h.reconcile().await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("StatefulSet ex-mysql") && message.contains("ServiceAccount lacks a permission"),
+        "{message}"
+    );
+
+    let app = std::sync::Arc::new(h.app());
+    let first = controller::error_policy(app.clone(), &error, h.ctx.clone());
+    let second = controller::error_policy(app, &error, h.ctx.clone());
+    assert_ne!(first, second, "each failure waits longer");
+    assert!(h.ctx.runtime.metrics.encode().contains(r#"error="Forbidden"} 2"#));
+
+    h.api.stop_failing();
+    h.reconcile().await.unwrap();
+    assert!(h.api.get::<StatefulSet>("ex-mysql").is_some());
 }

@@ -50,12 +50,13 @@ pub fn client_host(app: &VisitorsApp) -> String {
     format!("{}.{}.svc", names::mysql(&app.name_any()), app.namespace().unwrap_or_default())
 }
 
-/// The StatefulSet. `existing_claims` are the claim templates of the StatefulSet already in the
-/// cluster: they are immutable, so they are kept as they are (size changes go through
-/// [`claim_resize`]).
-pub fn statefulset(app: &VisitorsApp, secret: &str, existing_claims: Option<&[PersistentVolumeClaim]>) -> StatefulSet {
+/// The StatefulSet. `existing_claim` is the data claim template of the StatefulSet already in
+/// the cluster: claim templates are immutable, so its size and class are kept (a size change
+/// goes through [`claim_resize`]) and the rest is built as at creation, which keeps the apply a
+/// no-op.
+pub fn statefulset(app: &VisitorsApp, secret: &str, existing_claim: Option<&PersistentVolumeClaim>) -> StatefulSet {
     let name = app.name_any();
-    let claims = existing_claims.map(<[PersistentVolumeClaim]>::to_vec).unwrap_or_else(|| vec![claim_template(app)]);
+    let claims = vec![claim_template(app, existing_claim)];
     StatefulSet {
         metadata: child_meta(app, names::mysql(&name), Component::Mysql),
         spec: Some(StatefulSetSpec {
@@ -127,7 +128,17 @@ fn shell_probe(script: &str, period: i32, timeout: i32, failures: i32) -> Probe 
     }
 }
 
-fn claim_template(app: &VisitorsApp) -> PersistentVolumeClaim {
+/// The data claim template of a StatefulSet in the cluster.
+pub fn data_claim_template(sts: &StatefulSet) -> Option<&PersistentVolumeClaim> {
+    sts.spec.as_ref()?.volume_claim_templates.as_ref()?.iter().find(|c| c.metadata.name.as_deref() == Some(DATA_VOLUME))
+}
+
+fn claim_template(app: &VisitorsApp, existing: Option<&PersistentVolumeClaim>) -> PersistentVolumeClaim {
+    let size = existing.and_then(requested_size).unwrap_or(app.spec.storage_size());
+    let class = match existing {
+        Some(claim) => claim.spec.as_ref().and_then(|s| s.storage_class_name.clone()),
+        None => app.spec.storage_class_name().map(ToString::to_string),
+    };
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(DATA_VOLUME.to_string()),
@@ -136,8 +147,8 @@ fn claim_template(app: &VisitorsApp) -> PersistentVolumeClaim {
         },
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".to_string()]),
-            storage_class_name: app.spec.storage_class_name().map(ToString::to_string),
-            resources: Some(storage_request(app.spec.storage_size())),
+            storage_class_name: class,
+            resources: Some(storage_request(size)),
             ..PersistentVolumeClaimSpec::default()
         }),
         ..PersistentVolumeClaim::default()
@@ -161,9 +172,9 @@ fn requested_size(claim: &PersistentVolumeClaim) -> Option<&str> {
 /// grow one whose storage class does not allow expansion; that refusal is reported as it is.
 pub fn claim_resize(
     app: &VisitorsApp,
-    existing_claims: Option<&[PersistentVolumeClaim]>,
+    existing_claim: Option<&PersistentVolumeClaim>,
 ) -> Option<PersistentVolumeClaim> {
-    let template = existing_claims?.iter().find(|c| c.metadata.name.as_deref() == Some(DATA_VOLUME))?;
+    let template = existing_claim?;
     let wanted = app.spec.storage_size();
     if requested_size(template) == Some(wanted) {
         return None;
@@ -304,18 +315,18 @@ mod tests {
     #[test]
     fn existing_claim_templates_are_kept_and_a_resize_is_requested() {
         let original = statefulset(&book_app(), "creds", None);
-        let claims = original.spec.unwrap().volume_claim_templates.unwrap();
+        let claim = data_claim_template(&original).expect("a data claim template").clone();
         let mut app = book_app();
         app.spec.mysql = Some(MysqlSpec {
-            storage: Some(StorageSpec { size: Some("5Gi".into()), ..StorageSpec::default() }),
+            storage: Some(StorageSpec { size: Some("5Gi".into()), storage_class_name: Some("other".into()) }),
             ..MysqlSpec::default()
         });
-        let sts = statefulset(&app, "creds", Some(&claims));
-        assert_eq!(sts.spec.unwrap().volume_claim_templates.unwrap(), claims);
-        let resize = claim_resize(&app, Some(&claims)).expect("a resize");
+        let sts = statefulset(&app, "creds", Some(&claim));
+        assert_eq!(sts.spec.unwrap().volume_claim_templates.unwrap(), [claim.clone()], "immutable: kept as created");
+        let resize = claim_resize(&app, Some(&claim)).expect("a resize");
         assert_eq!(resize.metadata.name.as_deref(), Some("data-ex-mysql-0"));
         assert_eq!(requested_size(&resize), Some("5Gi"));
-        assert_eq!(claim_resize(&book_app(), Some(&claims)), None, "same size: nothing to do");
+        assert_eq!(claim_resize(&book_app(), Some(&claim)), None, "same size: nothing to do");
         assert_eq!(claim_resize(&app, None), None, "no StatefulSet yet: the template has the size");
     }
 

@@ -52,6 +52,8 @@ struct State {
     requests: Vec<Recorded>,
     events: Vec<Value>,
     revision: u64,
+    /// Requests whose path contains the text are answered with the code.
+    failures: Vec<(String, u16)>,
 }
 
 #[derive(Clone, Default)]
@@ -148,6 +150,15 @@ impl FakeApi {
             .collect()
     }
 
+    /// From now on, answers requests whose path contains `path_part` with an error `code`.
+    pub fn fail_when(&self, path_part: &str, code: u16) {
+        self.state.lock().unwrap().failures.push((path_part.to_string(), code));
+    }
+
+    pub fn stop_failing(&self) {
+        self.state.lock().unwrap().failures.clear();
+    }
+
     pub fn clear_events(&self) {
         self.state.lock().unwrap().events.clear();
     }
@@ -177,6 +188,10 @@ impl State {
                 self.events.push(body.clone());
             }
             return (StatusCode::CREATED, with_name(body, "event"), true);
+        }
+        if let Some((_, code)) = self.failures.iter().find(|(part, _)| path.contains(part.as_str())) {
+            let code = StatusCode::from_u16(*code).unwrap();
+            return status(code, code.canonical_reason().unwrap_or("Error"), "injected by the test");
         }
         let (collection, name, subresource) = split(path, method);
         let key = (collection.clone(), name.clone());

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Benchmark of visitors-agent against mariadb-dump and mydumper/myloader (issue 4).
+#
+# Starts its own throwaway MariaDB server, generates a dataset (one large table holding 80% of
+# the data and 50 small tables), then on the same server and data:
+#   backup:  visitors-agent backup | mariadb-dump --single-transaction --quick | zstd | mydumper -c
+#   restore: visitors-agent restore | zstd -dc dump | mariadb                         | myloader
+# and reports wall time, throughput (MiB/s of table data = SUM(DATA_LENGTH) after ANALYZE),
+# server CPU seconds (from /proc of mariadbd) and the agent's peak memory (/usr/bin/time -v).
+#
+# Usage: bench/agent/run.sh [--size-mib N] [--threads N] [--level N] [--agent PATH] [--keep]
+# Needs: mariadb-server mariadb-client zstd mydumper time (Debian packages), and a release
+# build of the agent (cargo build --release -p visitors-agent) unless --agent is given.
+set -euo pipefail
+
+SIZE_MIB=1024
+THREADS=2
+LEVEL=3
+AGENT=""
+KEEP=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --size-mib) SIZE_MIB="$2"; shift 2 ;;
+    --threads) THREADS="$2"; shift 2 ;;
+    --level) LEVEL="$2"; shift 2 ;;
+    --agent) AGENT="$2"; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+if [[ -z "$AGENT" ]]; then
+  AGENT="${CARGO_TARGET_DIR:-$ROOT/target}/release/visitors-agent"
+fi
+for program in mariadbd mariadb-install-db mariadb mariadb-dump zstd mydumper myloader /usr/bin/time "$AGENT"; do
+  command -v "$program" >/dev/null || [[ -x "$program" ]] || { echo "missing: $program" >&2; exit 1; }
+done
+
+WORK="$(mktemp -d /tmp/visitors-agent-bench.XXXXXX)"
+SERVER_PID=""
+cleanup() {
+  if [[ -n "$SERVER_PID" ]]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+  if [[ "$KEEP" == 0 ]]; then rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+SOCKET="$WORK/mysql.sock"
+export MYSQL_PWD="bench-password"
+USER_ARGS=()
+[[ "$(id -u)" == 0 ]] && USER_ARGS=(--user=root)
+mkdir -p "$WORK/tmp"
+mariadb-install-db --no-defaults --datadir="$WORK/data" --tmpdir="$WORK/tmp" --auth-root-authentication-method=socket \
+  --skip-test-db "${USER_ARGS[@]}" >/dev/null
+mariadbd --no-defaults --datadir="$WORK/data" --socket="$SOCKET" --port="$PORT" --bind-address=127.0.0.1 \
+  --tmpdir="$WORK/tmp" --log-error="$WORK/error.log" --skip-log-bin --local-infile=1 --skip-name-resolve \
+  --innodb-buffer-pool-size=2G --innodb-log-file-size=512M --innodb-flush-log-at-trx-commit=2 \
+  --max-allowed-packet=256M "${USER_ARGS[@]}" &
+SERVER_PID=$!
+for _ in $(seq 1 120); do
+  mariadb --no-defaults --socket="$SOCKET" -uroot -e "SELECT 1" >/dev/null 2>&1 && break
+  sleep 0.5
+done
+root_sql() { mariadb --no-defaults --socket="$SOCKET" -uroot --batch --skip-column-names -D mysql -e "$1"; }
+root_sql "CREATE USER 'bench'@'%' IDENTIFIED BY '$MYSQL_PWD'; GRANT ALL ON *.* TO 'bench'@'%';"
+TCP=(-h 127.0.0.1 -P "$PORT" -u bench)
+AGENT_TCP=(--host 127.0.0.1 --port "$PORT" --user bench)
+
+# ---- dataset ---------------------------------------------------------------------------
+ROW_BYTES=230   # InnoDB bytes per row of the tables below, measured
+BIG_ROWS=$(( SIZE_MIB * 1024 * 1024 * 8 / 10 / ROW_BYTES ))
+SMALL_ROWS=$(( SIZE_MIB * 1024 * 1024 * 2 / 10 / 50 / ROW_BYTES ))
+COLUMNS="id BIGINT PRIMARY KEY, account INT NOT NULL, code CHAR(40) NOT NULL, note VARCHAR(255) NOT NULL,
+  amount DECIMAL(12,2) NOT NULL, created DATETIME(3) NOT NULL"
+ROW="seq, seq % 100003, SHA1(seq), CONCAT(MD5(seq), ' ', REPEAT(CHAR(97 + seq % 26), seq % 100), ' ', MD5(seq + 1)),
+  (seq % 1000000) / 100, '2020-01-01' + INTERVAL seq SECOND"
+echo "generating ~${SIZE_MIB} MiB: big (${BIG_ROWS} rows) + 50 small tables (${SMALL_ROWS} rows each)" >&2
+gen_start=$(date +%s)
+root_sql "CREATE DATABASE bench; CREATE TABLE bench.big ($COLUMNS, KEY (account));"
+for (( from = 1; from <= BIG_ROWS; from += 250000 )); do
+  to=$(( from + 249999 < BIG_ROWS ? from + 249999 : BIG_ROWS ))
+  root_sql "INSERT INTO bench.big SELECT $ROW FROM seq_${from}_to_${to}"
+done
+for i in $(seq 1 50); do
+  root_sql "CREATE TABLE bench.small_$i ($COLUMNS); INSERT INTO bench.small_$i SELECT $ROW FROM seq_1_to_${SMALL_ROWS};"
+done
+root_sql "$(for t in big $(seq -f 'small_%g' 1 50); do echo "ANALYZE TABLE bench.$t;"; done)" >/dev/null
+DATA_BYTES=$(root_sql "SELECT SUM(DATA_LENGTH) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'bench'")
+DATA_MIB=$(awk "BEGIN { printf \"%.0f\", $DATA_BYTES / 1048576 }")
+echo "generated ${DATA_MIB} MiB of table data in $(( $(date +%s) - gen_start ))s" >&2
+CHECKSUM_BEFORE=$(root_sql "CHECKSUM TABLE bench.big, bench.small_50")
+
+# ---- measurement helpers ---------------------------------------------------------------
+TICKS=$(getconf CLK_TCK)
+server_cpu() { awk -v t="$TICKS" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$SERVER_PID/stat"; }
+RESULTS="$WORK/results.md"
+printf '| step | tool | wall s | MiB/s | server CPU s | agent peak RSS MiB | stored MiB |\n|---|---|---|---|---|---|---|\n' > "$RESULTS"
+# measure STEP TOOL STORED_PATH COMMAND...: runs the command, appends a result row.
+measure() {
+  local step="$1" tool="$2" stored="$3"; shift 3
+  sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+  local cpu0 t0 t1 cpu1 rss="-" size="-"
+  cpu0=$(server_cpu); t0=$(date +%s.%N)
+  /usr/bin/time -v -o "$WORK/time.txt" "$@" > "$WORK/out.txt" 2> "$WORK/err.txt" || {
+    echo "$tool $step failed:" >&2; tail -5 "$WORK/err.txt" >&2; exit 1; }
+  t1=$(date +%s.%N); cpu1=$(server_cpu)
+  if [[ "$tool" == visitors-agent* ]]; then
+    rss=$(awk '/Maximum resident set size/ { printf "%.0f", $6 / 1024 }' "$WORK/time.txt")
+  fi
+  [[ -n "$stored" ]] && size=$(du -sm "$stored" | cut -f1)
+  local wall; wall=$(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }")
+  local rate; rate=$(awk "BEGIN { printf \"%.1f\", $DATA_MIB / ($t1 - $t0) }")
+  local cpu; cpu=$(awk "BEGIN { printf \"%.1f\", $cpu1 - $cpu0 }")
+  printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$step" "${tool//|/\\|}" "$wall" "$rate" "$cpu" "$rss" "$size" | tee -a "$RESULTS" >&2
+}
+drop_bench() { root_sql "DROP DATABASE IF EXISTS bench"; }
+check_restored() {
+  local after; after=$(root_sql "CHECKSUM TABLE bench.big, bench.small_50")
+  [[ "$after" == "$CHECKSUM_BEFORE" ]] || { echo "restored data differs after $1" >&2; exit 1; }
+}
+
+# ---- backups ---------------------------------------------------------------------------
+measure backup "visitors-agent (zstd -$LEVEL, $THREADS workers)" "$WORK/agent" \
+  "$AGENT" backup --to "file://$WORK/agent" "${AGENT_TCP[@]}" --database bench --parallelism "$THREADS" \
+  --compression zstd --compression-level "$LEVEL" --progress-interval 0
+measure backup "mariadb-dump --single-transaction --quick | zstd -$LEVEL" "$WORK/dump.sql.zst" \
+  bash -c "mariadb-dump ${TCP[*]} --single-transaction --quick --databases bench | zstd -q -$LEVEL -o '$WORK/dump.sql.zst'"
+measure backup "mydumper -t $THREADS -c --rows 500000 (gzip)" "$WORK/mydumper" \
+  mydumper "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -c --rows 500000 -B bench -o "$WORK/mydumper"
+
+# ---- restores --------------------------------------------------------------------------
+drop_bench
+measure restore "visitors-agent ($THREADS workers)" "" \
+  "$AGENT" restore --from "file://$WORK/agent" "${AGENT_TCP[@]}" --parallelism "$THREADS" --progress-interval 0
+check_restored "visitors-agent restore"
+drop_bench
+measure restore "zstd -dc | mariadb" "" bash -c "zstd -dc '$WORK/dump.sql.zst' | mariadb ${TCP[*]}"
+check_restored "mariadb"
+drop_bench
+measure restore "myloader -t $THREADS" "" myloader "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -d "$WORK/mydumper" -o
+check_restored "myloader"
+
+echo
+echo "Dataset: ${DATA_MIB} MiB of table data (SUM(DATA_LENGTH)), big: ${BIG_ROWS} rows, 50 x ${SMALL_ROWS} rows;" \
+  "threads ${THREADS}, zstd level ${LEVEL}, $(mariadbd --version | awk '{print $3}'), $(nproc) cores"
+cat "$RESULTS"

@@ -1,0 +1,262 @@
+//! Performance figures of the visitors controller for `docs/benchmarks.md`:
+//! API requests per reconcile (fresh and converged app), reconcile latency without API time,
+//! and the memory of the controller's caches with 1,000 VisitorsApps.
+//!
+//! `cargo bench -p visitors-controller --bench visitors`
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, StatefulSet, StatefulSetStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta, Time};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+use support::{Harness, book_spec};
+use visitors_api::VisitorsApp;
+use visitors_controller::build;
+use visitors_controller::status::{self, Database, Observed, Workload};
+
+/// Counts live heap bytes, to weigh the caches exactly.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn mib(bytes: f64) -> String {
+    format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
+}
+
+fn app(index: usize) -> VisitorsApp {
+    let name = format!("app-{index:04}");
+    let mut app = VisitorsApp::new(&name, book_spec());
+    app.metadata = ObjectMeta {
+        name: Some(name.clone()),
+        namespace: Some(format!("team-{}", index % 50)),
+        uid: Some(format!("00000000-0000-0000-0000-{index:012}")),
+        generation: Some(1),
+        resource_version: Some(format!("{}", 100_000 + index)),
+        finalizers: Some(vec![visitors_controller::controller::FINALIZER.into()]),
+        ..ObjectMeta::default()
+    };
+    app
+}
+
+/// A managedFields entry about as large as the API server writes for an applied object.
+fn managed_fields<T: serde::Serialize>(spec: &T) -> Option<Vec<ManagedFieldsEntry>> {
+    let fields = serde_json::to_value(spec).unwrap();
+    Some(vec![ManagedFieldsEntry {
+        manager: Some("visitors-controller".into()),
+        operation: Some("Apply".into()),
+        api_version: Some("apps/v1".into()),
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(FieldsV1(serde_json::json!({ "f:spec": fields }))),
+        time: Some(Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap())),
+        ..ManagedFieldsEntry::default()
+    }])
+}
+
+/// The objects a real cluster would hold for one app, with status and managedFields.
+fn children(app: &VisitorsApp) -> (StatefulSet, Deployment, Deployment) {
+    let mut sts = build::mysql::statefulset(app, "creds", None);
+    sts.metadata.managed_fields = managed_fields(&sts.spec);
+    sts.status = Some(StatefulSetStatus { replicas: 1, ready_replicas: Some(1), ..StatefulSetStatus::default() });
+    let ready = DeploymentStatus { replicas: Some(1), ready_replicas: Some(1), ..DeploymentStatus::default() };
+    let mut backend = build::backend::deployment(app, "creds");
+    backend.metadata.managed_fields = managed_fields(&backend.spec);
+    backend.status = Some(ready.clone());
+    let mut frontend = build::frontend::deployment(app);
+    frontend.metadata.managed_fields = managed_fields(&frontend.spec);
+    frontend.status = Some(ready);
+    (sts, backend, frontend)
+}
+
+fn fill<K: kube::Resource<DynamicType = ()> + Clone>(writer: &mut Writer<K>, objects: Vec<K>) {
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for object in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(object));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+}
+
+fn memory(apps: usize) {
+    let rss_before = rss_kib();
+    let heap_before = LIVE.load(Ordering::Relaxed);
+    let mut app_writer: Writer<VisitorsApp> = Writer::default();
+    let mut sts_writer: Writer<StatefulSet> = Writer::default();
+    let mut deployment_writer: Writer<Deployment> = Writer::default();
+    let mut all_apps = Vec::new();
+    let mut all_sts = Vec::new();
+    let mut all_deployments = Vec::new();
+    for index in 0..apps {
+        let mut app = app(index);
+        let (sts, backend, frontend) = children(&app);
+        app.status = Some(status::compute(&app, &converged(), now()));
+        app.metadata.managed_fields = managed_fields(&app.spec);
+        all_apps.push(app);
+        all_sts.push(sts);
+        all_deployments.extend([backend, frontend]);
+    }
+    fill(&mut app_writer, all_apps);
+    fill(&mut sts_writer, all_sts);
+    fill(&mut deployment_writer, all_deployments);
+    let heap = LIVE.load(Ordering::Relaxed) - heap_before;
+    let rss = rss_kib();
+    assert_eq!(app_writer.as_reader().state().len(), apps);
+    println!("## memory with {apps} VisitorsApps in the caches (apps, StatefulSets, Deployments)");
+    println!("cache heap (live bytes, exact)     {}", mib(heap as f64));
+    println!("cache heap per app                 {:.1} KiB", heap as f64 / apps as f64 / 1024.0);
+    println!("process RSS before / after         {} / {}", mib(rss_before as f64 * 1024.0), mib(rss as f64 * 1024.0));
+}
+
+fn converged() -> Observed {
+    let ready = |image: &str| Workload { desired: 1, ready: 1, updated: 1, current: true, image: Some(image.into()) };
+    Observed {
+        secret: "creds".into(),
+        mysql: ready("mysql:8.4"),
+        database: Database::Connected,
+        backend: Some(ready("jdob/visitors-service:1.0.0")),
+        backend_held: false,
+        frontend: ready("jdob/visitors-webui:1.0.0"),
+    }
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// The pure part of one reconcile: validate, build every child, compute the status.
+fn pipeline(app: &VisitorsApp, observed: &Observed) -> usize {
+    visitors_controller::validate::spec(&app.spec).unwrap();
+    let objects = (
+        build::mysql::statefulset(app, "creds", None),
+        build::mysql::headless_service(app),
+        build::mysql::client_service(app),
+        build::backend::deployment(app, "creds"),
+        build::backend::service(app),
+        build::frontend::deployment(app),
+        build::frontend::service(app),
+    );
+    let status = status::compute(app, observed, now());
+    std::hint::black_box((&objects, &status));
+    status.conditions.len()
+}
+
+fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
+    samples.sort();
+    let at = |p: f64| samples[((samples.len() as f64 - 1.0) * p) as usize];
+    (at(0.5), at(0.99), samples.iter().sum::<Duration>() / samples.len() as u32)
+}
+
+fn latency_pure() {
+    let mut app = app(1);
+    app.status = Some(status::compute(&app, &converged(), now()));
+    let observed = converged();
+    for _ in 0..1_000 {
+        pipeline(&app, &observed);
+    }
+    let samples: Vec<Duration> = (0..20_000)
+        .map(|_| {
+            let start = Instant::now();
+            pipeline(&app, &observed);
+            start.elapsed()
+        })
+        .collect();
+    let (p50, p99, mean) = percentiles(samples);
+    println!("## reconcile latency without API time (validate + build 7 children + status), 20000 runs");
+    println!("p50 {p50:?}  p99 {p99:?}  mean {mean:?}");
+}
+
+fn count(h: &Harness) -> (usize, usize, BTreeMap<String, usize>) {
+    let requests = h.api.requests();
+    let mut by_kind = BTreeMap::new();
+    for r in &requests {
+        let kind = if r.path.contains("/events") {
+            "POST event".to_string()
+        } else {
+            format!("{} {}", r.method, last_kind(&r.path))
+        };
+        *by_kind.entry(kind).or_insert(0) += 1;
+    }
+    (requests.len(), requests.iter().filter(|r| r.changed).count(), by_kind)
+}
+
+fn last_kind(path: &str) -> String {
+    let parts: Vec<&str> = path.split('/').collect();
+    let at = parts.iter().position(|p| *p == "namespaces").unwrap_or(0);
+    let kind = parts.get(at + 2).copied().unwrap_or("?");
+    if path.ends_with("/status") { format!("{kind}/status") } else { kind.to_string() }
+}
+
+async fn requests_and_latency_with_fake() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.api.clear_requests();
+    h.reconcile().await.unwrap();
+    let (total, changing, by_kind) = count(&h);
+    println!("## API requests, fresh app, first reconcile: {total} ({changing} change something)");
+    println!("{by_kind:?}");
+
+    h.mysql_pod_ready();
+    h.probe.succeed();
+    h.reconcile().await.unwrap();
+    h.deployment_ready("ex-backend");
+    h.deployment_ready("ex-frontend");
+    h.reconcile().await.unwrap();
+    h.api.clear_requests();
+    h.reconcile().await.unwrap();
+    let (total, changing, by_kind) = count(&h);
+    println!("## API requests, converged app, periodic reconcile: {total} ({changing} change something)");
+    println!("{by_kind:?}");
+
+    let samples: Vec<Duration> = {
+        let mut samples = Vec::new();
+        for _ in 0..2_000 {
+            let start = Instant::now();
+            h.reconcile().await.unwrap();
+            samples.push(start.elapsed());
+        }
+        samples
+    };
+    let (p50, p99, mean) = percentiles(samples);
+    println!("## converged reconcile against the in-memory API (client encode/decode + fake included), 2000 runs");
+    println!("p50 {p50:?}  p99 {p99:?}  mean {mean:?}");
+}
+
+fn main() {
+    // Cargo passes `--bench`; a filter argument is accepted and ignored.
+    memory(1_000);
+    latency_pure();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(requests_and_latency_with_fake());
+}

@@ -1,0 +1,158 @@
+//! End-to-end scenario on a real cluster with the suite installed (CRDs and the visitors
+//! controller, e.g. from the Helm chart on kind): apply the book's VisitorsApp, wait for Ready,
+//! change its size, delete it.
+//!
+//! Ignored by default because it needs a cluster and takes minutes (images are pulled):
+//!
+//! ```text
+//! KUBECONFIG=~/.kube/config cargo test -p visitors-controller --test e2e_visitors -- --ignored --nocapture
+//! ```
+//!
+//! Without a configured cluster it prints why and passes without checking anything. With a
+//! cluster but without the suite it fails, saying what is missing. `E2E_TIMEOUT_SECONDS`
+//! (default 600) bounds each wait; `E2E_KEEP_NAMESPACE=1` keeps the namespace for inspection.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use visitors_api::conditions::{self, READY};
+use visitors_api::{VisitorsApp, VisitorsAppSpec};
+
+const APP: &str = "ex";
+
+fn timeout() -> Duration {
+    let seconds = std::env::var("E2E_TIMEOUT_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(600);
+    Duration::from_secs(seconds)
+}
+
+/// Polls `check` every few seconds until it returns `Some`, or fails with `what` and the last
+/// state seen after the timeout.
+async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout();
+    loop {
+        let last = match check().await {
+            Ok(value) => return value,
+            Err(state) => state,
+        };
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {:?} waiting for {what}; last seen: {last}", timeout());
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+}
+
+async fn ready_at_generation(apps: &Api<VisitorsApp>, generation: i64) -> Result<VisitorsApp, String> {
+    let app = apps.get(APP).await.map_err(|e| e.to_string())?;
+    let status = app.status.clone().unwrap_or_default();
+    let ready = conditions::find(&status.conditions, READY);
+    let summary =
+        ready.map(|c| format!("{} {}: {}", c.status, c.reason, c.message)).unwrap_or("no Ready condition".into());
+    if status.observed_generation == Some(generation) && conditions::is_true(&status.conditions, READY) {
+        Ok(app)
+    } else {
+        Err(format!("observedGeneration {:?}, Ready {summary}", status.observed_generation))
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a Kubernetes cluster (KUBECONFIG) with the visitors-operator suite installed"]
+async fn book_app_lifecycle() {
+    let client = match Client::try_default().await {
+        Ok(client) => client,
+        Err(error) => {
+            eprintln!("SKIPPED: no Kubernetes cluster is configured ({error}); set KUBECONFIG to run this scenario");
+            return;
+        }
+    };
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    if let Err(error) = crds.get("visitorsapps.example.com").await {
+        panic!(
+            "the cluster answers but the suite is not installed (CRD visitorsapps.example.com: {error}); install the Helm chart first"
+        );
+    }
+
+    let namespace = format!("visitors-e2e-{}", std::process::id());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta { name: Some(namespace.clone()), ..Default::default() },
+        ..Default::default()
+    };
+    namespaces.create(&PostParams::default(), &ns).await.expect("create the test namespace");
+    eprintln!("namespace {namespace}");
+
+    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace);
+    // The book's resource, unchanged.
+    let book = VisitorsApp::new(
+        APP,
+        VisitorsAppSpec { size: 1, title: Some("Custom Dashboard Title".into()), ..VisitorsAppSpec::default() },
+    );
+    apps.create(&PostParams::default(), &book).await.expect("create the book's VisitorsApp");
+
+    let app = wait_for("the app to become Ready", || ready_at_generation(&apps, 1)).await;
+    let status = app.status.unwrap();
+    assert_eq!(status.backend_ready_replicas, Some(1));
+    assert_eq!(status.mysql_ready_replicas, Some(1));
+    assert_eq!(status.backend_image.as_deref(), Some("jdob/visitors-service:1.0.0"));
+    let database = conditions::find(&status.conditions, conditions::DATABASE_READY).unwrap();
+    eprintln!("database: {} ({})", database.reason, database.message);
+    for name in ["ex-mysql", "ex-mysql-headless", "ex-backend", "ex-frontend"] {
+        Api::<Service>::namespaced(client.clone(), &namespace)
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("Service {name}: {e}"));
+    }
+    Api::<StatefulSet>::namespaced(client.clone(), &namespace).get("ex-mysql").await.expect("the MySQL StatefulSet");
+    Api::<Secret>::namespaced(client.clone(), &namespace)
+        .get("ex-mysql-credentials")
+        .await
+        .expect("the generated Secret");
+
+    // A converged app is left alone: no child changes while nothing else does.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
+    let before = deployments.get("ex-frontend").await.unwrap().resource_version();
+
+    let patch = serde_json::json!({ "spec": { "size": 2 } });
+    apps.patch(APP, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("change the size");
+    let app = wait_for("the app to be Ready with two backend replicas", || ready_at_generation(&apps, 2)).await;
+    assert_eq!(app.status.unwrap().backend_ready_replicas, Some(2));
+    assert_eq!(deployments.get("ex-backend").await.unwrap().spec.unwrap().replicas, Some(2));
+    assert_eq!(deployments.get("ex-frontend").await.unwrap().resource_version(), before, "the frontend did not change");
+
+    apps.delete(APP, &DeleteParams::default()).await.expect("delete the app");
+    wait_for("the app and its Deployments to be gone", || async {
+        let app_left = apps.get_opt(APP).await.map_err(|e| e.to_string())?.is_some();
+        let deployments_left = deployments.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items.len();
+        if !app_left && deployments_left == 0 {
+            Ok(())
+        } else {
+            Err(format!("app left: {app_left}, deployments: {deployments_left}"))
+        }
+    })
+    .await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &namespace);
+    assert!(claims.get_opt("data-ex-mysql-0").await.unwrap().is_some(), "deletionPolicy Retain keeps the volume");
+    let events: Api<Event> = Api::namespaced(client.clone(), &namespace);
+    let retained = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .any(|e| e.reason.as_deref() == Some("VolumeRetained"));
+    assert!(retained, "a VolumeRetained Event says the volume is kept");
+
+    if std::env::var("E2E_KEEP_NAMESPACE").is_ok_and(|v| v == "1") {
+        eprintln!("keeping namespace {namespace}");
+    } else {
+        namespaces.delete(&namespace, &DeleteParams::default()).await.expect("delete the test namespace");
+    }
+}

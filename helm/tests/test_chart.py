@@ -1,0 +1,554 @@
+"""Tests of the Helm chart helm/visitors-operator, with the real Helm library (helm-sdkpy).
+
+Run:  python -m pytest helm/tests -q     (from the repository root, in the project venv)
+
+helm-sdkpy cannot `helm template`; helm/tools/helmrender.py renders by running a real
+`helm install` against a small in-memory fake API server, and returns Helm's manifest.
+Without helm-sdkpy the Helm tests are skipped with the reason, or fail when
+VISITORS_REQUIRE_HELM=1 (as CI sets it).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "helm" / "tools"))
+import helmrender  # noqa: E402
+
+CHART = REPO / "helm" / "visitors-operator"
+CHART_META = yaml.safe_load((CHART / "Chart.yaml").read_text())
+APP_VERSION = str(CHART_META["appVersion"])
+DEFAULT_IMAGE = f"ghcr.io/visitors-operator/visitors-operator:{APP_VERSION}"
+RELEASE = "visitors-operator"
+NAMESPACE = "visitors-operator-system"
+CONTROLLERS = ("visitors", "backup", "restore")
+STANDARD_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/version",
+    "helm.sh/chart",
+)
+
+
+# --- Helm availability ---------------------------------------------------------------------
+
+
+@functools.cache
+def _helm_problem() -> str | None:
+    try:
+        helmrender.import_helm()
+        return None
+    except RuntimeError as e:
+        return str(e)
+
+
+@pytest.fixture(scope="session")
+def helm():
+    """Fails (VISITORS_REQUIRE_HELM=1) or skips, saying why, when helm-sdkpy cannot be loaded."""
+    problem = _helm_problem()
+    if problem:
+        if os.environ.get("VISITORS_REQUIRE_HELM") == "1":
+            pytest.fail(f"VISITORS_REQUIRE_HELM=1 but {problem}", pytrace=False)
+        pytest.skip(f"helm-sdkpy not available ({problem}); set VISITORS_REQUIRE_HELM=1 to make this fail")
+
+
+@functools.cache
+def _render_cached(values_json: str, release: str, namespace: str) -> tuple[list[dict], str, tuple]:
+    r = helmrender.render(json.loads(values_json), release, namespace)
+    docs = [d for d in yaml.safe_load_all(r.manifest) if d]
+    return docs, r.notes, tuple(json.dumps(o) for o in r.created)
+
+
+def render(values: dict | None = None, release: str = RELEASE, namespace: str = NAMESPACE) -> list[dict]:
+    """Rendered objects of the chart (CRDs excluded), parsed."""
+    return _render_cached(json.dumps(values or {}, sort_keys=True), release, namespace)[0]
+
+
+def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def deployments(docs: list[dict]) -> dict[str, dict]:
+    """Deployments keyed by controller key (visitors, backup, restore), from the component label."""
+    out = {}
+    for d in by_kind(docs, "Deployment").values():
+        component = d["metadata"]["labels"]["app.kubernetes.io/component"]
+        assert component.endswith("-controller"), f"unexpected component label {component!r}"
+        out[component.removesuffix("-controller")] = d
+    return out
+
+
+def container(deployment: dict) -> dict:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1, f"{deployment['metadata']['name']}: expected one container, got {len(containers)}"
+    return containers[0]
+
+
+def env_of(deployment: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container(deployment).get("env", [])}
+
+
+# --- Chart files (no Helm needed) ----------------------------------------------------------
+
+
+def test_chart_metadata():
+    assert CHART_META["apiVersion"] == "v2"
+    assert CHART_META["name"] == "visitors-operator"
+    assert str(CHART_META["version"]) == "0.1.0"
+    assert APP_VERSION == "0.1.0"
+
+
+def test_chart_crds_equal_deploy_crds():
+    """The chart's crds/ is written by crdgen together with deploy/crds/; they must not drift."""
+    chart_crds = {p.name: p.read_text() for p in (CHART / "crds").glob("*.yaml")}
+    deploy_crds = {p.name: p.read_text() for p in (REPO / "deploy" / "crds").glob("*.yaml")}
+    assert deploy_crds, "deploy/crds/ has no CRDs"
+    assert sorted(chart_crds) == sorted(deploy_crds), "run `cargo run --bin crdgen`"
+    for name in deploy_crds:
+        assert chart_crds[name] == deploy_crds[name], f"crds/{name} differs from deploy/crds/{name}: run `cargo run --bin crdgen`"
+
+
+# Keys whose children are plain Kubernetes fields (documented by Kubernetes), not chart settings.
+PASSTHROUGH_KEYS = {"podSecurityContext", "securityContext", "strategy"}
+
+
+def test_every_value_is_commented():
+    """Each chart setting in values.yaml (top level and one level down) has a comment above it."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    parent = None
+    missing = []
+    for i, line in enumerate(lines):
+        m = re.match(r"^( *)([A-Za-z][\w.-]*):", line)
+        if not m:
+            continue
+        indent, key = len(m.group(1)), m.group(2)
+        if indent == 0:
+            parent = key
+        if indent > 2 or (indent == 2 and parent in PASSTHROUGH_KEYS):
+            continue
+        if i == 0 or not lines[i - 1].lstrip().startswith("#"):
+            missing.append(f"line {i + 1}: {line.strip()}")
+    assert not missing, "values.yaml settings without a comment above them:\n" + "\n".join(missing)
+
+
+# --- Lint ----------------------------------------------------------------------------------
+
+
+def test_lint_is_clean(helm):
+    result = helmrender.lint(CHART)
+    # Severity: 1 info, 2 warning, 3 error. Info ("icon is recommended") is accepted.
+    problems = [m for m in result.get("Messages") or [] if m.get("Severity", 0) >= 2]
+    assert result.get("TotalChartsLinted") == 1, result
+    assert not problems, (
+        "helm lint found warnings or errors (helm-sdkpy drops the text of some; a render "
+        f"test shows Helm's full message): {json.dumps(problems)}"
+    )
+    assert not result.get("Errors"), result
+
+
+def test_render_reports_helm_errors(helm, tmp_path):
+    """The harness must surface a template error, not return an empty render."""
+    broken = tmp_path / "chart"
+    shutil.copytree(CHART, broken)
+    with (broken / "templates" / "service.yaml").open("a") as f:
+        f.write("\n{{ .Values.doesNotExist.field }}\n")
+    with pytest.raises(RuntimeError, match="doesNotExist"):
+        helmrender.render({}, RELEASE, NAMESPACE, broken)
+
+
+# --- Default render ------------------------------------------------------------------------
+
+
+def test_default_render_has_one_deployment_per_controller(helm):
+    docs = render()
+    deps = deployments(docs)
+    assert sorted(deps) == sorted(CONTROLLERS)
+    for key, d in deps.items():
+        assert d["metadata"]["name"] == f"{RELEASE}-{key}-controller"
+        assert container(d)["command"] == [f"/usr/local/bin/{key}-controller"], key
+        assert container(d)["image"] == DEFAULT_IMAGE, key
+        assert d["spec"]["replicas"] == 1, key
+        # Ready needs the leader Lease, so a rolling update would wait forever (see values.yaml).
+        assert d["spec"]["strategy"] == {"type": "Recreate"}, key
+    assert not by_kind(docs, "ServiceMonitor"), "ServiceMonitor must be off by default"
+
+
+def test_every_object_is_labelled_and_namespaced(helm):
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    for d in render():
+        name = f'{d["kind"]}/{d["metadata"]["name"]}'
+        labels = d["metadata"].get("labels", {})
+        missing = [label for label in STANDARD_LABELS if label not in labels]
+        assert not missing, f"{name} lacks labels {missing}"
+        assert labels["app.kubernetes.io/part-of"] == "visitors-operator", name
+        assert labels["app.kubernetes.io/version"] == APP_VERSION, name
+        if d["kind"] in cluster_scoped:
+            assert "namespace" not in d["metadata"], name
+        else:
+            # Explicit, so that the plain manifests apply without `-n`.
+            assert d["metadata"].get("namespace") == NAMESPACE, name
+
+
+def test_pods_run_non_root_read_only(helm):
+    for key, d in deployments(render()).items():
+        pod = d["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, key
+        assert pod["securityContext"]["runAsUser"] == 65532, key
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, key
+        sc = container(d)["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True, key
+        assert sc["allowPrivilegeEscalation"] is False, key
+        assert sc["capabilities"]["drop"] == ["ALL"], key
+        assert "privileged" not in sc or sc["privileged"] is False, key
+
+
+def test_probes_ports_and_resources(helm):
+    for key, d in deployments(render()).items():
+        c = container(d)
+        assert c["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}], key
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}, key
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}, key
+        assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"], key
+        assert c["resources"]["limits"]["memory"], key
+
+
+def test_default_env(helm):
+    for key, d in deployments(render()).items():
+        env = env_of(d)
+        assert env["WATCH_NAMESPACE"]["value"] == "", key
+        assert env["METRICS_ADDRESS"]["value"] == "0.0.0.0:8080", key
+        assert env["LOG_FORMAT"]["value"] == "json", key
+        assert env["LEADER_ELECTION"]["value"] == "true", key
+        assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}, key
+        assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}, key
+        assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in env, f"{key}: tracing must be off by default"
+        assert "RUST_LOG" not in env, key
+        if key == "visitors":
+            assert "AGENT_IMAGE" not in env
+        else:
+            assert env["AGENT_IMAGE"]["value"] == DEFAULT_IMAGE, key
+
+
+def test_env_names_are_the_controllers_flags(helm):
+    """The chart's variables must be the ones controllers/common/src/args.rs reads."""
+    args_rs = (REPO / "controllers" / "common" / "src" / "args.rs").read_text()
+    declared = set(re.findall(r'env = "([A-Z_]+)"', args_rs))
+    for key, d in deployments(render()).items():
+        for name in ("WATCH_NAMESPACE", "METRICS_ADDRESS", "LOG_FORMAT", "LEADER_ELECTION", "POD_NAME"):
+            assert name in env_of(d), f"{key} lacks {name}"
+            assert name in declared, f"{name} is set by the chart but not read by args.rs (declared: {sorted(declared)})"
+
+
+def test_metrics_services_select_the_pods(helm):
+    docs = render()
+    services = by_kind(docs, "Service")
+    for key, d in deployments(docs).items():
+        svc = services[f"{RELEASE}-{key}-controller-metrics"]
+        pod_labels = d["spec"]["template"]["metadata"]["labels"]
+        assert svc["spec"]["selector"].items() <= pod_labels.items(), key
+        assert d["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"], key
+        assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}], key
+
+
+def test_service_accounts_exist(helm):
+    docs = render()
+    sas = by_kind(docs, "ServiceAccount")
+    for key, d in deployments(docs).items():
+        assert d["spec"]["template"]["spec"]["serviceAccountName"] in sas, key
+    assert len(sas) == 3
+
+
+def test_helm_installs_the_crds_before_the_rest(helm):
+    created = [json.loads(o) for o in _render_cached("{}", RELEASE, NAMESPACE)[2]]
+    crds = [o["metadata"]["name"] for o in created if o["kind"] == "CustomResourceDefinition"]
+    expected = sorted(yaml.safe_load(p.read_text())["metadata"]["name"] for p in (REPO / "deploy" / "crds").glob("*.yaml"))
+    assert sorted(crds) == expected
+    assert all(o["kind"] == "CustomResourceDefinition" for o in created[: len(crds)]), "CRDs must be created first"
+    assert len(created) == len(crds) + len(render()), "Helm sent a different set of objects than it rendered"
+
+
+def test_notes_render(helm):
+    notes = _render_cached("{}", RELEASE, NAMESPACE)[1]
+    assert "all namespaces" in notes
+    assert "not removed by" in notes and "helm uninstall" in notes
+
+
+# --- RBAC ----------------------------------------------------------------------------------
+
+WRITE = {"get", "list", "watch", "create", "patch", "update", "delete"}
+READ = {"get", "list", "watch"}
+LEADER = {"get", "list", "watch", "create", "update", "patch"}
+EVENTS = {("events.k8s.io", "events"): {"create", "patch"}}
+JOBS = {
+    ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "pods"): READ,
+    ("", "secrets"): {"get"},
+    ("", "persistentvolumeclaims"): {"get"},
+    ("coordination.k8s.io", "leases"): LEADER | {"delete"},
+}
+# What each controller may do in the namespaces it watches: (apiGroup, resource) -> verbs.
+WATCHED_RULES = {
+    "visitors": {
+        ("example.com", "visitorsapps"): {"get", "list", "watch", "patch", "update"},
+        ("example.com", "visitorsapps/status"): {"get", "patch", "update"},
+        ("example.com", "visitorsapps/finalizers"): {"update"},
+        ("example.com", "mysqlrestores"): READ,
+        ("", "secrets"): WRITE,
+        ("", "services"): WRITE,
+        ("", "persistentvolumeclaims"): WRITE,
+        ("apps", "statefulsets"): WRITE,
+        ("apps", "deployments"): WRITE,
+        ("", "pods"): READ,
+        **EVENTS,
+    },
+    "backup": {
+        ("example.com", "mysqlbackups"): WRITE,
+        ("example.com", "mysqlbackups/status"): {"get", "patch", "update"},
+        ("example.com", "mysqlbackups/finalizers"): {"update"},
+        ("example.com", "visitorsapps"): READ,
+        **JOBS,
+        **EVENTS,
+    },
+    "restore": {
+        ("example.com", "mysqlrestores"): {"get", "list", "watch", "patch", "update"},
+        ("example.com", "mysqlrestores/status"): {"get", "patch", "update"},
+        ("example.com", "mysqlrestores/finalizers"): {"update"},
+        ("example.com", "mysqlbackups"): READ,
+        ("example.com", "visitorsapps"): READ,
+        **JOBS,
+        **EVENTS,
+    },
+}
+CRD_READ = {("apiextensions.k8s.io", "customresourcedefinitions"): READ}
+
+
+def permissions(docs: list[dict]) -> dict[str, dict[tuple[str, str, str], set[str]]]:
+    """Effective permissions per ServiceAccount: (scope, apiGroup, resource) -> verbs, where
+    scope is "*" for a ClusterRoleBinding or the RoleBinding's namespace."""
+    roles = {("ClusterRole", None, n): r for n, r in by_kind(docs, "ClusterRole").items()}
+    roles |= {("Role", r["metadata"]["namespace"], n): r for n, r in by_kind(docs, "Role").items()}
+    perms: dict[str, dict] = {}
+    for binding in [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]:
+        name = f'{binding["kind"]}/{binding["metadata"]["name"]}'
+        scope = "*" if binding["kind"] == "ClusterRoleBinding" else binding["metadata"]["namespace"]
+        ref = binding["roleRef"]
+        assert ref["apiGroup"] == "rbac.authorization.k8s.io", name
+        role_ns = None if ref["kind"] == "ClusterRole" else binding["metadata"]["namespace"]
+        role = roles.get((ref["kind"], role_ns, ref["name"]))
+        assert role is not None, f"{name} refers to a missing {ref['kind']} {ref['name']}"
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount" and subject["namespace"] == NAMESPACE, name
+            sa = perms.setdefault(subject["name"], {})
+            for rule in role["rules"]:
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        sa.setdefault((scope, group, resource), set()).update(rule["verbs"])
+    return perms
+
+
+def expected_permissions(watch_namespace: str, leader_election: bool = True) -> dict[str, dict]:
+    watched = watch_namespace or "*"
+    out = {}
+    for key, rules in WATCHED_RULES.items():
+        perms: dict[tuple[str, str, str], set[str]] = {}
+
+        def add(scope, table):
+            for (group, resource), verbs in table.items():
+                perms.setdefault((scope, group, resource), set()).update(verbs)
+
+        add(watched, rules)
+        add("*", CRD_READ)
+        if leader_election:
+            add(NAMESPACE, {("coordination.k8s.io", "leases"): LEADER})
+        out[f"{RELEASE}-{key}-controller"] = perms
+    return out
+
+
+def assert_permissions(actual: dict, expected: dict) -> None:
+    assert sorted(actual) == sorted(expected), "ServiceAccounts with RBAC differ"
+    for sa in expected:
+        a, e = actual[sa], expected[sa]
+        missing = {k: sorted(v - a.get(k, set())) for k, v in e.items() if v - a.get(k, set())}
+        extra = {k: sorted(v - e.get(k, set())) for k, v in a.items() if v - e.get(k, set())}
+        assert not missing, f"{sa} lacks permissions (scope, group, resource): {missing}"
+        assert not extra, f"{sa} has permissions beyond what it needs: {extra}"
+
+
+def assert_no_wildcards(docs: list[dict]) -> None:
+    for role in [d for d in docs if d["kind"] in ("ClusterRole", "Role")]:
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule.get(field, []), f'{role["kind"]}/{role["metadata"]["name"]} has "*" in {field}'
+            assert "nonResourceURLs" not in rule, role["metadata"]["name"]
+
+
+def test_rbac_cluster_wide_by_default(helm):
+    docs = render()
+    assert_no_wildcards(docs)
+    assert_permissions(permissions(docs), expected_permissions(""))
+    # The leader Lease Role is in the release namespace.
+    for role in by_kind(docs, "Role").values():
+        assert role["metadata"]["namespace"] == NAMESPACE
+
+
+def test_rbac_namespaced_when_watching_one_namespace(helm):
+    docs = render({"watchNamespace": "team-a"})
+    assert_no_wildcards(docs)
+    assert_permissions(permissions(docs), expected_permissions("team-a"))
+    # Only the CRD readers stay cluster-wide.
+    for kind in ("ClusterRole", "ClusterRoleBinding"):
+        names = sorted(by_kind(docs, kind))
+        assert names and all(n.endswith("-crds") for n in names), f"{kind}s beyond the CRD readers: {names}"
+    assert {r["metadata"]["namespace"] for r in by_kind(docs, "Role").values()} == {"team-a", NAMESPACE}
+    for key, d in deployments(docs).items():
+        assert env_of(d)["WATCH_NAMESPACE"]["value"] == "team-a", key
+    assert "namespace team-a" in _render_cached(json.dumps({"watchNamespace": "team-a"}, sort_keys=True), RELEASE, NAMESPACE)[1]
+
+
+def test_rbac_without_leader_election(helm):
+    docs = render({"leaderElection": {"enabled": False}})
+    assert_permissions(permissions(docs), expected_permissions("", leader_election=False))
+    for key, d in deployments(docs).items():
+        assert env_of(d)["LEADER_ELECTION"]["value"] == "false", key
+
+
+# --- Values --------------------------------------------------------------------------------
+
+
+def test_tracing_sets_the_otlp_endpoint(helm):
+    endpoint = "http://jaeger-collector.observability:4318"
+    for key, d in deployments(render({"tracing": {"otlpEndpoint": endpoint}})).items():
+        assert env_of(d)["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == endpoint, key
+
+
+def test_a_disabled_controller_renders_nothing(helm):
+    docs = render({"backup": {"enabled": False}})
+    assert sorted(deployments(docs)) == ["restore", "visitors"]
+    leftovers = [f'{d["kind"]}/{d["metadata"]["name"]}' for d in docs if "backup-controller" in d["metadata"]["name"]]
+    assert not leftovers, f"objects of the disabled backup controller: {leftovers}"
+    assert not [sa for sa in permissions(docs) if "backup-controller" in sa]
+
+
+def test_replicas(helm):
+    deps = deployments(render({"visitors": {"replicas": 2}, "backup": {"replicas": 2}, "restore": {"replicas": 2}}))
+    for key, d in deps.items():
+        assert d["spec"]["replicas"] == 2, key
+        assert env_of(d)["LEADER_ELECTION"]["value"] == "true", key
+
+
+def test_image_tag_and_agent_image_follow_the_values(helm):
+    values = {"image": {"repository": "localhost/visitors-operator", "tag": "dev", "pullPolicy": "Never"}}
+    for key, d in deployments(render(values)).items():
+        assert container(d)["image"] == "localhost/visitors-operator:dev", key
+        assert container(d)["imagePullPolicy"] == "Never", key
+        if key != "visitors":
+            assert env_of(d)["AGENT_IMAGE"]["value"] == "localhost/visitors-operator:dev", key
+
+
+def test_per_controller_and_pod_settings(helm):
+    values = {
+        "logFormat": "text",
+        "logLevel": "debug",
+        "imagePullSecrets": [{"name": "regcred"}],
+        "podAnnotations": {"example.com/a": "1"},
+        "podLabels": {"team": "db"},
+        "restore": {
+            "extraArgs": ["--resync-seconds", "60"],
+            "extraEnv": [{"name": "BACKOFF_MAX_SECONDS", "value": "30"}],
+            "nodeSelector": {"kubernetes.io/os": "linux"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            "affinity": {"nodeAffinity": {}},
+            "resources": {"requests": {"cpu": "10m"}},
+        },
+    }
+    deps = deployments(render(values))
+    restore, visitors = deps["restore"], deps["visitors"]
+    pod = restore["spec"]["template"]
+    assert container(restore)["args"] == ["--resync-seconds", "60"]
+    assert env_of(restore)["BACKOFF_MAX_SECONDS"]["value"] == "30"
+    assert env_of(restore)["LOG_FORMAT"]["value"] == "text"
+    assert env_of(restore)["RUST_LOG"]["value"] == "debug"
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    assert pod["spec"]["affinity"] == {"nodeAffinity": {}}
+    # Helm merges maps: the cpu request changes, the default memory request and limit stay.
+    assert container(restore)["resources"]["requests"] == {"cpu": "10m", "memory": "64Mi"}
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["metadata"]["annotations"] == {"example.com/a": "1"}
+    assert pod["metadata"]["labels"]["team"] == "db"
+    # Per-controller settings stay with their controller.
+    assert "args" not in container(visitors)
+    assert "BACKOFF_MAX_SECONDS" not in env_of(visitors)
+    assert "nodeSelector" not in visitors["spec"]["template"]["spec"]
+
+
+def test_service_monitor_toggle(helm):
+    docs = render({"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}})
+    monitors = by_kind(docs, "ServiceMonitor")
+    services = by_kind(docs, "Service")
+    assert len(monitors) == 3
+    for name, m in monitors.items():
+        assert m["metadata"]["labels"]["release"] == "prometheus", name
+        assert m["spec"]["endpoints"][0]["port"] == "metrics", name
+        selected = [s for s in services.values() if m["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
+        assert len(selected) == 1, f"{name} selects {len(selected)} Services"
+
+
+def test_release_name_prefixes_every_name(helm):
+    docs = render(release="vo", namespace="ops")
+    for d in docs:
+        assert d["metadata"]["name"].startswith("vo-visitors-operator-"), d["metadata"]["name"]
+        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert d["metadata"]["namespace"] == "ops"
+
+
+# --- Plain manifests -----------------------------------------------------------------------
+
+
+def test_plain_manifests_are_fresh(helm):
+    path = REPO / "deploy" / "manifests" / "visitors-operator.yaml"
+    assert path.exists(), "deploy/manifests/visitors-operator.yaml is missing: run deploy/generate.sh"
+    assert path.read_text() == helmrender.plain_manifests(CHART), (
+        "deploy/manifests/visitors-operator.yaml is stale: run deploy/generate.sh"
+    )
+
+
+def test_plain_manifests_content():
+    text = (REPO / "deploy" / "manifests" / "visitors-operator.yaml").read_text()
+    assert text.startswith("# visitors-operator: plain Kubernetes manifests"), "header comment missing"
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    assert docs[0] == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    crds = [d["metadata"]["name"] for d in docs if d["kind"] == "CustomResourceDefinition"]
+    assert len(crds) == len(list((REPO / "deploy" / "crds").glob("*.yaml")))
+    assert [d["kind"] for d in docs[1 : 1 + len(crds)]] == ["CustomResourceDefinition"] * len(crds), "CRDs must come right after the Namespace"
+    assert len([d for d in docs if d["kind"] == "Deployment"]) == 3
+
+
+# --- Values schema -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"logFormat": "yaml"}, "logFormat"),
+        ({"backup": {"replica": 2}}, "replica"),  # a typo of "replicas"
+        ({"visitors": {"replicas": "two"}}, "replicas"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
+    ],
+)
+def test_schema_rejects_bad_values(helm, values, field):
+    with pytest.raises(RuntimeError, match=field):
+        helmrender.render(values)
