@@ -181,8 +181,8 @@ def test_default_render_has_one_deployment_per_controller(helm):
         assert container(d)["command"] == [f"/usr/local/bin/{key}-controller"], key
         assert container(d)["image"] == DEFAULT_IMAGE, key
         assert d["spec"]["replicas"] == 1, key
-        # Ready needs the leader Lease, so a rolling update would wait forever (see values.yaml).
-        assert d["spec"]["strategy"] == {"type": "Recreate"}, key
+        # A standby replica is Ready, so rolling updates work (see values.yaml).
+        assert d["spec"]["strategy"] == {"type": "RollingUpdate"}, key
     assert not by_kind(docs, "ServiceMonitor"), "ServiceMonitor must be off by default"
 
 

@@ -1,5 +1,5 @@
 //! The start-up and shut-down sequence every controller binary shares:
-//! signals → cluster connection → health server → CRD established → leadership → ready;
+//! signals → cluster connection → health server → CRD established → ready → leadership;
 //! then, on SIGTERM or lost leadership, stop reconciling, release the lease, stop serving.
 
 use std::fmt::Debug;
@@ -54,6 +54,10 @@ pub async fn start(identity: Identity, args: &ControllerArgs) -> Result<Option<S
     let server = spawn_server(args, health.clone(), shutdown.clone()).await?;
 
     startup::wait_for_crd(client.clone(), identity.crd, std::time::Duration::from_secs(args.crd_wait_seconds)).await?;
+    // A standby replica is ready too: it is healthy and takes over when the leader goes. If
+    // readiness waited for leadership, a rolling update would stall (the new pod waits for the
+    // old one's lease, the old one is kept until the new one is ready).
+    health.set_ready(true);
 
     let leadership = if args.leader_election {
         let lease = format!("{}-leader", identity.name);
@@ -76,7 +80,6 @@ pub async fn start(identity: Identity, args: &ControllerArgs) -> Result<Option<S
         field_manager: identity.name.to_string(),
         resync: args.resync(),
     });
-    health.set_ready(true);
     tracing::info!(controller = identity.name, namespace = args.watch_namespace().unwrap_or("<all>"), "reconciling");
     Ok(Some(Started { runtime, shutdown, health, leadership, server }))
 }
