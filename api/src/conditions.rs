@@ -3,6 +3,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::InvalidSpec;
+
 pub const READY: &str = "Ready";
 pub const DATABASE_READY: &str = "DatabaseReady";
 pub const BACKEND_READY: &str = "BackendReady";
@@ -69,6 +71,12 @@ pub fn set(conditions: &mut Vec<Condition>, desired: Desired<'_>, observed_gener
             last_transition_time: now,
         }),
     }
+}
+
+/// The `Ready` condition of a spec that failed validation: False, reason `InvalidSpec`, and a
+/// message naming every bad field.
+pub fn invalid_spec(invalid: &InvalidSpec) -> Desired<'static> {
+    Desired { type_: READY, status: Status::False, reason: REASON_INVALID_SPEC, message: invalid.to_string() }
 }
 
 /// Finds a condition by type.

@@ -3,13 +3,12 @@
 
 use std::sync::Arc;
 
-use controller_common::runner::{Identity, primary_stream, scoped_api};
+use controller_common::runner::{Identity, drive, primary_stream, scoped_api};
 use controller_common::{ControllerArgs, ReconcileFailure, Runtime};
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector;
-use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use visitors_api::MySQLBackup;
 
@@ -44,19 +43,18 @@ pub async fn reconcile(backup: Arc<MySQLBackup>, context: Arc<Context>) -> Resul
 }
 
 async fn reconcile_backup(backup: &MySQLBackup, runtime: &Runtime) -> Result<Action, Error> {
-    let namespace = backup.namespace().ok_or(Error::NoNamespace)?;
-    let api: Api<MySQLBackup> = Api::namespaced(runtime.client.clone(), &namespace);
+    backup.namespace().ok_or(Error::NoNamespace)?;
     let validation = backup.spec.validate();
     let desired = status::desired(backup, &validation, Time(jiff::Timestamp::now()));
-    if backup.status.as_ref() != Some(&desired) {
-        controller_common::apply::apply_status(&api, &runtime.field_manager, &backup.name_any(), &desired).await?;
-        if let Err(invalid) = &validation {
-            runtime.report_invalid_spec(backup, invalid).await;
-        }
-    }
+    let wrote = runtime.write_status(backup, backup.status.as_ref(), &desired).await?;
     Ok(match validation {
         Ok(()) => runtime.converged(backup),
-        Err(_) => runtime.until_spec_changes(backup),
+        Err(invalid) => {
+            if wrote {
+                runtime.report_invalid_spec(backup, &invalid).await;
+            }
+            runtime.until_spec_changes(backup)
+        }
     })
 }
 
@@ -68,14 +66,6 @@ pub fn error_policy(backup: Arc<MySQLBackup>, error: &Error, context: Arc<Contex
 pub async fn run(runtime: Arc<Runtime>, args: ControllerArgs, shutdown: CancellationToken) {
     let api = scoped_api::<MySQLBackup>(runtime.client.clone(), &args);
     let (reader, writer) = reflector::store();
-    let context = Arc::new(Context { runtime });
-    Controller::for_stream(primary_stream(api, writer), reader)
-        .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "reconcile loop reported an error");
-            }
-        })
-        .await;
+    let controller = Controller::for_stream(primary_stream(api, writer), reader);
+    drive(controller, reconcile, error_policy, Arc::new(Context { runtime }), shutdown).await;
 }

@@ -3,7 +3,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use visitors_api::InvalidSpec;
 use visitors_api::backup::{BackupPhase, MySQLBackup, MySQLBackupStatus};
-use visitors_api::conditions::{self, Desired, READY, REASON_INVALID_SPEC, Status};
+use visitors_api::conditions::{self, Desired, READY, Status};
 
 /// The status a backup should have, given its spec's validation.
 pub fn desired(backup: &MySQLBackup, validation: &Result<(), InvalidSpec>, now: Time) -> MySQLBackupStatus {
@@ -11,9 +11,7 @@ pub fn desired(backup: &MySQLBackup, validation: &Result<(), InvalidSpec>, now: 
     let generation = backup.metadata.generation;
     status.observed_generation = generation;
     let ready = match validation {
-        Err(invalid) => {
-            Desired { type_: READY, status: Status::False, reason: REASON_INVALID_SPEC, message: invalid.to_string() }
-        }
+        Err(invalid) => conditions::invalid_spec(invalid),
         Ok(()) => Desired {
             type_: READY,
             status: Status::Unknown,
@@ -33,6 +31,7 @@ pub fn desired(backup: &MySQLBackup, validation: &Result<(), InvalidSpec>, now: 
 mod tests {
     use super::*;
     use visitors_api::backup::{BackupSource, MySQLBackupSpec};
+    use visitors_api::conditions::REASON_INVALID_SPEC;
     use visitors_api::storage::{BackupStorage, PvcStorage};
 
     fn backup(app: &str) -> MySQLBackup {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use kube::Api;
 use kube::Resource;
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event, Error as KubeFinalizerError, finalizer};
+use kube::runtime::finalizer::{Error as KubeFinalizerError, Event, finalizer};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -111,7 +111,9 @@ mod tests {
     async fn adds_the_finalizer_before_anything_else() {
         let (client, mut server) = mock_client();
         let task = tokio::spawn(run(app(&[], false), Api::namespaced(client, "shop")));
-        let patch = server.expect(Method::PATCH, PATH, StatusCode::OK, serde_json::to_value(app(&[FINALIZER], false)).unwrap()).await;
+        let patch = server
+            .expect(Method::PATCH, PATH, StatusCode::OK, serde_json::to_value(app(&[FINALIZER], false)).unwrap())
+            .await;
         assert!(patch.body.to_string().contains(FINALIZER), "{}", patch.body);
         assert_eq!(task.await.unwrap().unwrap(), "");
     }
@@ -123,7 +125,8 @@ mod tests {
         assert_eq!(run(app(&[FINALIZER], false), api.clone()).await.unwrap(), "apply");
 
         let task = tokio::spawn(run(app(&[FINALIZER], true), api));
-        let removal = server.expect(Method::PATCH, PATH, StatusCode::OK, serde_json::to_value(app(&[], true)).unwrap()).await;
+        let removal =
+            server.expect(Method::PATCH, PATH, StatusCode::OK, serde_json::to_value(app(&[], true)).unwrap()).await;
         assert!(removal.body.to_string().contains("remove"), "{}", removal.body);
         assert_eq!(task.await.unwrap().unwrap(), "cleanup");
     }

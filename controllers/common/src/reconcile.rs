@@ -4,8 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::fmt::Debug;
+
+use kube::api::Api;
+use kube::core::NamespaceResourceScope;
 use kube::runtime::controller::Action;
 use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tracing::Instrument;
 use visitors_api::InvalidSpec;
 
@@ -79,6 +85,21 @@ impl Runtime {
     {
         let _measure = self.metrics.reconcile_started();
         reconcile.instrument(reconcile_span(object)).await
+    }
+
+    /// Applies `desired` as the status of `object` unless it equals `current`, so a converged
+    /// reconcile writes nothing. Returns whether it wrote.
+    pub async fn write_status<K, S>(&self, object: &K, current: Option<&S>, desired: &S) -> Result<bool, kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        S: Serialize + PartialEq,
+    {
+        if current == Some(desired) {
+            return Ok(false);
+        }
+        let api: Api<K> = Api::namespaced(self.client.clone(), &object.namespace().unwrap_or_default());
+        crate::apply::apply_status(&api, &self.field_manager, &object.name_any(), desired).await?;
+        Ok(true)
     }
 
     /// Tells the user, by a Warning Event on the object, which fields of its spec are invalid.

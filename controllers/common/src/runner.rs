@@ -6,6 +6,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::utils::{Predicate, PredicateConfig, predicates};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -144,6 +145,30 @@ where
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Runs `controller` until `shutdown`, letting in-flight reconciles finish. Failures were
+/// already logged and counted by the error policy.
+pub async fn drive<K, C, F, E>(
+    controller: Controller<K>,
+    reconcile: impl FnMut(Arc<K>, Arc<C>) -> F,
+    error_policy: impl Fn(Arc<K>, &E, Arc<C>) -> Action,
+    context: Arc<C>,
+    shutdown: CancellationToken,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    F: futures::TryFuture<Ok = Action, Error = E> + Send + 'static,
+    E: std::error::Error + Send + 'static,
+{
+    controller
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "controller loop reported an error");
+            }
+        })
+        .await;
 }
 
 /// An `Api` for `K` in the watched namespace, or in all namespaces.

@@ -3,13 +3,12 @@
 
 use std::sync::Arc;
 
-use controller_common::runner::{Identity, primary_stream, scoped_api};
+use controller_common::runner::{Identity, drive, primary_stream, scoped_api};
 use controller_common::{ControllerArgs, ReconcileFailure, Runtime};
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector;
-use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use visitors_api::MySQLRestore;
 
@@ -44,19 +43,18 @@ pub async fn reconcile(restore: Arc<MySQLRestore>, context: Arc<Context>) -> Res
 }
 
 async fn reconcile_restore(restore: &MySQLRestore, runtime: &Runtime) -> Result<Action, Error> {
-    let namespace = restore.namespace().ok_or(Error::NoNamespace)?;
-    let api: Api<MySQLRestore> = Api::namespaced(runtime.client.clone(), &namespace);
+    restore.namespace().ok_or(Error::NoNamespace)?;
     let validation = restore.spec.validate();
     let desired = status::desired(restore, &validation, Time(jiff::Timestamp::now()));
-    if restore.status.as_ref() != Some(&desired) {
-        controller_common::apply::apply_status(&api, &runtime.field_manager, &restore.name_any(), &desired).await?;
-        if let Err(invalid) = &validation {
-            runtime.report_invalid_spec(restore, invalid).await;
-        }
-    }
+    let wrote = runtime.write_status(restore, restore.status.as_ref(), &desired).await?;
     Ok(match validation {
         Ok(()) => runtime.converged(restore),
-        Err(_) => runtime.until_spec_changes(restore),
+        Err(invalid) => {
+            if wrote {
+                runtime.report_invalid_spec(restore, &invalid).await;
+            }
+            runtime.until_spec_changes(restore)
+        }
     })
 }
 
@@ -68,14 +66,6 @@ pub fn error_policy(restore: Arc<MySQLRestore>, error: &Error, context: Arc<Cont
 pub async fn run(runtime: Arc<Runtime>, args: ControllerArgs, shutdown: CancellationToken) {
     let api = scoped_api::<MySQLRestore>(runtime.client.clone(), &args);
     let (reader, writer) = reflector::store();
-    let context = Arc::new(Context { runtime });
-    Controller::for_stream(primary_stream(api, writer), reader)
-        .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "reconcile loop reported an error");
-            }
-        })
-        .await;
+    let controller = Controller::for_stream(primary_stream(api, writer), reader);
+    drive(controller, reconcile, error_policy, Arc::new(Context { runtime }), shutdown).await;
 }

@@ -2,7 +2,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use visitors_api::InvalidSpec;
-use visitors_api::conditions::{self, Desired, READY, REASON_INVALID_SPEC, Status};
+use visitors_api::conditions::{self, Desired, READY, Status};
 use visitors_api::restore::{MySQLRestore, MySQLRestoreStatus, RestorePhase};
 
 /// The status a restore should have, given its spec's validation.
@@ -11,9 +11,7 @@ pub fn desired(restore: &MySQLRestore, validation: &Result<(), InvalidSpec>, now
     let generation = restore.metadata.generation;
     status.observed_generation = generation;
     let ready = match validation {
-        Err(invalid) => {
-            Desired { type_: READY, status: Status::False, reason: REASON_INVALID_SPEC, message: invalid.to_string() }
-        }
+        Err(invalid) => conditions::invalid_spec(invalid),
         Ok(()) => Desired {
             type_: READY,
             status: Status::Unknown,
@@ -32,6 +30,7 @@ pub fn desired(restore: &MySQLRestore, validation: &Result<(), InvalidSpec>, now
 #[cfg(test)]
 mod tests {
     use super::*;
+    use visitors_api::conditions::REASON_INVALID_SPEC;
     use visitors_api::restore::{MySQLRestoreSpec, RestoreSource, RestoreTarget};
 
     fn restore(app: &str) -> MySQLRestore {
