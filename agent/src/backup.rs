@@ -64,7 +64,7 @@ impl BackupOptions {
 
     fn level(&self) -> i32 {
         self.compression_level.unwrap_or(match self.compression {
-            Compression::Zstd => 3,
+            Compression::Zstd => 1,
             Compression::Gzip => 6,
             Compression::None => 0,
         })
@@ -125,9 +125,34 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
     let snapshot = snapshot::open(&connector, &mut coordinator, parallelism, flavour == "mariadb").await?;
     let _ = coordinator.disconnect().await;
     tracing::info!("snapshot open for {parallelism} workers ({})", snapshot.method);
+    let results = dump_all(connector, storage, written, options, &plans, snapshot.workers).await?;
 
-    let mut workers = snapshot.workers;
-    let tasks = plan_tasks(&connector, &mut workers[0], &plans, options).await?;
+    let manifest = Manifest {
+        format: FORMAT_NAME.into(),
+        format_version: FORMAT_VERSION,
+        tool: format!("visitors-agent {}", env!("CARGO_PKG_VERSION")),
+        server: ServerInfo { version, flavour },
+        started_at: started_at.to_string(),
+        finished_at: jiff::Timestamp::now().to_string(),
+        consistency: snapshot.method.into(),
+        position: snapshot.position,
+        compression: options.compression,
+        data_format: DATA_FORMAT.into(),
+        databases: assemble(plans, results),
+    };
+    write_manifest(storage, manifest).await
+}
+
+/// Plans the work, then lets every worker take tasks until none is left or one fails.
+async fn dump_all(
+    connector: Connector,
+    storage: &Storage,
+    written: &Written,
+    options: &BackupOptions,
+    plans: &[DatabasePlan],
+    mut workers: Vec<Conn>,
+) -> Result<Vec<TaskResult>> {
+    let tasks = plan_tasks(&connector, &mut workers[0], plans, options).await?;
     let expected: u64 = plans.iter().flat_map(|p| &p.tables).map(|t| t.data_length).sum();
     let progress = Progress::new("backup", expected);
     let reporter = progress.report_every(options.progress_interval);
@@ -146,28 +171,17 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
         reporter.abort();
     }
     let results = collect_results(outcomes)?;
-
-    let mut manifest = Manifest {
-        format: FORMAT_NAME.into(),
-        format_version: FORMAT_VERSION,
-        tool: format!("visitors-agent {}", env!("CARGO_PKG_VERSION")),
-        server: ServerInfo { version, flavour },
-        started_at: started_at.to_string(),
-        finished_at: String::new(),
-        consistency: snapshot.method.into(),
-        position: snapshot.position,
-        compression: options.compression,
-        data_format: DATA_FORMAT.into(),
-        databases: Vec::new(),
-    };
-    manifest.databases = assemble(plans, results);
-    manifest.finished_at = jiff::Timestamp::now().to_string();
-    let text = serde_json::to_vec_pretty(&manifest).map_err(|e| AgentError::Internal(e.to_string()))?;
-    let sha = hex::encode(Sha256::digest(&text));
-    let bytes = text.len() as u64;
-    storage.put(MANIFEST_FILE, Bytes::from(text), true).await?;
     tracing::info!("{}", progress.line());
-    Ok(BackupReport { manifest, manifest_sha256: sha, manifest_bytes: bytes })
+    Ok(results)
+}
+
+/// Stores `manifest.json`, create-only: the last file of a backup, the one that makes it whole.
+async fn write_manifest(storage: &Storage, manifest: Manifest) -> Result<BackupReport> {
+    let text = serde_json::to_vec_pretty(&manifest).map_err(|e| AgentError::Internal(e.to_string()))?;
+    let manifest_sha256 = hex::encode(Sha256::digest(&text));
+    let manifest_bytes = text.len() as u64;
+    storage.put(MANIFEST_FILE, Bytes::from(text), true).await?;
+    Ok(BackupReport { manifest, manifest_sha256, manifest_bytes })
 }
 
 /// Reads a database's catalog and stores its schema, view, routine and trigger files.

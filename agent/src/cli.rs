@@ -95,7 +95,7 @@ pub struct BackupArgs {
     pub storage: StorageArgs,
     #[arg(long, value_enum, default_value = "zstd")]
     pub compression: Compression,
-    /// Compression level (zstd default 3, gzip default 6).
+    /// Compression level (zstd default 1, gzip default 6).
     #[arg(long)]
     pub compression_level: Option<i32>,
     /// Worker connections, all in one snapshot.
@@ -214,6 +214,12 @@ pub async fn main() -> i32 {
         Command::Verify(_) => Operation::Verify,
         Command::Inspect(_) => Operation::Inspect,
     };
+    let location = match &cli.command {
+        Command::Backup(args) => args.to.clone(),
+        Command::Restore(args) => args.from.clone(),
+        Command::Verify(args) => args.from.clone(),
+        Command::Inspect(args) => args.from.clone(),
+    };
     let started = Instant::now();
     let started_at = jiff::Timestamp::now();
     let mut summary = match run(cli.command).await {
@@ -221,7 +227,13 @@ pub async fn main() -> i32 {
         Err(error) => {
             let line = error.one_line();
             eprintln!("error: {line}");
-            AgentSummary { ok: false, error: Some(line), error_kind: Some(error.kind().into()), ..Default::default() }
+            AgentSummary {
+                ok: false,
+                error: Some(line),
+                error_kind: Some(error.kind().into()),
+                location: Some(location),
+                ..Default::default()
+            }
         }
     };
     summary.operation = Some(operation);

@@ -70,3 +70,25 @@ impl Progress {
 fn mib(bytes: f64) -> String {
     format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_tells_rows_bytes_rate_and_estimate() {
+        let progress = Progress::new("backup", 4 * 1024 * 1024);
+        progress.add(10, 1024 * 1024);
+        progress.add(5, 1024 * 1024);
+        let line = progress.line();
+        assert!(line.starts_with("backup: 15 rows, 2.0 MiB in "), "{line}");
+        assert!(line.contains("MiB/s, ~50% of ~4.0 MiB, ~") && line.ends_with("s left"), "{line}");
+    }
+
+    #[test]
+    fn without_an_expected_size_there_is_no_estimate() {
+        let progress = Progress::new("restore", 0);
+        progress.add(1, 10);
+        assert!(!progress.line().contains('%'));
+    }
+}

@@ -308,6 +308,9 @@ async fn load_chunk(context: &LoadContext, conn: &mut Conn, task: &LoadTask) -> 
     let during = format!("loading {path}");
     conn.query_drop(sql).await.map_err(|e| context.connector.error(&during, e))?;
     let loaded = conn.affected_rows();
+    if conn.get_warnings() > 0 {
+        report_warnings(context, conn, path).await;
+    }
     if loaded != task.chunk.rows {
         return Err(AgentError::BadChunk {
             file: path.clone(),
@@ -319,4 +322,22 @@ async fn load_chunk(context: &LoadContext, conn: &mut Conn, task: &LoadTask) -> 
     }
     context.progress.add(loaded, task.chunk.data_bytes);
     Ok(())
+}
+
+/// Logs the first warnings of a load (a value the server had to adjust); the row count check
+/// above catches rows that were skipped.
+async fn report_warnings(context: &LoadContext, conn: &mut Conn, path: &str) {
+    let warnings: Vec<(String, u32, String)> = match conn.query("SHOW WARNINGS LIMIT 3").await {
+        Ok(warnings) => warnings,
+        Err(error) => {
+            tracing::warn!(
+                "{path}: cannot read the load's warnings: {}",
+                context.connector.error("reading warnings", error)
+            );
+            return;
+        }
+    };
+    for (level, code, message) in warnings {
+        tracing::warn!("{path}: {level} {code}: {message}");
+    }
 }

@@ -104,4 +104,30 @@ mod tests {
         let back: AgentSummary = serde_json::from_str(&line).unwrap();
         assert!(back.error.unwrap().ends_with("[cut]"));
     }
+
+    #[test]
+    fn a_summary_with_every_field_at_its_largest_fits() {
+        let summary = AgentSummary {
+            operation: Some(Operation::Restore),
+            ok: false,
+            error: Some("x".repeat(4000)),
+            error_kind: Some("storageCredentialsRejected".into()),
+            location: Some(format!("s3://bucket/{}", "p".repeat(200))),
+            started_at: Some("2026-11-21T13:45:00.123456789Z".into()),
+            finished_at: Some("2026-11-21T13:45:00.123456789Z".into()),
+            duration_seconds: Some(123456.789),
+            server_version: Some("10.11.19-MariaDB-0+deb12u1-log".into()),
+            tables: Some(u64::MAX),
+            rows: Some(u64::MAX),
+            data_bytes: Some(u64::MAX),
+            stored_bytes: Some(u64::MAX),
+            consistent_position: Some("g".repeat(1024)),
+            manifest_sha256: Some("f".repeat(64)),
+        };
+        let line = summary.to_line();
+        assert!(line.len() <= MAX_SUMMARY_BYTES, "{}", line.len());
+        let back: AgentSummary = serde_json::from_str(&line).unwrap();
+        assert_eq!(back.consistent_position, summary.consistent_position);
+        assert_eq!(back.error_kind, summary.error_kind);
+    }
 }

@@ -8,21 +8,23 @@
 # and reports wall time, throughput (MiB/s of table data = SUM(DATA_LENGTH) after ANALYZE),
 # server CPU seconds (from /proc of mariadbd) and the agent's peak memory (/usr/bin/time -v).
 #
-# Usage: bench/agent/run.sh [--size-mib N] [--threads N] [--level N] [--agent PATH] [--keep]
+# Usage: bench/agent/run.sh [--size-mib N] [--threads N] [--levels "1 3"] [--agent PATH] [--keep]
+# Backups run at each zstd level of --levels (agent and mariadb-dump at the same level);
+# restores use the backups of the first level.
 # Needs: mariadb-server mariadb-client zstd mydumper time (Debian packages), and a release
 # build of the agent (cargo build --release -p visitors-agent) unless --agent is given.
 set -euo pipefail
 
 SIZE_MIB=1024
 THREADS=2
-LEVEL=3
+LEVELS="1 3"
 AGENT=""
 KEEP=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --size-mib) SIZE_MIB="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
-    --level) LEVEL="$2"; shift 2 ;;
+    --levels) LEVELS="$2"; shift 2 ;;
     --agent) AGENT="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -121,21 +123,24 @@ check_restored() {
 }
 
 # ---- backups ---------------------------------------------------------------------------
-measure backup "visitors-agent (zstd -$LEVEL, $THREADS workers)" "$WORK/agent" \
-  "$AGENT" backup --to "file://$WORK/agent" "${AGENT_TCP[@]}" --database bench --parallelism "$THREADS" \
-  --compression zstd --compression-level "$LEVEL" --progress-interval 0
-measure backup "mariadb-dump --single-transaction --quick | zstd -$LEVEL" "$WORK/dump.sql.zst" \
-  bash -c "mariadb-dump ${TCP[*]} --single-transaction --quick --databases bench | zstd -q -$LEVEL -o '$WORK/dump.sql.zst'"
+for LEVEL in $LEVELS; do
+  measure backup "visitors-agent (zstd -$LEVEL, $THREADS workers)" "$WORK/agent-$LEVEL" \
+    "$AGENT" backup --to "file://$WORK/agent-$LEVEL" "${AGENT_TCP[@]}" --database bench --parallelism "$THREADS" \
+    --compression zstd --compression-level "$LEVEL" --progress-interval 0
+  measure backup "mariadb-dump --single-transaction --quick | zstd -$LEVEL" "$WORK/dump-$LEVEL.sql.zst" \
+    bash -c "mariadb-dump ${TCP[*]} --single-transaction --quick --databases bench | zstd -q -$LEVEL -o '$WORK/dump-$LEVEL.sql.zst'"
+done
+FIRST_LEVEL="${LEVELS%% *}"
 measure backup "mydumper -t $THREADS -c --rows 500000 (gzip)" "$WORK/mydumper" \
   mydumper "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -c --rows 500000 -B bench -o "$WORK/mydumper"
 
 # ---- restores --------------------------------------------------------------------------
 drop_bench
 measure restore "visitors-agent ($THREADS workers)" "" \
-  "$AGENT" restore --from "file://$WORK/agent" "${AGENT_TCP[@]}" --parallelism "$THREADS" --progress-interval 0
+  "$AGENT" restore --from "file://$WORK/agent-$FIRST_LEVEL" "${AGENT_TCP[@]}" --parallelism "$THREADS" --progress-interval 0
 check_restored "visitors-agent restore"
 drop_bench
-measure restore "zstd -dc | mariadb" "" bash -c "zstd -dc '$WORK/dump.sql.zst' | mariadb ${TCP[*]}"
+measure restore "zstd -dc | mariadb" "" bash -c "zstd -dc '$WORK/dump-$FIRST_LEVEL.sql.zst' | mariadb ${TCP[*]}"
 check_restored "mariadb"
 drop_bench
 measure restore "myloader -t $THREADS" "" myloader "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -d "$WORK/mydumper" -o
@@ -143,5 +148,5 @@ check_restored "myloader"
 
 echo
 echo "Dataset: ${DATA_MIB} MiB of table data (SUM(DATA_LENGTH)), big: ${BIG_ROWS} rows, 50 x ${SMALL_ROWS} rows;" \
-  "threads ${THREADS}, zstd level ${LEVEL}, $(mariadbd --version | awk '{print $3}'), $(nproc) cores"
+  "threads ${THREADS}, zstd levels ${LEVELS}, $(mariadbd --version | awk '{print $3}'), $(nproc) cores"
 cat "$RESULTS"

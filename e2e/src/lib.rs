@@ -10,11 +10,11 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 
-
 /// A client for the e2e cluster. The tests were asked for explicitly, so a missing or
 /// unreachable cluster is a failure with the reason, never a silent pass.
 pub async fn cluster() -> Client {
-    let client = Client::try_default().await.expect("no usable KUBECONFIG or in-cluster configuration for the e2e cluster");
+    let client =
+        Client::try_default().await.expect("no usable KUBECONFIG or in-cluster configuration for the e2e cluster");
     client.apiserver_version().await.expect("the e2e cluster's API server does not answer");
     client
 }
@@ -32,11 +32,19 @@ impl TestNamespace {
             "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "visitors-e2e"}}
         }))
         .unwrap();
-        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.expect("create the test namespace");
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("create the test namespace");
         Self { name, client: client.clone() }
     }
 
+    /// Deletes the namespace, unless `E2E_KEEP_NAMESPACE=1` asks to keep it for inspection.
     pub async fn delete(self) {
+        if std::env::var("E2E_KEEP_NAMESPACE").is_ok_and(|v| v == "1") {
+            eprintln!("keeping namespace {}", self.name);
+            return;
+        }
         let _ = Api::<Namespace>::all(self.client).delete(&self.name, &DeleteParams::background()).await;
     }
 }
@@ -51,18 +59,30 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Polls `check` every second until it returns `Some`, for at most `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+/// How long one wait may take: `E2E_TIMEOUT_SECONDS`, default 600 (images may need pulling).
+pub fn timeout() -> Duration {
+    let seconds = std::env::var("E2E_TIMEOUT_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(600);
+    Duration::from_secs(seconds)
+}
+
+/// Polls `check` every few seconds until it returns `Ok`; after [`timeout`] fails naming
+/// `what` and the last state `check` reported.
+pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
+    Fut: Future<Output = Result<T, String>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = tokio::time::Instant::now() + timeout();
     loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        let last = match check().await {
+            Ok(value) => return value,
+            Err(state) => state,
+        };
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {:?} waiting for {what}; last seen: {last}",
+            timeout()
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
     }
 }

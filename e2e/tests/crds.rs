@@ -11,7 +11,13 @@ const CRDS: [&str; 3] = ["visitorsapps.example.com", "mysqlbackups.example.com",
 
 fn api_for(client: &Client, namespace: &str, kind: &str) -> Api<DynamicObject> {
     let plural = format!("{}s", kind.to_lowercase());
-    let resource = ApiResource { group: "example.com".into(), version: "v1".into(), api_version: "example.com/v1".into(), kind: kind.into(), plural };
+    let resource = ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: kind.into(),
+        plural,
+    };
     Api::namespaced_with(client.clone(), namespace, &resource)
 }
 
@@ -30,7 +36,12 @@ async fn crds_are_established() {
     let crds: Api<CustomResourceDefinition> = Api::all(client);
     for name in CRDS {
         let crd = crds.get(name).await.unwrap_or_else(|e| panic!("{name} is not installed: {e}"));
-        let established = crd.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
         assert!(established, "{name} is not established");
     }
 }
@@ -49,8 +60,14 @@ async fn examples_are_accepted_and_bad_input_is_rejected_with_a_reason() {
     }
 
     let rejected = [
-        (json!({"apiVersion": "example.com/v1", "kind": "VisitorsApp", "metadata": {"name": "too-big"}, "spec": {"size": 500}}), "spec.size"),
-        (json!({"apiVersion": "example.com/v1", "kind": "VisitorsApp", "metadata": {"name": "bad-type"}, "spec": {"size": 1, "service": {"type": "LoadBalancerX"}}}), "spec.service.type"),
+        (
+            json!({"apiVersion": "example.com/v1", "kind": "VisitorsApp", "metadata": {"name": "too-big"}, "spec": {"size": 500}}),
+            "spec.size",
+        ),
+        (
+            json!({"apiVersion": "example.com/v1", "kind": "VisitorsApp", "metadata": {"name": "bad-type"}, "spec": {"size": 1, "service": {"type": "LoadBalancerX"}}}),
+            "spec.service.type",
+        ),
         (
             json!({"apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": "two-storages"}, "spec": {
                 "source": {"visitorsApp": "ex"},
@@ -65,7 +82,8 @@ async fn examples_are_accepted_and_bad_input_is_rejected_with_a_reason() {
     ];
     for (object, expected) in rejected {
         let name = object["metadata"]["name"].clone();
-        let error = dry_run_create(&client, &namespace.name, object).await.expect_err(&format!("{name} should be rejected"));
+        let error =
+            dry_run_create(&client, &namespace.name, object).await.expect_err(&format!("{name} should be rejected"));
         assert!(error.contains(expected), "{name}: {error}");
     }
     namespace.delete().await;

@@ -302,16 +302,14 @@ JOBS = {
 # What each controller may do in the namespaces it watches: (apiGroup, resource) -> verbs.
 WATCHED_RULES = {
     "visitors": {
-        ("example.com", "visitorsapps"): {"get", "list", "watch", "patch", "update"},
-        ("example.com", "visitorsapps/status"): {"get", "patch", "update"},
+        ("example.com", "visitorsapps"): {"get", "list", "watch", "patch"},
+        ("example.com", "visitorsapps/status"): {"get", "patch"},
         ("example.com", "visitorsapps/finalizers"): {"update"},
-        ("example.com", "mysqlrestores"): READ,
-        ("", "secrets"): WRITE,
-        ("", "services"): WRITE,
-        ("", "persistentvolumeclaims"): WRITE,
-        ("apps", "statefulsets"): WRITE,
-        ("apps", "deployments"): WRITE,
-        ("", "pods"): READ,
+        ("", "secrets"): {"get", "create", "patch"},
+        ("", "services"): {"get", "list", "watch", "create", "patch"},
+        ("", "persistentvolumeclaims"): {"get", "patch"},
+        ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch"},
+        ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
         **EVENTS,
     },
     "backup": {

@@ -176,13 +176,32 @@ pub fn scoped_api<K>(client: Client, args: &ControllerArgs) -> Api<K>
 where
     K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
 {
-    match args.watch_namespace() {
+    api_in(client, args.watch_namespace())
+}
+
+/// An `Api` for `K` in `namespace`, or in all namespaces when `None`.
+pub fn api_in<K>(client: Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+{
+    match namespace {
         Some(namespace) => Api::namespaced(client, namespace),
         None => Api::all(client),
     }
 }
 
-/// The trigger stream of a controller's own kind: objects are reflected into `writer`'s store,
+/// What the caches keep of an object: all but `managedFields` and kubectl's last-applied
+/// annotation, which no reconcile reads and which are about half of an object's size.
+pub fn trim_for_cache<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// The trigger stream of a controller's own kind: objects are trimmed and reflected into
+/// `writer`'s store,
 /// and only changes of generation (the spec), finalizers or deletion reach the reconciler.
 /// Status writes move only the resourceVersion, so they never re-trigger a reconcile.
 pub fn primary_stream<K>(api: Api<K>, writer: Writer<K>) -> impl Stream<Item = Result<K, watcher::Error>> + Send
@@ -191,6 +210,7 @@ where
 {
     watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(trim_for_cache)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(spec_or_lifecycle_changed(), PredicateConfig::default())

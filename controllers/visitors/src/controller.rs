@@ -5,9 +5,9 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use controller_common::apply::{apply, apply_status};
-use controller_common::runner::{Identity, primary_stream};
+use controller_common::runner::{Identity, api_in, drive, primary_stream, trim_for_cache};
 use controller_common::{ReconcileFailure, Runtime};
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -16,11 +16,12 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
 use visitors_api::conditions::{self, READY};
-use visitors_api::labels::names;
+use visitors_api::labels::{APP_NAME, MANAGED_BY, names};
 use visitors_api::visitors_app::{DeletionPolicy, secret_keys};
 use visitors_api::{VisitorsApp, VisitorsAppStatus};
 
@@ -37,8 +38,12 @@ pub const CRD: &str = "visitorsapps.example.com";
 pub const IDENTITY: Identity = Identity { name: NAME, crd: CRD };
 /// Holds a deleted app until the controller has reported what happens to its data volume.
 pub const FINALIZER: &str = "example.com/visitors-app-cleanup";
+/// How long a reconcile waits for the caches' initial list at start-up.
+const CACHE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Selects the children of every VisitorsApp (and nothing else) in the owned-object watches.
-pub const CHILD_SELECTOR: &str = "app.kubernetes.io/name=visitors,app.kubernetes.io/managed-by=visitors-operator";
+pub fn child_selector() -> String {
+    format!("app.kubernetes.io/name={APP_NAME},app.kubernetes.io/managed-by={MANAGED_BY}")
+}
 
 /// What every reconcile shares.
 pub struct Context {
@@ -56,6 +61,15 @@ pub struct Context {
 pub struct Stores {
     pub statefulsets: Store<StatefulSet>,
     pub deployments: Store<Deployment>,
+}
+
+impl Stores {
+    /// Both caches hold their initial list. Before that, "absent from the cache" means nothing.
+    pub fn ready(&self) -> bool {
+        let ready = |wait: Option<Result<(), reflector::store::WriterDropped>>| matches!(wait, Some(Ok(())));
+        ready(self.statefulsets.wait_until_ready().now_or_never())
+            && ready(self.deployments.wait_until_ready().now_or_never())
+    }
 }
 
 /// Why a reconcile failed. Every variant says which object and what to do.
@@ -113,13 +127,17 @@ pub async fn reconcile(app: Arc<VisitorsApp>, ctx: Arc<Context>) -> Result<Actio
     ctx.runtime.instrumented(app.as_ref(), async { Reconciler::new(&app, &ctx)?.run().await }).await
 }
 
-/// kube's error policy: count the failure, say it once as a Warning Event, retry after the
-/// object's backoff.
+/// kube's error policy: count the failure, tell the user by a Warning Event (repeats are
+/// aggregated into one Event series), retry after the object's backoff. A conflict only means
+/// the app changed meanwhile, and the retry sees the new version: no Event for that.
 pub fn error_policy(app: Arc<VisitorsApp>, error: &Error, ctx: Arc<Context>) -> Action {
     let action = ctx.runtime.failed(app.as_ref(), error);
+    let reason = error.metric_label();
+    if reason == "Conflict" {
+        return action;
+    }
     let runtime = ctx.runtime.clone();
     let note = error.to_string();
-    let reason = error.metric_label();
     tokio::spawn(async move {
         runtime.events.warning(app.as_ref(), reason, "Reconcile", note).await;
     });
@@ -150,6 +168,11 @@ impl<'a> Reconciler<'a> {
     async fn run(&self) -> Result<Action, Error> {
         if self.app.metadata.deletion_timestamp.is_some() {
             return self.clean_up().await;
+        }
+        if !self.ctx.stores.ready() {
+            // Only right after start-up: without the caches the claim template and the
+            // existing backend are unknown, so wait for them instead of guessing.
+            return Ok(Action::requeue(CACHE_WAIT));
         }
         self.add_finalizer().await?;
         if let Err(invalid) = validate::spec(&self.app.spec) {
@@ -335,7 +358,7 @@ impl<'a> Reconciler<'a> {
         let desired = build::mysql::statefulset(self.app, &secret, claim);
         let sts = self.apply_child(&desired, existing_sts.is_none()).await?;
         if let Some(resize) = build::mysql::claim_resize(self.app, claim) {
-            self.apply_child(&resize, false).await?;
+            self.resize_claim(&resize).await?;
         }
         self.apply_child(&build::mysql::headless_service(self.app), false).await?;
         self.apply_child(&build::mysql::client_service(self.app), false).await?;
@@ -360,6 +383,19 @@ impl<'a> Reconciler<'a> {
         self.apply_child(&build::frontend::service(self.app), false).await?;
 
         Ok(Observed { secret, mysql, database, backend, backend_held, frontend: Workload::from_deployment(&frontend) })
+    }
+
+    /// Asks the claim of pod 0 to grow. A merge patch rather than an apply: the claim belongs
+    /// to the StatefulSet controller, and a claim not created yet must not be created here
+    /// (it will be, from the template, and grown on a later reconcile).
+    async fn resize_claim(&self, resize: &PersistentVolumeClaim) -> Result<(), Error> {
+        let name = resize.name_any();
+        let patch = serde_json::json!({ "spec": resize.spec });
+        match self.api::<PersistentVolumeClaim>().patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(source) => Err(Error::Kube { action: format!("growing PersistentVolumeClaim {name}"), source }),
+        }
     }
 
     fn cached<K>(&self, store: &Store<K>, name: &str) -> Option<Arc<K>>
@@ -397,6 +433,7 @@ impl<'a> Reconciler<'a> {
         };
         let target = Target {
             host: build::mysql::client_host(self.app),
+            port: visitors_api::visitors_app::MYSQL_PORT as u16,
             user: credentials.username.clone(),
             password: credentials.password.clone(),
         };
@@ -449,7 +486,7 @@ fn now() -> Time {
 
 /// The watches of the controller: VisitorsApps (filtered so that status writes do not wake
 /// them), and the children, whose changes and deletions wake their owner. The StatefulSet and
-/// Deployment watches also fill [`Stores`]; Services and Secrets are watched as metadata only.
+/// Deployment watches also fill [`Stores`]; Services are watched as metadata only.
 pub struct Watches {
     pub stores: Stores,
     statefulsets: reflector::store::Writer<StatefulSet>,
@@ -464,39 +501,38 @@ impl Watches {
         Self { stores, statefulsets, deployments }
     }
 
-    /// Runs the controller until `shutdown` resolves.
+    /// Runs the controller until `shutdown` is cancelled.
     pub async fn run(
         self,
         runtime: Arc<Runtime>,
         namespace: Option<&str>,
         probe: Option<Arc<dyn DatabaseProbe>>,
-        shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+        shutdown: CancellationToken,
     ) {
         let client = runtime.client.clone();
-        let children = watcher::Config::default().labels(CHILD_SELECTOR);
+        let children = watcher::Config::default().labels(&child_selector());
         let (app_reader, app_writer) = reflector::store::store();
-        let apps = primary_stream(scoped::<VisitorsApp>(&client, namespace), app_writer);
-        let statefulsets =
-            owned(watcher(scoped::<StatefulSet>(&client, namespace), children.clone()).reflect(self.statefulsets));
-        let deployments =
-            owned(watcher(scoped::<Deployment>(&client, namespace), children.clone()).reflect(self.deployments));
-        let services = owned(watcher(scoped::<PartialObjectMeta<Service>>(&client, namespace), children.clone()));
-        let secrets = owned(watcher(scoped::<PartialObjectMeta<Secret>>(&client, namespace), children));
+        let apps = primary_stream(api_in::<VisitorsApp>(client.clone(), namespace), app_writer);
+        let statefulsets = owned(
+            watcher(api_in::<StatefulSet>(client.clone(), namespace), children.clone())
+                .modify(trim_for_cache)
+                .reflect(self.statefulsets),
+        );
+        let deployments = owned(
+            watcher(api_in::<Deployment>(client.clone(), namespace), children.clone())
+                .modify(trim_for_cache)
+                .reflect(self.deployments),
+        );
+        // Secrets are not watched: that would need list and watch on every Secret. A deleted
+        // generated Secret is noticed at the next reconcile.
+        let services = owned(watcher(api_in::<PartialObjectMeta<Service>>(client, namespace), children));
         let ctx = Arc::new(Context { runtime, probe, stores: self.stores });
-        Controller::for_stream(apps, app_reader)
+        let controller = Controller::for_stream(apps, app_reader)
             .with_config(ControllerConfig::default().concurrency(16))
             .owns_stream(statefulsets)
             .owns_stream(deployments)
-            .owns_stream(services)
-            .owns_stream(secrets)
-            .graceful_shutdown_on(shutdown)
-            .run(reconcile, error_policy, ctx)
-            .for_each(|result| async move {
-                if let Err(error) = result {
-                    tracing::debug!(%error, "reconcile loop reported an error");
-                }
-            })
-            .await;
+            .owns_stream(services);
+        drive(controller, reconcile, error_policy, ctx, shutdown).await;
     }
 }
 
@@ -513,14 +549,4 @@ where
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
     events.default_backoff().touched_objects()
-}
-
-fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
-{
-    match namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
-    }
 }

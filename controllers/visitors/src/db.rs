@@ -6,19 +6,24 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use mysql_async::prelude::Queryable;
-use visitors_api::visitors_app::{DATABASE_NAME, MYSQL_PORT};
+use visitors_api::visitors_app::DATABASE_NAME;
 
 /// Where and as whom to connect. `Debug` never shows the password.
 #[derive(Clone)]
 pub struct Target {
     pub host: String,
+    pub port: u16,
     pub user: String,
     pub password: String,
 }
 
 impl fmt::Debug for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Target").field("host", &self.host).field("user", &self.user).finish_non_exhaustive()
+        f.debug_struct("Target")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
     }
 }
 
@@ -49,7 +54,7 @@ impl DatabaseProbe for MysqlProbe {
 async fn query(target: &Target) -> Result<(), mysql_async::Error> {
     let opts = mysql_async::OptsBuilder::default()
         .ip_or_hostname(target.host.clone())
-        .tcp_port(MYSQL_PORT as u16)
+        .tcp_port(target.port)
         .prefer_socket(false)
         .user(Some(target.user.clone()))
         .pass(Some(target.password.clone()))
@@ -88,7 +93,7 @@ mod tests {
 
     #[test]
     fn debug_hides_the_password() {
-        let target = Target { host: "h".into(), user: "u".into(), password: "hunter2".into() };
+        let target = Target { host: "h".into(), port: 3306, user: "u".into(), password: "hunter2".into() };
         assert!(!format!("{target:?}").contains("hunter2"));
     }
 
@@ -104,7 +109,7 @@ mod tests {
     async fn unreachable_database_fails_within_the_timeout() {
         // Port 3306 of a reserved TEST-NET address: the connection never completes.
         let probe = MysqlProbe { timeout: Duration::from_millis(200) };
-        let target = Target { host: "192.0.2.1".into(), user: "u".into(), password: "p".into() };
+        let target = Target { host: "192.0.2.1".into(), port: 3306, user: "u".into(), password: "p".into() };
         let result = probe.select_one(&target).await;
         assert!(result.is_err(), "{result:?}");
     }

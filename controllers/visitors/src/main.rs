@@ -48,7 +48,7 @@ async fn main() -> std::process::ExitCode {
         DatabaseCheck::Pod => None,
     };
     controller_common::runner::main(controller::IDENTITY, &cli.common, |runtime, shutdown| async move {
-        Watches::new().run(runtime, namespace.as_deref(), probe, shutdown.cancelled_owned()).await
+        Watches::new().run(runtime, namespace.as_deref(), probe, shutdown).await
     })
     .await
 }

@@ -347,8 +347,27 @@ async fn api_failures_are_explained_counted_and_backed_off() {
     let second = controller::error_policy(app, &error, h.ctx.clone());
     assert_ne!(first, second, "each failure waits longer");
     assert!(h.ctx.runtime.metrics.encode().contains(r#"error="Forbidden"} 2"#));
+    // The Warning Event is published on a spawned task: let it run.
+    for _ in 0..1_000 {
+        if h.api.events().iter().any(|(t, reason, _)| t == "Warning" && reason == "Forbidden") {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let warning = h.api.events().into_iter().find(|(t, _, _)| t == "Warning").expect("a Warning Event");
+    assert!(warning.2.contains("ServiceAccount lacks a permission"), "{warning:?}");
 
     h.api.stop_failing();
     h.reconcile().await.unwrap();
     assert!(h.api.get::<StatefulSet>("ex-mysql").is_some());
+}
+
+#[tokio::test]
+async fn nothing_is_done_before_the_caches_are_filled() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    let app = std::sync::Arc::new(h.app());
+    let action = controller::reconcile(app, h.ctx.clone()).await.unwrap();
+    assert_eq!(action, Action::requeue(std::time::Duration::from_secs(1)));
+    assert!(h.api.requests().is_empty(), "{:?}", h.api.requests());
 }

@@ -70,28 +70,34 @@ Verbs are exactly what the controller uses; no wildcards.
 */}}
 {{- define "visitors-operator.rules" -}}
 {{- if eq .key "visitors" }}
+# patch: the cleanup finalizer is added and removed by patch.
 - apiGroups: ["example.com"]
   resources: ["visitorsapps"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["example.com"]
   resources: ["visitorsapps/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["get", "patch"]
+# Children carry owner references with blockOwnerDeletion, which needs this where the
+# OwnerReferencesPermissionEnforcement admission plugin is on.
 - apiGroups: ["example.com"]
   resources: ["visitorsapps/finalizers"]
   verbs: ["update"]
-# Apps under restore are quiesced, so the controller watches the restores that target them.
-- apiGroups: ["example.com"]
-  resources: ["mysqlrestores"]
-  verbs: ["get", "list", "watch"]
-- apiGroups: [""]
-  resources: ["secrets", "services", "persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+# Server-side apply of a new object needs create as well as patch.
 - apiGroups: ["apps"]
   resources: ["statefulsets", "deployments"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
-  resources: ["pods"]
-  verbs: ["get", "list", "watch"]
+  resources: ["services"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+# The credentials Secret is read, created once, and re-owned by patch; Secrets are not
+# listed or watched, so the controller never reads Secrets it did not ask for by name.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create", "patch"]
+# The MySQL volume claim is read (to protect existing data) and grown by patch.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "patch"]
 {{- else if eq .key "backup" }}
 # Schedules create one MySQLBackup run object per fire time; retention deletes old runs.
 - apiGroups: ["example.com"]

@@ -322,7 +322,11 @@ mod tests {
             ..MysqlSpec::default()
         });
         let sts = statefulset(&app, "creds", Some(&claim));
-        assert_eq!(sts.spec.unwrap().volume_claim_templates.unwrap(), [claim.clone()], "immutable: kept as created");
+        assert_eq!(
+            sts.spec.unwrap().volume_claim_templates.unwrap(),
+            std::slice::from_ref(&claim),
+            "immutable: kept as created"
+        );
         let resize = claim_resize(&app, Some(&claim)).expect("a resize");
         assert_eq!(resize.metadata.name.as_deref(), Some("data-ex-mysql-0"));
         assert_eq!(requested_size(&resize), Some("5Gi"));

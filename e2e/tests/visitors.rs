@@ -1,54 +1,18 @@
-//! End-to-end scenario on a real cluster with the suite installed (CRDs and the visitors
-//! controller, e.g. from the Helm chart on kind): apply the book's VisitorsApp, wait for Ready,
-//! change its size, delete it.
-//!
-//! Ignored by default because it needs a cluster and takes minutes (images are pulled):
-//!
-//! ```text
-//! KUBECONFIG=~/.kube/config cargo test -p visitors-controller --test e2e_visitors -- --ignored --nocapture
-//! ```
-//!
-//! Without a configured cluster it prints why and passes without checking anything. With a
-//! cluster but without the suite it fails, saying what is missing. `E2E_TIMEOUT_SECONDS`
-//! (default 600) bounds each wait; `E2E_KEEP_NAMESPACE=1` keeps the namespace for inspection.
-
-use std::time::Duration;
+//! The VisitorsApp scenario on a real cluster with the suite installed: apply the book's
+//! resource, wait for Ready, change its size (only the backend changes), delete it (the volume
+//! is retained, with an Event saying so).
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use visitors_api::conditions::{self, READY};
 use visitors_api::{VisitorsApp, VisitorsAppSpec};
+use visitors_e2e::{TestNamespace, cluster, wait_for};
 
 const APP: &str = "ex";
-
-fn timeout() -> Duration {
-    let seconds = std::env::var("E2E_TIMEOUT_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(600);
-    Duration::from_secs(seconds)
-}
-
-/// Polls `check` every few seconds until it returns `Some`, or fails with `what` and the last
-/// state seen after the timeout.
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout();
-    loop {
-        let last = match check().await {
-            Ok(value) => return value,
-            Err(state) => state,
-        };
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {:?} waiting for {what}; last seen: {last}", timeout());
-        }
-        tokio::time::sleep(Duration::from_secs(3)).await;
-    }
-}
 
 async fn ready_at_generation(apps: &Api<VisitorsApp>, generation: i64) -> Result<VisitorsApp, String> {
     let app = apps.get(APP).await.map_err(|e| e.to_string())?;
@@ -64,15 +28,9 @@ async fn ready_at_generation(apps: &Api<VisitorsApp>, generation: i64) -> Result
 }
 
 #[tokio::test]
-#[ignore = "needs a Kubernetes cluster (KUBECONFIG) with the visitors-operator suite installed"]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
 async fn book_app_lifecycle() {
-    let client = match Client::try_default().await {
-        Ok(client) => client,
-        Err(error) => {
-            eprintln!("SKIPPED: no Kubernetes cluster is configured ({error}); set KUBECONFIG to run this scenario");
-            return;
-        }
-    };
+    let client = cluster().await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     if let Err(error) = crds.get("visitorsapps.example.com").await {
         panic!(
@@ -80,13 +38,8 @@ async fn book_app_lifecycle() {
         );
     }
 
-    let namespace = format!("visitors-e2e-{}", std::process::id());
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns = Namespace {
-        metadata: kube::api::ObjectMeta { name: Some(namespace.clone()), ..Default::default() },
-        ..Default::default()
-    };
-    namespaces.create(&PostParams::default(), &ns).await.expect("create the test namespace");
+    let test_namespace = TestNamespace::create(&client, "e2e-visitors").await;
+    let namespace = test_namespace.name.clone();
     eprintln!("namespace {namespace}");
 
     let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace);
@@ -150,9 +103,5 @@ async fn book_app_lifecycle() {
         .any(|e| e.reason.as_deref() == Some("VolumeRetained"));
     assert!(retained, "a VolumeRetained Event says the volume is kept");
 
-    if std::env::var("E2E_KEEP_NAMESPACE").is_ok_and(|v| v == "1") {
-        eprintln!("keeping namespace {namespace}");
-    } else {
-        namespaces.delete(&namespace, &DeleteParams::default()).await.expect("delete the test namespace");
-    }
+    test_namespace.delete().await;
 }
