@@ -20,6 +20,11 @@ use crate::events::Events;
 use crate::metrics::Metrics;
 use crate::telemetry::reconcile_span;
 
+/// The longest a waiting object sleeps between looks. Waiting is not failing: something outside
+/// the controller (a pod, an endpoint, a Job) will be ready soon, and not every such change
+/// wakes the object through a watch, so a wait never backs off to the failure cap.
+pub const MAX_WAIT: Duration = Duration::from_secs(15);
+
 /// An error a reconcile can fail with; `metric_label` is its kind in the failure metric (a
 /// short fixed word, never a message, to keep the metric's cardinality bounded).
 pub trait ReconcileFailure: std::error::Error {
@@ -46,10 +51,20 @@ impl Runtime {
     }
 
     /// The object waits for something outside the controller (a pod to become ready, a Job to
-    /// finish): look again after its next backoff delay. Owned-object watches usually wake it
-    /// sooner.
+    /// finish): look again after its next backoff delay, at most [`MAX_WAIT`]. Owned-object
+    /// watches usually wake it sooner.
     pub fn waiting<K: Resource>(&self, object: &K) -> Action {
-        Action::requeue(self.backoff.next_delay(&key(object)))
+        Action::requeue(self.wait_delay(object))
+    }
+
+    /// The next delay of a waiting object, advancing its backoff.
+    pub fn wait_delay<K: Resource>(&self, object: &K) -> Duration {
+        self.backoff.next_delay(&key(object)).min(MAX_WAIT)
+    }
+
+    /// The next delay of a failing object, advancing its backoff.
+    pub fn retry_delay<K: Resource>(&self, object: &K) -> Duration {
+        self.backoff.next_delay(&key(object))
     }
 
     /// The object cannot progress until its spec changes (an invalid spec): no retry, and no
@@ -66,7 +81,7 @@ impl Runtime {
         E: ReconcileFailure,
     {
         self.metrics.reconcile_failed(error.metric_label());
-        let delay = self.backoff.next_delay(&key(object));
+        let delay = self.retry_delay(object);
         tracing::warn!(
             error = %error,
             object = %object.name_any(),
@@ -139,13 +154,17 @@ mod tests {
     }
 
     fn runtime() -> Runtime {
+        runtime_with_cap(Duration::from_secs(10))
+    }
+
+    fn runtime_with_cap(failure_cap: Duration) -> Runtime {
         let (service, _handle) =
             tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
         let client = Client::new(service, "default");
         Runtime {
             client: client.clone(),
             metrics: Arc::new(Metrics::new("test")),
-            backoff: ObjectBackoff::new(Duration::from_millis(100), Duration::from_secs(10)),
+            backoff: ObjectBackoff::new(Duration::from_millis(100), failure_cap),
             events: Events::new(client, "test", None),
             field_manager: "test".into(),
             resync: Duration::from_secs(600),
@@ -162,14 +181,27 @@ mod tests {
     async fn failures_back_off_and_success_resets() {
         let runtime = runtime();
         let app = app("uid-1");
-        let first = runtime.failed(&app, &Boom);
-        let second = runtime.failed(&app, &Boom);
-        let third = runtime.failed(&app, &Boom);
-        assert_ne!(first, second);
-        assert_ne!(second, third);
-        assert!(runtime.metrics.encode().contains(r#"error="Boom"} 3"#));
+        runtime.failed(&app, &Boom);
+        runtime.failed(&app, &Boom);
+        let delays: Vec<Duration> = (0..3).map(|_| runtime.retry_delay(&app)).collect();
+        assert!(delays[0] < delays[1] && delays[1] < delays[2], "failures back off: {delays:?}");
+        assert!(delays[0] >= Duration::from_millis(400), "two failures came first: {delays:?}");
+        assert!(runtime.metrics.encode().contains(r#"error="Boom"} 2"#));
         assert_eq!(runtime.converged(&app), Action::requeue(Duration::from_secs(600)));
         assert_eq!(runtime.backoff.tracked(), 0);
+    }
+
+    #[tokio::test]
+    async fn waits_back_off_but_never_past_the_wait_cap() {
+        let runtime = runtime_with_cap(Duration::from_secs(300));
+        let app = app("uid-3");
+        let waits: Vec<Duration> = (0..12).map(|_| runtime.wait_delay(&app)).collect();
+        assert!(waits[0] < Duration::from_millis(300), "waits start small: {waits:?}");
+        assert_eq!(waits[11], MAX_WAIT, "long waits are capped: {waits:?}");
+        assert_eq!(runtime.waiting(&app), Action::requeue(MAX_WAIT));
+        // A failing object keeps backing off past the wait cap, up to the failure cap.
+        let retries: Vec<Duration> = (0..3).map(|_| runtime.retry_delay(&app)).collect();
+        assert!(retries[2] > MAX_WAIT, "{retries:?}");
     }
 
     #[tokio::test]

@@ -164,8 +164,14 @@ pub async fn drive<K, C, F, E>(
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "controller loop reported an error");
+            match result {
+                // A watch or queue failure means objects are not seen at all: say it loudly.
+                Err(error @ kube::runtime::controller::Error::QueueError(_)) => {
+                    tracing::warn!(%error, "a watch failed; objects may not be reconciled until it recovers");
+                }
+                // Reconcile failures were logged and counted by the error policy.
+                Err(error) => tracing::debug!(%error, "controller loop reported an error"),
+                Ok(_) => {}
             }
         })
         .await;

@@ -2,7 +2,6 @@
 //! `/readyz` (the controller is connected, its CRD is established and it is reconciling or
 //! standing by for leadership).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -11,7 +10,6 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 
@@ -51,16 +49,11 @@ async fn readyz(State(health): State<Arc<Health>>) -> impl IntoResponse {
     if health.is_ready() { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "starting") }
 }
 
-/// Binds `address` and serves until `shutdown` is cancelled.
-pub async fn serve(address: SocketAddr, health: Arc<Health>, shutdown: CancellationToken) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(address).await?;
-    tracing::info!(address = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
-    axum::serve(listener, router(health)).with_graceful_shutdown(shutdown.cancelled_owned()).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
+    use tokio_util::sync::CancellationToken;
 
     async fn get_text(address: SocketAddr, path: &str) -> (u16, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -142,7 +142,15 @@ fn memory(apps: usize, trim: bool, label: &str) {
 }
 
 fn converged() -> Observed {
-    let ready = |image: &str| Workload { desired: 1, ready: 1, updated: 1, current: true, image: Some(image.into()) };
+    let ready = |image: &str| Workload {
+        desired: 1,
+        ready: 1,
+        updated: 1,
+        total: 1,
+        available: 1,
+        current: true,
+        image: Some(image.into()),
+    };
     Observed {
         secret: "creds".into(),
         mysql: ready("mysql:8.4"),

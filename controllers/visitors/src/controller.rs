@@ -103,10 +103,13 @@ impl ReconcileFailure for Error {
 
 fn explain(error: &kube::Error) -> String {
     match error {
-        kube::Error::Api(status) if status.code == 403 => format!(
+        // RBAC denials read "... cannot <verb> resource ..."; other 403s come from admission
+        // (a storage class that cannot expand, a quota) and are no permission problem.
+        kube::Error::Api(status) if status.code == 403 && status.message.contains(" cannot ") => format!(
             "the controller's ServiceAccount lacks a permission ({}); check the Role or ClusterRole from the Helm chart",
             status.message
         ),
+        kube::Error::Api(status) if status.code == 403 => format!("the API server refused it: {}", status.message),
         kube::Error::Api(status) if status.code == 422 || status.code == 400 => {
             format!("the API server rejected it: {}", status.message)
         }
@@ -357,8 +360,8 @@ impl<'a> Reconciler<'a> {
         let claim = existing_sts.as_deref().and_then(build::mysql::data_claim_template);
         let desired = build::mysql::statefulset(self.app, &secret, claim);
         let sts = self.apply_child(&desired, existing_sts.is_none()).await?;
-        if let Some(resize) = build::mysql::claim_resize(self.app, claim) {
-            self.resize_claim(&resize).await?;
+        if existing_sts.is_some() {
+            self.grow_claim_if_asked().await;
         }
         self.apply_child(&build::mysql::headless_service(self.app), false).await?;
         self.apply_child(&build::mysql::client_service(self.app), false).await?;
@@ -385,13 +388,25 @@ impl<'a> Reconciler<'a> {
         Ok(Observed { secret, mysql, database, backend, backend_held, frontend: Workload::from_deployment(&frontend) })
     }
 
-    /// Asks the claim of pod 0 to grow. A merge patch rather than an apply: the claim belongs
-    /// to the StatefulSet controller, and a claim not created yet must not be created here
-    /// (it will be, from the template, and grown on a later reconcile).
-    async fn resize_claim(&self, resize: &PersistentVolumeClaim) -> Result<(), Error> {
-        let name = resize.name_any();
+    /// Asks the claim of pod 0 to grow when the spec asks for more storage. A refusal (a
+    /// storage class without expansion, a quota) is reported by a Warning Event and does not
+    /// hold up the rest of the reconcile: the app keeps running on its current volume.
+    async fn grow_claim_if_asked(&self) {
+        if let Err(error) = self.grow_claim().await {
+            let note = format!("cannot grow the MySQL volume to {}: {error}", self.app.spec.storage_size());
+            self.ctx.runtime.events.warning(self.app, "StorageResizeFailed", "GrowClaim", note).await;
+        }
+    }
+
+    /// A merge patch rather than an apply: the claim belongs to the StatefulSet controller, and
+    /// a claim not created yet must not be created here (it will be, from the template).
+    async fn grow_claim(&self) -> Result<(), Error> {
+        let name = build::mysql::claim_name(&self.name);
+        let claims = self.api::<PersistentVolumeClaim>();
+        let live = claims.get_opt(&name).await.map_err(kube_err(format!("reading PersistentVolumeClaim {name}")))?;
+        let Some(resize) = build::mysql::claim_resize(self.app, live.as_ref()) else { return Ok(()) };
         let patch = serde_json::json!({ "spec": resize.spec });
-        match self.api::<PersistentVolumeClaim>().patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
+        match claims.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
             Err(source) => Err(Error::Kube { action: format!("growing PersistentVolumeClaim {name}"), source }),

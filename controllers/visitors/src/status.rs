@@ -22,7 +22,12 @@ pub struct Workload {
     pub desired: i32,
     pub ready: i32,
     pub updated: i32,
-    /// The workload controller has seen the latest spec.
+    /// Every pod of the workload, of any template revision.
+    pub total: i32,
+    /// Pods ready for at least `minReadySeconds`.
+    pub available: i32,
+    /// The workload controller has seen the latest spec (and, for a StatefulSet, every pod is
+    /// at the update revision).
     pub current: bool,
     /// The image of the first container of the pod template.
     pub image: Option<String>,
@@ -32,11 +37,15 @@ impl Workload {
     pub fn from_statefulset(sts: &StatefulSet) -> Self {
         let status = sts.status.clone().unwrap_or_default();
         let spec = sts.spec.as_ref();
+        let seen = status.observed_generation.unwrap_or(0) >= sts.metadata.generation.unwrap_or(0);
+        let one_revision = status.current_revision.is_none() || status.current_revision == status.update_revision;
         Self {
             desired: spec.and_then(|s| s.replicas).unwrap_or(1),
             ready: status.ready_replicas.unwrap_or(0),
             updated: status.updated_replicas.unwrap_or(0),
-            current: status.observed_generation.unwrap_or(0) >= sts.metadata.generation.unwrap_or(0),
+            total: status.replicas,
+            available: status.available_replicas.unwrap_or(0),
+            current: seen && one_revision,
             image: spec.and_then(|s| first_image(&s.template)),
         }
     }
@@ -48,14 +57,22 @@ impl Workload {
             desired: spec.and_then(|s| s.replicas).unwrap_or(1),
             ready: status.ready_replicas.unwrap_or(0),
             updated: status.updated_replicas.unwrap_or(0),
+            total: status.replicas.unwrap_or(0),
+            available: status.available_replicas.unwrap_or(0),
             current: status.observed_generation.unwrap_or(0) >= deployment.metadata.generation.unwrap_or(0),
             image: spec.and_then(|s| first_image(&s.template)),
         }
     }
 
-    /// Every desired replica runs the latest template and is ready.
+    /// Every desired replica runs the latest template and is available, and no pod of an
+    /// older template is left. `readyReplicas` counts old pods too: a new template that
+    /// crash-loops while an old pod still serves must not look rolled out.
     pub fn rolled_out(&self) -> bool {
-        self.current && self.updated >= self.desired && self.ready >= self.desired
+        self.current
+            && self.updated >= self.desired
+            && self.total <= self.updated
+            && self.ready >= self.desired
+            && self.available >= self.desired
     }
 }
 
@@ -234,7 +251,15 @@ mod tests {
     }
 
     fn ready(replicas: i32, image: &str) -> Workload {
-        Workload { desired: replicas, ready: replicas, updated: replicas, current: true, image: Some(image.into()) }
+        Workload {
+            desired: replicas,
+            ready: replicas,
+            updated: replicas,
+            total: replicas,
+            available: replicas,
+            current: true,
+            image: Some(image.into()),
+        }
     }
 
     fn converged() -> Observed {
@@ -299,6 +324,11 @@ mod tests {
         let status = compute(&book_app(), &observed, at(1));
         assert_eq!(find(&status.conditions, READY).unwrap().reason, "WaitingForReplicas");
         let stale = Observed { backend: Some(Workload { current: false, ..ready(3, "b") }), ..converged() };
+        assert!(!stale.backend.as_ref().unwrap().rolled_out());
+        // A new template that crash-loops while the old pod still serves: ready counts the
+        // old pod, but one pod of the old template is left.
+        let stuck = Workload { desired: 1, ready: 1, updated: 1, total: 2, available: 1, ..ready(1, "b:new") };
+        assert!(!stuck.rolled_out(), "a rollout with an old pod left is not done");
         assert_eq!(find(&compute(&book_app(), &stale, at(1)).conditions, BACKEND_READY).unwrap().reason, "RollingOut");
     }
 
@@ -340,8 +370,10 @@ mod tests {
         deployment.metadata.generation = Some(2);
         deployment.status = Some(DeploymentStatus {
             observed_generation: Some(2),
+            replicas: Some(1),
             ready_replicas: Some(1),
             updated_replicas: Some(1),
+            available_replicas: Some(1),
             ..DeploymentStatus::default()
         });
         let workload = Workload::from_deployment(&deployment);

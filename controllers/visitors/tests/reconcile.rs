@@ -61,6 +61,10 @@ async fn first_creation_builds_the_database_and_frontend_then_waits() {
         "{events:?}"
     );
     assert!(events.iter().any(|(_, reason, note)| reason == "Created" && note.contains("Secret ex-mysql-credentials")));
+    assert!(
+        events.iter().any(|(_, reason, note)| reason == "Created" && note.contains("Deployment ex-frontend")),
+        "each child's creation is its own Event, not folded into the first one's series: {events:?}"
+    );
     let password = String::from_utf8(data["password"].0.clone()).unwrap();
     assert!(events.iter().all(|(_, _, note)| !note.contains(&password)), "a password leaked into an Event");
     assert!(!serde_json::to_string(&h.app().status).unwrap().contains(&password), "a password leaked into status");
@@ -245,10 +249,7 @@ async fn storage_growth_is_requested_on_the_claim() {
     let h = Harness::new();
     h.create_app(book_spec());
     h.reconcile().await.unwrap();
-    h.api.put(&PersistentVolumeClaim {
-        metadata: kube::api::ObjectMeta { name: Some("data-ex-mysql-0".into()), ..Default::default() },
-        ..Default::default()
-    });
+    h.api.put(&claim_requesting("1Gi"));
     h.edit_spec(|spec| {
         spec.mysql = Some(MysqlSpec {
             storage: Some(StorageSpec { size: Some("5Gi".into()), ..Default::default() }),
@@ -266,6 +267,52 @@ async fn storage_growth_is_requested_on_the_claim() {
         template.spec.as_ref().unwrap().resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"].0,
         "1Gi"
     );
+}
+
+fn claim_requesting(size: &str) -> PersistentVolumeClaim {
+    let requests = std::collections::BTreeMap::from([(
+        "storage".to_string(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity(size.into()),
+    )]);
+    PersistentVolumeClaim {
+        metadata: kube::api::ObjectMeta { name: Some("data-ex-mysql-0".into()), ..Default::default() },
+        spec: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+            resources: Some(k8s_openapi::api::core::v1::VolumeResourceRequirements {
+                requests: Some(requests),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_refused_volume_resize_is_reported_and_the_rest_still_converges() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.converge().await;
+    h.api.put(&claim_requesting("1Gi"));
+    h.api.fail_with(
+        "/persistentvolumeclaims/data-ex-mysql-0",
+        403,
+        "persistentvolumeclaims \"data-ex-mysql-0\" is forbidden: only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize",
+    );
+    h.edit_spec(|spec| {
+        spec.size = 2;
+        spec.mysql = Some(MysqlSpec {
+            storage: Some(StorageSpec { size: Some("5Gi".into()), ..Default::default() }),
+            ..Default::default()
+        });
+    });
+    h.reconcile().await.unwrap();
+
+    let backend: k8s_openapi::api::apps::v1::Deployment = h.api.get("ex-backend").unwrap();
+    assert_eq!(backend.spec.unwrap().replicas, Some(2), "the size change went through");
+    let warning =
+        h.api.events().into_iter().find(|(_, reason, _)| reason == "StorageResizeFailed").expect("a Warning Event");
+    assert!(warning.2.contains("storageclass that provisions the pvc must support resize"), "{warning:?}");
+    assert!(!warning.2.contains("ServiceAccount"), "not blamed on RBAC: {warning:?}");
 }
 
 async fn delete_app(h: &Harness) {
@@ -343,9 +390,10 @@ async fn api_failures_are_explained_counted_and_backed_off() {
     );
 
     let app = std::sync::Arc::new(h.app());
-    let first = controller::error_policy(app.clone(), &error, h.ctx.clone());
-    let second = controller::error_policy(app, &error, h.ctx.clone());
-    assert_ne!(first, second, "each failure waits longer");
+    controller::error_policy(app.clone(), &error, h.ctx.clone());
+    controller::error_policy(app.clone(), &error, h.ctx.clone());
+    let third = h.ctx.runtime.retry_delay(app.as_ref());
+    assert!(third >= std::time::Duration::from_secs(2), "two failures backed off: {third:?}");
     assert!(h.ctx.runtime.metrics.encode().contains(r#"error="Forbidden"} 2"#));
     // The Warning Event is published on a spawned task: let it run.
     for _ in 0..1_000 {

@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use visitors_api::VisitorsApp;
 use visitors_api::labels::{Component, names, selector};
+use visitors_api::validation::quantity_bytes;
 use visitors_api::visitors_app::{DATABASE_NAME, DeletionPolicy, MYSQL_PORT, secret_keys};
 
 use super::{child_meta, container_port, env, env_from_secret, pod_labels};
@@ -51,9 +52,9 @@ pub fn client_host(app: &VisitorsApp) -> String {
 }
 
 /// The StatefulSet. `existing_claim` is the data claim template of the StatefulSet already in
-/// the cluster: claim templates are immutable, so its size and class are kept (a size change
-/// goes through [`claim_resize`]) and the rest is built as at creation, which keeps the apply a
-/// no-op.
+/// the cluster: claim templates are immutable, so it is kept verbatim (a size change goes
+/// through [`claim_resize`]); rebuilding it would fail the apply as soon as anything in it
+/// differed from creation time, labels included.
 pub fn statefulset(app: &VisitorsApp, secret: &str, existing_claim: Option<&PersistentVolumeClaim>) -> StatefulSet {
     let name = app.name_any();
     let claims = vec![claim_template(app, existing_claim)];
@@ -112,7 +113,10 @@ fn container(app: &VisitorsApp, secret: &str) -> Container {
             ..VolumeMount::default()
         }]),
         readiness_probe: Some(shell_probe(READINESS_SCRIPT, 10, 5, 3)),
-        liveness_probe: Some(Probe { initial_delay_seconds: Some(30), ..shell_probe(LIVENESS_SCRIPT, 10, 5, 6) }),
+        // Up to ten minutes to start (first initialisation, InnoDB crash recovery of a large
+        // volume) before liveness may restart mysqld; after that, a minute of failed pings.
+        startup_probe: Some(shell_probe(LIVENESS_SCRIPT, 10, 5, 60)),
+        liveness_probe: Some(shell_probe(LIVENESS_SCRIPT, 10, 5, 6)),
         resources: app.spec.mysql.as_ref().and_then(|m| m.resources.clone()),
         ..Container::default()
     }
@@ -134,11 +138,11 @@ pub fn data_claim_template(sts: &StatefulSet) -> Option<&PersistentVolumeClaim> 
 }
 
 fn claim_template(app: &VisitorsApp, existing: Option<&PersistentVolumeClaim>) -> PersistentVolumeClaim {
-    let size = existing.and_then(requested_size).unwrap_or(app.spec.storage_size());
-    let class = match existing {
-        Some(claim) => claim.spec.as_ref().and_then(|s| s.storage_class_name.clone()),
-        None => app.spec.storage_class_name().map(ToString::to_string),
-    };
+    if let Some(existing) = existing {
+        return PersistentVolumeClaim { status: None, ..existing.clone() };
+    }
+    let size = app.spec.storage_size();
+    let class = app.spec.storage_class_name().map(ToString::to_string);
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(DATA_VOLUME.to_string()),
@@ -167,16 +171,14 @@ fn requested_size(claim: &PersistentVolumeClaim) -> Option<&str> {
     claim.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?.get("storage").map(|q| q.0.as_str())
 }
 
-/// When the spec asks for another size than the StatefulSet's (immutable) claim template, the
-/// patch that asks the claim of pod 0 to grow. The API server refuses to shrink a claim or to
-/// grow one whose storage class does not allow expansion; that refusal is reported as it is.
-pub fn claim_resize(
-    app: &VisitorsApp,
-    existing_claim: Option<&PersistentVolumeClaim>,
-) -> Option<PersistentVolumeClaim> {
-    let template = existing_claim?;
+/// When the spec asks for more storage than the live claim of pod 0 requests, the patch that
+/// asks it to grow. Sizes compare in bytes (`1024Mi` is `1Gi`). A smaller size is not
+/// requested: Kubernetes cannot shrink a claim. The API server refuses to grow a claim whose
+/// storage class does not allow expansion; the controller reports that refusal.
+pub fn claim_resize(app: &VisitorsApp, live_claim: Option<&PersistentVolumeClaim>) -> Option<PersistentVolumeClaim> {
+    let current = quantity_bytes(requested_size(live_claim?)?).ok()?;
     let wanted = app.spec.storage_size();
-    if requested_size(template) == Some(wanted) {
+    if quantity_bytes(wanted).ok()? <= current {
         return None;
     }
     Some(PersistentVolumeClaim {
@@ -281,6 +283,16 @@ mod tests {
     }
 
     #[test]
+    fn slow_starts_are_covered_by_a_startup_probe() {
+        let sts = statefulset(&book_app(), "creds", None);
+        let container = only_container(&sts);
+        let startup = container.startup_probe.as_ref().expect("a startup probe");
+        let budget = startup.period_seconds.unwrap() * startup.failure_threshold.unwrap();
+        assert!(budget >= 600, "mysqld gets ten minutes to start: {budget}s");
+        assert_eq!(container.liveness_probe.as_ref().unwrap().initial_delay_seconds, None);
+    }
+
+    #[test]
     fn readiness_probe_runs_a_query_as_the_application_user() {
         let sts = statefulset(&book_app(), "creds", None);
         let probe = only_container(&sts).readiness_probe.as_ref().unwrap();
@@ -327,11 +339,18 @@ mod tests {
             std::slice::from_ref(&claim),
             "immutable: kept as created"
         );
-        let resize = claim_resize(&app, Some(&claim)).expect("a resize");
+        let live = |size: &str| PersistentVolumeClaim {
+            metadata: ObjectMeta { name: Some("data-ex-mysql-0".into()), ..ObjectMeta::default() },
+            spec: Some(PersistentVolumeClaimSpec { resources: Some(storage_request(size)), ..Default::default() }),
+            ..PersistentVolumeClaim::default()
+        };
+        let resize = claim_resize(&app, Some(&live("1Gi"))).expect("a resize");
         assert_eq!(resize.metadata.name.as_deref(), Some("data-ex-mysql-0"));
         assert_eq!(requested_size(&resize), Some("5Gi"));
-        assert_eq!(claim_resize(&book_app(), Some(&claim)), None, "same size: nothing to do");
-        assert_eq!(claim_resize(&app, None), None, "no StatefulSet yet: the template has the size");
+        assert_eq!(claim_resize(&app, Some(&live("5Gi"))), None, "already grown: nothing to do");
+        assert_eq!(claim_resize(&app, Some(&live("5120Mi"))), None, "sizes compare in bytes");
+        assert_eq!(claim_resize(&book_app(), Some(&live("5Gi"))), None, "a claim is never shrunk");
+        assert_eq!(claim_resize(&app, None), None, "no claim yet: the template has the size");
     }
 
     #[test]

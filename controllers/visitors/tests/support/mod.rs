@@ -53,7 +53,8 @@ struct State {
     events: Vec<Value>,
     revision: u64,
     /// Requests whose path contains the text are answered with the code.
-    failures: Vec<(String, u16)>,
+    /// Requests whose path contains the text fail with that code and message.
+    failures: Vec<(String, u16, String)>,
 }
 
 #[derive(Clone, Default)]
@@ -151,8 +152,22 @@ impl FakeApi {
     }
 
     /// From now on, answers requests whose path contains `path_part` with an error `code`.
+    /// Requests to paths containing `path_part` fail with `code`; a 403 reads like an RBAC
+    /// denial from a real API server.
     pub fn fail_when(&self, path_part: &str, code: u16) {
-        self.state.lock().unwrap().failures.push((path_part.to_string(), code));
+        let message = if code == 403 {
+            format!(
+                "{path_part} is forbidden: User \"system:serviceaccount:ops:visitors-controller\" cannot patch resource"
+            )
+        } else {
+            "injected by the test".to_string()
+        };
+        self.fail_with(path_part, code, &message);
+    }
+
+    /// Requests to paths containing `path_part` fail with `code` and `message`.
+    pub fn fail_with(&self, path_part: &str, code: u16, message: &str) {
+        self.state.lock().unwrap().failures.push((path_part.to_string(), code, message.to_string()));
     }
 
     pub fn stop_failing(&self) {
@@ -189,9 +204,9 @@ impl State {
             }
             return (StatusCode::CREATED, with_name(body, "event"), true);
         }
-        if let Some((_, code)) = self.failures.iter().find(|(part, _)| path.contains(part.as_str())) {
+        if let Some((_, code, message)) = self.failures.iter().find(|(part, _, _)| path.contains(part.as_str())) {
             let code = StatusCode::from_u16(*code).unwrap();
-            return status(code, code.canonical_reason().unwrap_or("Error"), "injected by the test");
+            return status(code, code.canonical_reason().unwrap_or("Error"), message);
         }
         let (collection, name, subresource) = split(path, method);
         let key = (collection.clone(), name.clone());
@@ -446,6 +461,7 @@ impl Harness {
                 replicas: 1,
                 ready_replicas: Some(1),
                 updated_replicas: Some(1),
+                available_replicas: Some(1),
                 ..Default::default()
             });
         });
