@@ -287,6 +287,11 @@ impl<'a> Reconciler<'a> {
             },
             None => return Ok(Err(Invalid::SecretMissing { name })),
         };
+        if build::secret::is_generated(self.app)
+            && let Err(invalid) = validate::generated_secret_is_ours(&self.name, &secret)
+        {
+            return Ok(Err(invalid));
+        }
         if let Err(invalid) = validate::user_secret(&name, Some(&secret)) {
             return Ok(Err(invalid));
         }
@@ -317,17 +322,19 @@ impl<'a> Reconciler<'a> {
         let secret = build::secret::generated(self.app, &Credentials::generate());
         let params =
             PostParams { field_manager: Some(self.ctx.runtime.field_manager.clone()), ..PostParams::default() };
-        let created = match self.api::<Secret>().create(&params, &secret).await {
-            Ok(created) => created,
-            // Created meanwhile (by a previous, interrupted reconcile): use that one.
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                self.api::<Secret>().get(name).await.map_err(kube_err(format!("reading Secret {name}")))?
+        match self.api::<Secret>().create(&params, &secret).await {
+            Ok(created) => {
+                let note = format!("Secret {name} with generated database passwords (never rotated)");
+                self.ctx.runtime.events.normal(self.app, "Created", "Create", note).await;
+                Ok(Ok(created))
             }
-            Err(source) => return Err(Error::Kube { action: format!("creating Secret {name}"), source }),
-        };
-        let note = format!("Secret {name} with generated database passwords (never rotated)");
-        self.ctx.runtime.events.normal(self.app, "Created", "Create", note).await;
-        Ok(Ok(created))
+            // Created meanwhile (by a previous, interrupted reconcile, or by someone else: the
+            // caller checks whose it is).
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                Ok(Ok(self.api::<Secret>().get(name).await.map_err(kube_err(format!("reading Secret {name}")))?))
+            }
+            Err(source) => Err(Error::Kube { action: format!("creating Secret {name}"), source }),
+        }
     }
 
     /// Owns the generated Secret exactly when the deletion policy is Delete; patches only on a
@@ -492,7 +499,7 @@ impl<'a> Reconciler<'a> {
 
 /// Reasons that need a user's action (the rest are progress).
 fn is_problem(reason: &str) -> bool {
-    ["InvalidSpec", "InvalidCredentialsSecret", "CredentialsLost"].contains(&reason)
+    ["InvalidSpec", "InvalidCredentialsSecret", "CredentialsLost", "CredentialsSecretConflict"].contains(&reason)
 }
 
 fn now() -> Time {

@@ -419,3 +419,24 @@ async fn nothing_is_done_before_the_caches_are_filled() {
     assert_eq!(action, Action::requeue(std::time::Duration::from_secs(1)));
     assert!(h.api.requests().is_empty(), "{:?}", h.api.requests());
 }
+
+#[tokio::test]
+async fn a_foreign_secret_with_the_generated_name_is_never_adopted() {
+    let h = Harness::new();
+    let data = ["username", "password", "root-password"]
+        .map(|key| (key.to_string(), k8s_openapi::ByteString(b"someone-elses".to_vec())));
+    h.api.put(&Secret {
+        metadata: kube::api::ObjectMeta { name: Some("ex-mysql-credentials".into()), ..Default::default() },
+        data: Some(data.into_iter().collect()),
+        ..Default::default()
+    });
+    h.create_app(visitors_api::VisitorsAppSpec { deletion_policy: Some(DeletionPolicy::Delete), ..book_spec() });
+    h.reconcile().await.unwrap();
+
+    let (status, reason, message) = ready_condition(&h);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "CredentialsSecretConflict"));
+    assert!(message.contains("set spec.credentialsSecret"), "{message}");
+    let secret: Secret = h.api.get("ex-mysql-credentials").unwrap();
+    assert!(secret.metadata.owner_references.unwrap_or_default().is_empty(), "not owned, so never garbage-collected");
+    assert!(h.api.get::<StatefulSet>("ex-mysql").is_none(), "nothing is built on someone else's credentials");
+}
