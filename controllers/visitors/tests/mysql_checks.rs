@@ -126,6 +126,10 @@ impl Server {
     /// Runs a probe command of the MySQL container with the container's environment (the
     /// image's defaults, 3306 and its socket, pointed at this server).
     fn run_probe(&self, probe: &Probe, password: &str) -> bool {
+        self.run_probe_with(probe, password, ROOT_PASSWORD)
+    }
+
+    fn run_probe_with(&self, probe: &Probe, password: &str, root_password: &str) -> bool {
         let command = probe.exec.as_ref().unwrap().command.clone().unwrap();
         Command::new(&command[0])
             .args(&command[1..])
@@ -137,7 +141,7 @@ impl Server {
             .env("MYSQL_DATABASE", "visitors")
             .env("MYSQL_USER", USER)
             .env("MYSQL_PASSWORD", password)
-            .env("MYSQL_ROOT_PASSWORD", ROOT_PASSWORD)
+            .env("MYSQL_ROOT_PASSWORD", root_password)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -187,7 +191,10 @@ fn liveness_probe_follows_the_server_process() {
     let Some(mut server) = Server::start() else { return };
     let (_, liveness) = probes();
     assert!(server.run_probe(&liveness, PASSWORD), "alive");
-    assert!(server.run_probe(&liveness, "wrong"), "credentials never make liveness fail");
+    assert!(
+        server.run_probe_with(&liveness, "wrong", "also-wrong"),
+        "credentials never make liveness fail (a restart would not fix them)"
+    );
     server.child.kill().unwrap();
     server.child.wait().unwrap();
     assert!(!server.run_probe(&liveness, PASSWORD), "a dead server fails liveness");
