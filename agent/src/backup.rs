@@ -171,7 +171,7 @@ async fn dump_all(
         reporter.abort();
     }
     let results = collect_results(outcomes)?;
-    tracing::info!("{}", progress.line());
+    tracing::info!("{}", progress.final_line());
     Ok(results)
 }
 

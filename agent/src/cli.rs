@@ -2,6 +2,7 @@
 //! the JSON summary as the last line of stdout (and in `--summary-file`), exit code 0 only
 //! on full success.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -241,7 +242,8 @@ pub async fn main() -> i32 {
     summary.finished_at = Some(jiff::Timestamp::now().to_string());
     summary.duration_seconds = Some((started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0);
     let line = summary.to_line();
-    println!("{line}");
+    // A closed stdout (`| head`) is no reason to fail; the summary file still gets the line.
+    let _ = writeln!(std::io::stdout(), "{line}");
     if let Some(path) = &cli.summary_file
         && let Err(error) = std::fs::write(path, &line)
     {
@@ -308,7 +310,7 @@ async fn run_verify(args: VerifyArgs) -> Result<AgentSummary> {
 async fn run_inspect(args: InspectArgs) -> Result<AgentSummary> {
     let storage = Storage::open(&args.from, &args.storage.settings(), false)?;
     let manifest = verify::load_manifest(&storage).await?;
-    print!("{}", describe(&manifest));
+    let _ = write!(std::io::stdout(), "{}", describe(&manifest));
     Ok(manifest_summary(&manifest, &args.from))
 }
 
@@ -348,7 +350,7 @@ fn cut(mut text: String, max: usize) -> String {
 /// A human-readable description of a backup, for `inspect`.
 pub fn describe(manifest: &Manifest) -> String {
     let mut out = format!(
-        "{} version {}, taken by {} from {} {}\n{} .. {}, consistency: {}, compression: {:?}\n",
+        "{} version {}, taken by {} from {} {}\n{} .. {}, consistency: {}, compression: {}\n",
         manifest.format,
         manifest.format_version,
         manifest.tool,
@@ -357,7 +359,7 @@ pub fn describe(manifest: &Manifest) -> String {
         manifest.started_at,
         manifest.finished_at,
         manifest.consistency,
-        manifest.compression,
+        manifest.compression.name(),
     );
     if let Some(position) = manifest.position.as_ref().and_then(|p| p.describe()) {
         out.push_str(&format!("position: {position}\n"));

@@ -88,7 +88,7 @@ pub enum AgentError {
     )]
     LocalInfileDisabled,
 
-    #[error("user '{user}' lacks a privilege the {operation} needs: {message}")]
+    #[error("user '{user}' lacks a privilege needed while {operation}: {message}")]
     MissingPrivilege { user: String, operation: String, message: String },
 
     #[error("verification failed: {0}")]

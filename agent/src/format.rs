@@ -23,6 +23,14 @@ pub enum Compression {
 }
 
 impl Compression {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Zstd => "zstd",
+            Self::Gzip => "gzip",
+            Self::None => "none",
+        }
+    }
+
     pub fn extension(self) -> &'static str {
         match self {
             Self::Zstd => ".zst",

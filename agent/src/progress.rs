@@ -50,6 +50,19 @@ impl Progress {
         line
     }
 
+    /// The closing line: totals and the average rate, no estimate.
+    pub fn final_line(&self) -> String {
+        let rows = self.rows.load(Ordering::Relaxed);
+        let bytes = self.bytes.load(Ordering::Relaxed);
+        let seconds = self.started.elapsed().as_secs_f64().max(0.001);
+        format!(
+            "{} done: {rows} rows, {} in {seconds:.1}s, {}/s",
+            self.operation,
+            mib(bytes as f64),
+            mib(bytes as f64 / seconds)
+        )
+    }
+
     /// Prints a line every `interval` until the returned task is aborted.
     pub fn report_every(self: &Arc<Self>, interval: Duration) -> Option<JoinHandle<()>> {
         if interval.is_zero() {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::join_all;
+use futures::{StreamExt, TryStreamExt};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
@@ -275,7 +276,7 @@ async fn load_all(
     for outcome in outcomes {
         outcome??;
     }
-    tracing::info!("{}", progress.line());
+    tracing::info!("{}", progress.final_line());
     Ok((tables, rows))
 }
 
@@ -297,7 +298,13 @@ async fn load_worker(context: Arc<LoadContext>, options: RestoreOptions) -> Resu
 
 async fn load_chunk(context: &LoadContext, conn: &mut Conn, task: &LoadTask) -> Result<()> {
     let path = &task.chunk.file.path;
-    let data = context.storage.decompressed(path, context.compression).await?;
+    let progress = context.progress.clone();
+    let data = context
+        .storage
+        .decompressed(path, context.compression)
+        .await?
+        .inspect_ok(move |piece| progress.add(0, piece.len() as u64))
+        .boxed();
     // The handler must be Sync; the stream is only Send, so it travels inside a Mutex.
     let data = std::sync::Mutex::new(Some(data));
     conn.set_infile_handler(async move {
@@ -320,7 +327,7 @@ async fn load_chunk(context: &LoadContext, conn: &mut Conn, task: &LoadTask) -> 
             ),
         });
     }
-    context.progress.add(loaded, task.chunk.data_bytes);
+    context.progress.add(loaded, 0);
     Ok(())
 }
 

@@ -32,8 +32,14 @@ pub async fn load_manifest(storage: &Storage) -> Result<Manifest> {
 
 /// Checks the size and SHA-256 of every file the manifest lists; fails naming the first bad one.
 pub async fn verify_files(storage: &Storage, manifest: &Manifest, parallelism: usize) -> Result<()> {
-    stream::iter(manifest.files())
-        .map(|file| verify_file(storage, file))
+    // Owned entries keep the future `Send` for any caller (borrowing closures in a stream
+    // make the compiler lose the lifetimes).
+    let files: Vec<FileEntry> = manifest.files().into_iter().cloned().collect();
+    stream::iter(files)
+        .map(|file| {
+            let storage = storage.clone();
+            async move { verify_file(&storage, &file).await }
+        })
         .buffer_unordered(parallelism.max(1))
         .try_collect::<()>()
         .await

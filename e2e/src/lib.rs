@@ -13,6 +13,8 @@ use kube::{Api, Client};
 /// A client for the e2e cluster. The tests were asked for explicitly, so a missing or
 /// unreachable cluster is a failure with the reason, never a silent pass.
 pub async fn cluster() -> Client {
+    // The workspace links both of rustls' providers; name one (see controller_common::startup).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client =
         Client::try_default().await.expect("no usable KUBECONFIG or in-cluster configuration for the e2e cluster");
     client.apiserver_version().await.expect("the e2e cluster's API server does not answer");

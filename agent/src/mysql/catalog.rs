@@ -169,7 +169,7 @@ pub async fn routines(connector: &Connector, conn: &mut Conn, database: &str) ->
         let Some(create) = create else {
             return Err(AgentError::MissingPrivilege {
                 user: connector.settings().user.clone(),
-                operation: "backup".into(),
+                operation: "reading routine definitions".into(),
                 message: format!(
                     "cannot read the body of {kind} `{name}` (grant SELECT on mysql.proc or SHOW CREATE ROUTINE)"
                 ),

@@ -84,7 +84,11 @@ async fn release(connector: &Connector, coordinator: &mut Conn, method: &str) ->
 async fn read_position(coordinator: &mut Conn, mariadb: bool) -> Option<Position> {
     let gtid_sql = if mariadb { "SELECT @@GLOBAL.gtid_binlog_pos" } else { "SELECT @@GLOBAL.gtid_executed" };
     let gtid: Option<String> = coordinator.query_first(gtid_sql).await.ok().flatten();
-    let status: Option<mysql_async::Row> = coordinator.query_first("SHOW MASTER STATUS").await.ok().flatten();
+    // MySQL 8.4 renamed SHOW MASTER STATUS.
+    let mut status: Option<mysql_async::Row> = coordinator.query_first("SHOW MASTER STATUS").await.ok().flatten();
+    if status.is_none() && !mariadb {
+        status = coordinator.query_first("SHOW BINARY LOG STATUS").await.ok().flatten();
+    }
     let (binlog_file, binlog_position) = match status {
         Some(row) => (row.get::<String, _>(0), row.get::<u64, _>(1)),
         None => (None, None),

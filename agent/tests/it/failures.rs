@@ -196,3 +196,34 @@ async fn a_full_volume_is_named_and_cleaned_up() {
     }
     assert!(files_under(&target).is_empty(), "partial files left: {:?}", files_under(&target));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_restore_is_a_lost_connection() {
+    let Some(mut server) = MariaDb::start() else { return };
+    server.sql(
+        "CREATE DATABASE big; CREATE TABLE big.t (id INT PRIMARY KEY, v VARCHAR(255));
+         INSERT INTO big.t SELECT seq, REPEAT(CHAR(65 + seq % 26), 250) FROM seq_1_to_120000;",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    crate::back_up(&small_backup(&server, &file_location(dir.path()))).await;
+    server.sql("DROP DATABASE big");
+    let mut options = crate::restore_options(&server, &file_location(dir.path()));
+    options.parallelism = 1;
+    let running = tokio::spawn(async move { visitors_agent::restore::run(&options).await });
+    // Kill the server once loading has begun: the table exists and holds rows.
+    while !server
+        .sql("SELECT COUNT(*) > 0 FROM information_schema.TABLES WHERE TABLE_NAME = 't' AND TABLE_ROWS > 0")
+        .starts_with('1')
+    {
+        assert!(!running.is_finished(), "the restore ended before it loaded anything");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    server.kill();
+    match running.await.unwrap() {
+        Err(error @ (AgentError::ConnectionLost { .. } | AgentError::Unreachable { .. })) => {
+            assert!(error.to_string().contains("server"), "{error}")
+        }
+        Err(other) => panic!("expected a lost connection, got {other}"),
+        Ok(_) => panic!("the restore finished before the server was killed"),
+    }
+}

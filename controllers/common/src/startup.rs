@@ -35,9 +35,17 @@ pub enum StartupError {
     Server { address: String, reason: String },
 }
 
+/// Installs ring as the process's TLS crypto provider. Builds that link both ring and
+/// aws-lc-rs (the whole workspace, the release image) leave rustls unable to choose one, and the
+/// first TLS client would panic. Idempotent.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Connects to the cluster given by KUBECONFIG, ~/.kube/config or the in-cluster environment,
 /// and checks that its API server answers.
 pub async fn connect() -> Result<Client, StartupError> {
+    install_crypto_provider();
     let config = Config::infer().await.map_err(|e| StartupError::NoCluster(e.to_string()))?;
     let url = config.cluster_url.to_string();
     let client = Client::try_from(config).map_err(|e| StartupError::BadConfig(e.to_string()))?;
