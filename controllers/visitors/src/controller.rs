@@ -367,7 +367,7 @@ impl<'a> Reconciler<'a> {
         let claim = existing_sts.as_deref().and_then(build::mysql::data_claim_template);
         let desired = build::mysql::statefulset(self.app, &secret, claim);
         let sts = self.apply_child(&desired, existing_sts.is_none()).await?;
-        if existing_sts.is_some() {
+        if claim.is_some_and(|template| build::mysql::asks_for_more_than_template(self.app, template)) {
             self.grow_claim_if_asked().await;
         }
         self.apply_child(&build::mysql::headless_service(self.app), false).await?;

@@ -171,6 +171,16 @@ fn requested_size(claim: &PersistentVolumeClaim) -> Option<&str> {
     claim.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?.get("storage").map(|q| q.0.as_str())
 }
 
+/// Whether the spec asks for more storage than the StatefulSet's (immutable) claim template:
+/// only then can the live claim need to grow, so only then is it read.
+pub fn asks_for_more_than_template(app: &VisitorsApp, template: &PersistentVolumeClaim) -> bool {
+    let template_bytes = requested_size(template).and_then(|size| quantity_bytes(size).ok());
+    match (quantity_bytes(app.spec.storage_size()).ok(), template_bytes) {
+        (Some(wanted), Some(created)) => wanted > created,
+        _ => false,
+    }
+}
+
 /// When the spec asks for more storage than the live claim of pod 0 requests, the patch that
 /// asks it to grow. Sizes compare in bytes (`1024Mi` is `1Gi`). A smaller size is not
 /// requested: Kubernetes cannot shrink a claim. The API server refuses to grow a claim whose
@@ -351,6 +361,8 @@ mod tests {
         assert_eq!(claim_resize(&app, Some(&live("5120Mi"))), None, "sizes compare in bytes");
         assert_eq!(claim_resize(&book_app(), Some(&live("5Gi"))), None, "a claim is never shrunk");
         assert_eq!(claim_resize(&app, None), None, "no claim yet: the template has the size");
+        assert!(asks_for_more_than_template(&app, &claim), "5Gi over a 1Gi template");
+        assert!(!asks_for_more_than_template(&book_app(), &claim), "same size: the claim is not even read");
     }
 
     #[test]
