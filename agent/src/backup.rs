@@ -16,8 +16,9 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{AgentError, Result};
 use crate::format::{
-    ChunkEntry, Compression, DATA_FORMAT, DatabaseEntry, FORMAT_NAME, FORMAT_VERSION, FileEntry, MANIFEST_FILE,
-    Manifest, ServerInfo, TableEntry, encode_field, layout, load_data_sql, quote_ident, write_statements,
+    ChunkEntry, Compression, DATA_FORMAT, DatabaseEntry, FORMAT_NAME, FORMAT_VERSION, FileEntry, LOCK_FILE,
+    MANIFEST_FILE, Manifest, ServerInfo, TableEntry, encode_field, layout, load_data_sql, quote_ident,
+    write_statements,
 };
 use crate::mysql::catalog::{self, TableInfo};
 use crate::mysql::connection::describe_server;
@@ -85,12 +86,41 @@ pub async fn run(options: &BackupOptions) -> Result<BackupReport> {
     if storage.exists(MANIFEST_FILE).await? {
         return Err(AgentError::BackupExists { location: options.to.clone() });
     }
+    let run_id = run_id();
+    if !storage.create(LOCK_FILE, Bytes::from(run_id.clone())).await? {
+        return Err(AgentError::BackupLocked { location: options.to.trim_end_matches('/').to_string() });
+    }
     let written: Written = Arc::default();
     let result = back_up(options, &storage, &written).await;
     if result.is_err() {
+        // Only while holding the lock: no other run writes here.
         remove_written(&storage, &written).await;
     }
+    release_lock(&storage, &run_id).await;
     result
+}
+
+/// Who holds the lock: host, process and start time.
+fn run_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+        .unwrap_or_else(|| "unknown-host".into());
+    format!("host={host} pid={} started={}\n", std::process::id(), jiff::Timestamp::now())
+}
+
+/// Removes the lock if it is still ours.
+async fn release_lock(storage: &Storage, run_id: &str) {
+    match storage.read(LOCK_FILE).await {
+        Ok(held) if held.as_ref() == run_id.as_bytes() => {
+            if let Err(error) = storage.delete(LOCK_FILE).await {
+                tracing::warn!("could not remove the lock {LOCK_FILE}: {error}");
+            }
+        }
+        Ok(_) => tracing::warn!("{LOCK_FILE} was replaced by another run; left in place"),
+        Err(error) => tracing::warn!("could not read the lock {LOCK_FILE}: {error}"),
+    }
 }
 
 async fn remove_written(storage: &Storage, written: &Written) {
@@ -116,6 +146,13 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
     connector.execute(&mut coordinator, "SET NAMES utf8mb4", "preparing the session").await?;
     let (flavour, version) = describe_server(&connector, &mut coordinator).await?;
     let names = catalog::databases(&connector, &mut coordinator, &options.databases).await?;
+    let unsupported = catalog::unsupported_tables(&connector, &mut coordinator, &names).await?;
+    if !unsupported.is_empty() {
+        return Err(catalog::unsupported_error(&unsupported));
+    }
+    // A lock that cannot be had in 10 s (a long DDL or another backup holds it) fails the
+    // backup with the server's lock wait timeout error instead of blocking writes for long.
+    connector.execute(&mut coordinator, "SET SESSION lock_wait_timeout = 10", "preparing the session").await?;
     let mut plans = Vec::with_capacity(names.len());
     for name in names {
         plans.push(plan_database(&connector, &mut coordinator, storage, written, name).await?);
@@ -140,7 +177,7 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
         data_format: DATA_FORMAT.into(),
         databases: assemble(plans, results),
     };
-    write_manifest(storage, manifest).await
+    write_manifest(storage, written, manifest).await
 }
 
 /// Plans the work, then lets every worker take tasks until none is left or one fails.
@@ -176,11 +213,25 @@ async fn dump_all(
 }
 
 /// Stores `manifest.json`, create-only: the last file of a backup, the one that makes it whole.
-async fn write_manifest(storage: &Storage, manifest: Manifest) -> Result<BackupReport> {
+/// If the write fails (a timeout after the store took it, say), the stored manifest is read
+/// back: ours, the backup is whole; another run's, the files it lists are left alone.
+async fn write_manifest(storage: &Storage, written: &Written, manifest: Manifest) -> Result<BackupReport> {
     let text = serde_json::to_vec_pretty(&manifest).map_err(|e| AgentError::Internal(e.to_string()))?;
     let manifest_sha256 = hex::encode(Sha256::digest(&text));
     let manifest_bytes = text.len() as u64;
-    storage.put(MANIFEST_FILE, Bytes::from(text), true).await?;
+    if let Err(error) = storage.put(MANIFEST_FILE, Bytes::from(text), true).await {
+        match storage.read(MANIFEST_FILE).await {
+            Ok(stored) if hex::encode(Sha256::digest(&stored)) == manifest_sha256 => {
+                tracing::warn!("writing {MANIFEST_FILE} reported an error ({error}), but the stored one is ours");
+            }
+            Ok(_) => {
+                // Another run's manifest: its files have the same names as ours; keep them all.
+                written.lock().unwrap().clear();
+                return Err(AgentError::BackupExists { location: storage.location().to_string() });
+            }
+            Err(_) => return Err(error),
+        }
+    }
     Ok(BackupReport { manifest, manifest_sha256, manifest_bytes })
 }
 
@@ -337,7 +388,12 @@ async fn split_points(
 }
 
 fn select_sql(database: &str, table: &TableInfo, lower: Option<i128>, upper: Option<i128>) -> String {
-    let columns: Vec<String> = table.columns.iter().map(|c| quote_ident(c)).collect();
+    let columns: Vec<String> = table
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| select_expression(c, table.column_types.get(i).map(String::as_str).unwrap_or_default()))
+        .collect();
     let mut sql = format!("SELECT {} FROM {}.{}", columns.join(","), quote_ident(database), quote_ident(&table.name));
     if let Some(key) = &table.integer_key {
         let key = quote_ident(key);
@@ -349,6 +405,14 @@ fn select_sql(database: &str, table: &TableInfo, lower: Option<i128>, upper: Opt
         }
     }
     sql
+}
+
+/// How a column is selected. The server prints FLOAT with 6 significant digits (16777217
+/// would read back as 16777200); as a DOUBLE (`+ 0e0`) it prints enough digits for the text
+/// to read back into the identical FLOAT.
+fn select_expression(column: &str, data_type: &str) -> String {
+    let quoted = quote_ident(column);
+    if data_type == "float" { format!("{quoted} + 0e0") } else { quoted }
 }
 
 struct DumpContext {

@@ -140,12 +140,14 @@ pub struct RestoreArgs {
     /// Keep the restore out of the binary log (sql_log_bin=0; needs the privilege).
     #[arg(long)]
     pub skip_binlog: bool,
+    /// Seconds between progress lines on stderr (0: none).
     #[arg(long, default_value_t = 10)]
     pub progress_interval: u64,
 }
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
+    /// The backup to compare the database with: s3://bucket/prefix or file:///abs/path.
     #[arg(long, value_name = "LOCATION")]
     pub from: String,
     #[command(flatten)]
@@ -155,12 +157,14 @@ pub struct VerifyArgs {
     /// Also compare CHECKSUM TABLE with the backup (needs a backup taken with --table-checksums).
     #[arg(long)]
     pub checksum: bool,
+    /// Tables counted at once.
     #[arg(long, default_value_t = 2)]
     pub parallelism: usize,
 }
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
+    /// The backup to describe: s3://bucket/prefix or file:///abs/path.
     #[arg(long, value_name = "LOCATION")]
     pub from: String,
     #[command(flatten)]

@@ -59,6 +59,11 @@ pub enum AgentError {
     BackupExists { location: String },
 
     #[error(
+        "another backup is writing to this location, or one died there: inspect and remove {location}/.backup.lock"
+    )]
+    BackupLocked { location: String },
+
+    #[error(
         "the backup at {location} is incomplete: manifest.json is missing, so the backup never finished; use another backup"
     )]
     ManifestMissing { location: String },
@@ -91,6 +96,12 @@ pub enum AgentError {
     #[error("user '{user}' lacks a privilege needed while {operation}: {message}")]
     MissingPrivilege { user: String, operation: String, message: String },
 
+    #[error("{0}: not supported by this agent version")]
+    UnsupportedTables(String),
+
+    #[error("{error}; {databases}; rerun with --drop-existing")]
+    PartiallyRestored { databases: String, error: Box<AgentError> },
+
     #[error("verification failed: {0}")]
     VerifyMismatch(String),
 
@@ -116,6 +127,7 @@ impl AgentError {
             Self::Storage { .. } => "storage",
             Self::InvalidLocation { .. } => "invalidLocation",
             Self::BackupExists { .. } => "backupExists",
+            Self::BackupLocked { .. } => "backupLocked",
             Self::ManifestMissing { .. } => "manifestMissing",
             Self::ManifestInvalid { .. } => "manifestInvalid",
             Self::FileMissing { .. } => "fileMissing",
@@ -125,6 +137,8 @@ impl AgentError {
             Self::TableExists { .. } => "tableExists",
             Self::LocalInfileDisabled => "localInfileDisabled",
             Self::MissingPrivilege { .. } => "missingPrivilege",
+            Self::UnsupportedTables(_) => "unsupportedTables",
+            Self::PartiallyRestored { error, .. } => error.kind(),
             Self::VerifyMismatch(_) => "verifyMismatch",
             Self::Internal(_) => "internal",
         }

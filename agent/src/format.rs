@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 pub const FORMAT_NAME: &str = "visitors-backup";
 pub const FORMAT_VERSION: u32 = 1;
 pub const MANIFEST_FILE: &str = "manifest.json";
+/// Held (create-only) by a backup while it writes to a location; removed when it ends.
+pub const LOCK_FILE: &str = ".backup.lock";
 /// The encoding of data chunks: tab-separated fields, newline-terminated rows, backslash
 /// escapes and `\N` for NULL; the defaults of `LOAD DATA INFILE`.
 pub const DATA_FORMAT: &str = "load-data-tsv";

@@ -66,15 +66,105 @@ pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
     let connector = Connector::new(options.connection.clone());
     let mut conn = connector.connect().await?;
     session_setup(&connector, &mut conn, options).await?;
-    prepare_databases(&connector, &mut conn, &storage, &databases, options.drop_existing).await?;
-    let (tables, rows) = load_all(&connector, &storage, &databases, manifest.compression, options).await?;
-    create_views(&connector, &mut conn, &storage, &databases).await?;
-    for database in &databases {
-        run_optional_file(&connector, &mut conn, &storage, database, database.routines.as_ref()).await?;
-        run_optional_file(&connector, &mut conn, &storage, database, database.triggers.as_ref()).await?;
+    // Every check that can refuse the restore runs before the first write.
+    let existed = preflight(&connector, &mut conn, &databases, options.drop_existing).await?;
+    let mut modified = Vec::new();
+    let written = write_all(&connector, conn, &storage, &databases, &manifest, options, &existed, &mut modified).await;
+    let (tables, rows) = written.map_err(|error| partially_restored(error, &modified))?;
+    Ok(RestoreReport { manifest, tables, rows })
+}
+
+/// A database the restore has begun to write, and how.
+struct Modified {
+    name: String,
+    dropped: bool,
+    existed: bool,
+}
+
+/// After the first write, an error also says which databases were changed.
+fn partially_restored(error: AgentError, modified: &[Modified]) -> AgentError {
+    if modified.is_empty() {
+        return error;
+    }
+    let databases: Vec<String> = modified
+        .iter()
+        .map(|m| match (m.dropped, m.existed) {
+            (true, true) => format!("database {} was dropped and is partially restored", m.name),
+            (_, true) => format!(
+                "database {0} existed and now holds partially restored tables (--drop-existing drops all of {0}, \
+                 its other tables too)",
+                m.name
+            ),
+            (_, false) => format!("database {} was created and is partially restored", m.name),
+        })
+        .collect();
+    AgentError::PartiallyRestored { databases: databases.join(", "), error: Box::new(error) }
+}
+
+/// Refuses the restore before anything is written: an object of the backup that exists on
+/// the server (unless `drop_existing`), or a server that refuses `LOAD DATA LOCAL INFILE`.
+/// Returns the databases that exist.
+async fn preflight(
+    connector: &Connector,
+    conn: &mut Conn,
+    databases: &[DatabaseEntry],
+    drop_existing: bool,
+) -> Result<Vec<String>> {
+    let local_infile: Option<i64> = conn
+        .query_first("SELECT @@GLOBAL.local_infile")
+        .await
+        .map_err(|e| connector.error("reading local_infile", e))?;
+    if local_infile == Some(0) && databases.iter().any(|d| d.tables.iter().any(|t| !t.chunks.is_empty())) {
+        return Err(AgentError::LocalInfileDisabled);
+    }
+    let present: Vec<String> =
+        conn.query("SHOW DATABASES").await.map_err(|e| connector.error("listing databases", e))?;
+    let mut existed = Vec::new();
+    for database in databases {
+        if !present.contains(&database.name) {
+            continue;
+        }
+        existed.push(database.name.clone());
+        if drop_existing {
+            continue;
+        }
+        // Objects of any type (base table, view, sequence, system-versioned table) conflict.
+        let existing = catalog::existing_objects(connector, conn, &database.name).await?;
+        if let Some((name, _)) = existing
+            .iter()
+            .find(|(name, _)| database.tables.iter().any(|t| &t.name == name) || database.view_names.contains(name))
+        {
+            return Err(AgentError::TableExists { table: format!("`{}`.`{name}`", database.name) });
+        }
+    }
+    Ok(existed)
+}
+
+/// Everything that writes, in order; `modified` lists each database as it is first touched.
+#[allow(clippy::too_many_arguments)]
+async fn write_all(
+    connector: &Connector,
+    mut conn: Conn,
+    storage: &Storage,
+    databases: &[DatabaseEntry],
+    manifest: &Manifest,
+    options: &RestoreOptions,
+    existed: &[String],
+    modified: &mut Vec<Modified>,
+) -> Result<(u64, u64)> {
+    prepare_databases(connector, &mut conn, storage, databases, options.drop_existing, existed, modified).await?;
+    let _ = conn.disconnect().await;
+    let (tables, rows) = load_all(connector, storage, databases, manifest.compression, options).await?;
+    // A fresh connection: the first one sat idle through the load and may have timed out.
+    let mut conn = connector.connect().await?;
+    session_setup(connector, &mut conn, options).await?;
+    create_views(connector, &mut conn, storage, databases).await?;
+    for database in databases {
+        run_optional_file(connector, &mut conn, storage, database, database.routines.as_ref()).await?;
+        run_optional_file(connector, &mut conn, storage, database, database.triggers.as_ref()).await?;
     }
     let _ = conn.disconnect().await;
-    Ok(RestoreReport { manifest, tables, rows })
+    Ok((tables, rows))
 }
 
 fn select_databases(manifest: &Manifest, requested: &[String]) -> Result<Vec<DatabaseEntry>> {
@@ -100,24 +190,25 @@ async fn session_setup(connector: &Connector, conn: &mut Conn, options: &Restore
     Ok(())
 }
 
-/// Creates each database and its tables; refuses to overwrite tables unless asked to drop.
+/// Creates each database and its tables (after `preflight`), dropping it first if asked.
 async fn prepare_databases(
     connector: &Connector,
     conn: &mut Conn,
     storage: &Storage,
     databases: &[DatabaseEntry],
     drop_existing: bool,
+    existed: &[String],
+    modified: &mut Vec<Modified>,
 ) -> Result<()> {
     for database in databases {
-        let existing = catalog::existing_objects(connector, conn, &database.name).await?;
+        modified.push(Modified {
+            name: database.name.clone(),
+            dropped: drop_existing,
+            existed: existed.contains(&database.name),
+        });
         if drop_existing {
             let sql = format!("DROP DATABASE IF EXISTS {}", quote_ident(&database.name));
             connector.execute(conn, &sql, "dropping an existing database").await?;
-        } else if let Some((name, _)) = existing
-            .iter()
-            .find(|(name, _)| database.tables.iter().any(|t| &t.name == name) || database.view_names.contains(name))
-        {
-            return Err(AgentError::TableExists { table: format!("`{}`.`{name}`", database.name) });
         }
         run_file(connector, conn, storage, None, &database.schema).await?;
         for table in &database.tables {
@@ -296,12 +387,32 @@ async fn load_worker(context: Arc<LoadContext>, options: RestoreOptions) -> Resu
     Ok(())
 }
 
+/// Loads one chunk in one transaction: it is committed only when every row loaded without a
+/// warning, as many rows as the manifest says; otherwise it is rolled back.
 async fn load_chunk(context: &LoadContext, conn: &mut Conn, task: &LoadTask) -> Result<()> {
+    let path = &task.chunk.file.path;
+    context.connector.execute(conn, "START TRANSACTION", &format!("loading {path}")).await?;
+    match load_in_transaction(context, conn, task).await {
+        Ok(loaded) => {
+            context.connector.execute(conn, "COMMIT", &format!("committing {path}")).await?;
+            context.progress.add(loaded, 0);
+            Ok(())
+        }
+        Err(error) => {
+            if let Err(rollback) = conn.query_drop("ROLLBACK").await {
+                tracing::warn!("{path}: rollback failed: {rollback}");
+            }
+            Err(error)
+        }
+    }
+}
+
+async fn load_in_transaction(context: &LoadContext, conn: &mut Conn, task: &LoadTask) -> Result<u64> {
     let path = &task.chunk.file.path;
     let progress = context.progress.clone();
     let data = context
         .storage
-        .decompressed(path, context.compression)
+        .decompressed(&task.chunk.file, context.compression)
         .await?
         .inspect_ok(move |piece| progress.add(0, piece.len() as u64))
         .boxed();
@@ -315,36 +426,70 @@ async fn load_chunk(context: &LoadContext, conn: &mut Conn, task: &LoadTask) -> 
     let during = format!("loading {path}");
     conn.query_drop(sql).await.map_err(|e| context.connector.error(&during, e))?;
     let loaded = conn.affected_rows();
-    if conn.get_warnings() > 0 {
-        report_warnings(context, conn, path).await;
+    if conn.get_warnings() > 0
+        && let Some((level, code, message)) = first_warning(context, conn, path, &task.columns).await?
+    {
+        return Err(AgentError::BadChunk {
+            file: path.clone(),
+            reason: format!(
+                "loading it into {} raised {level} {code}: {message}; the chunk was rolled back",
+                task.target
+            ),
+        });
     }
     if loaded != task.chunk.rows {
         return Err(AgentError::BadChunk {
             file: path.clone(),
             reason: format!(
-                "{loaded} rows loaded, the manifest says {} (a duplicate key or a table that was not empty?)",
-                task.chunk.rows
+                "{loaded} rows loaded into {}, the manifest says {} (a duplicate key or a table that was not \
+                 empty?); the chunk was rolled back",
+                task.target, task.chunk.rows
             ),
         });
     }
-    context.progress.add(loaded, 0);
-    Ok(())
+    Ok(loaded)
 }
 
-/// Logs the first warnings of a load (a value the server had to adjust); the row count check
-/// above catches rows that were skipped.
-async fn report_warnings(context: &LoadContext, conn: &mut Conn, path: &str) {
-    let warnings: Vec<(String, u32, String)> = match conn.query("SHOW WARNINGS LIMIT 3").await {
-        Ok(warnings) => warnings,
-        Err(error) => {
-            tracing::warn!(
-                "{path}: cannot read the load's warnings: {}",
-                context.connector.error("reading warnings", error)
-            );
-            return;
-        }
-    };
+/// The first warning of a load that changed data (level `Warning` or `Error`; `Note`s are
+/// logged only): a value the server had to adjust is not restored as it was backed up.
+/// A warning about a column that is not loaded (a generated column, computed from the loaded
+/// ones exactly as on the source) does not change stored data and is logged only.
+async fn first_warning(
+    context: &LoadContext,
+    conn: &mut Conn,
+    path: &str,
+    loaded_columns: &[String],
+) -> Result<Option<(String, u32, String)>> {
+    let warnings: Vec<(String, u32, String)> =
+        conn.query("SHOW WARNINGS").await.map_err(|e| context.connector.error("reading the load's warnings", e))?;
+    let mut first = None;
     for (level, code, message) in warnings {
-        tracing::warn!("{path}: {level} {code}: {message}");
+        let about_unloaded_column = warned_column(&message).is_some_and(|c| !loaded_columns.contains(&c));
+        if level.eq_ignore_ascii_case("Note") || about_unloaded_column {
+            tracing::info!("{path}: {level} {code}: {message}");
+        } else if first.is_none() {
+            first = Some((level, code, message));
+        }
+    }
+    Ok(first)
+}
+
+/// The column a server warning names ("... for column 'c' at row 1").
+fn warned_column(message: &str) -> Option<String> {
+    let rest = &message[message.find("column '")? + "column '".len()..];
+    let end = rest.rfind("' at row").or_else(|| rest.rfind('\''))?;
+    Some(rest[..end].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::warned_column;
+
+    #[test]
+    fn warnings_name_their_column() {
+        let column = |m: &str| warned_column(m);
+        assert_eq!(column("Out of range value for column 'doubled' at row 1").as_deref(), Some("doubled"));
+        assert_eq!(column("Data truncated for column 'it''s' at row 12").as_deref(), Some("it''s"));
+        assert_eq!(column("Duplicate entry '1' for key 'PRIMARY'"), None);
     }
 }

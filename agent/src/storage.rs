@@ -25,7 +25,8 @@ use crate::error::{AgentError, Result};
 use crate::format::{Compression, FileEntry};
 
 /// S3 settings; every one comes from the environment or a flag (see the CLI).
-#[derive(Clone, Debug, Default)]
+/// `Debug` is implemented by hand below: it never prints the secret key or the session token.
+#[derive(Clone, Default)]
 pub struct S3Settings {
     pub access_key_id: Option<String>,
     pub secret_access_key: Option<String>,
@@ -33,6 +34,19 @@ pub struct S3Settings {
     pub region: String,
     pub endpoint: Option<String>,
     pub force_path_style: bool,
+}
+
+impl std::fmt::Debug for S3Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Settings")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| "<hidden>"))
+            .field("session_token", &self.session_token.as_ref().map(|_| "<hidden>"))
+            .field("region", &self.region)
+            .field("endpoint", &self.endpoint)
+            .field("force_path_style", &self.force_path_style)
+            .finish()
+    }
 }
 
 /// A parsed `--to` / `--from` value.
@@ -96,8 +110,11 @@ impl Storage {
                 if !dir.is_dir() {
                     return Err(AgentError::ManifestMissing { location: text.into() });
                 }
+                // fsync: every file and its directory are durable before `put`/`finish` returns,
+                // so the manifest, written last, never names a file a crash could lose.
                 let store = LocalFileSystem::new_with_prefix(&dir)
-                    .map_err(|e| AgentError::InvalidLocation { location: text.into(), reason: e.to_string() })?;
+                    .map_err(|e| AgentError::InvalidLocation { location: text.into(), reason: e.to_string() })?
+                    .with_fsync(true);
                 Ok(Self { store: Arc::new(store), root: Path::default(), location: text.into(), bucket: None })
             }
         }
@@ -129,6 +146,16 @@ impl Storage {
         Ok(entry)
     }
 
+    /// Stores a small file only if none exists: `Ok(false)` when one does.
+    pub async fn create(&self, relative: &str, data: Bytes) -> Result<bool> {
+        let options = PutOptions { mode: PutMode::Create, ..Default::default() };
+        match self.store.put_opts(&self.path(relative), PutPayload::from(data), options).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => Ok(false),
+            Err(error) => Err(self.error(error)),
+        }
+    }
+
     pub async fn read(&self, relative: &str) -> Result<Bytes> {
         let result = self.store.get(&self.path(relative)).await.map_err(|e| self.read_error(relative, e))?;
         result.bytes().await.map_err(|e| self.read_error(relative, e))
@@ -148,18 +175,59 @@ impl Storage {
         Ok((bytes, hex::encode(hasher.finalize())))
     }
 
-    /// The decompressed content of a chunk as a stream of bytes.
+    /// The decompressed content of a chunk as a stream of bytes. The stored bytes are counted
+    /// and hashed on the way: at their end the stream fails with an `io::Error` if they differ
+    /// from `file` (the file changed since it was checked), so a load that used them fails.
     pub async fn decompressed(
         &self,
-        relative: &str,
+        file: &FileEntry,
         compression: Compression,
     ) -> Result<BoxStream<'static, io::Result<Bytes>>> {
+        let relative = file.path.as_str();
         let result = self.store.get(&self.path(relative)).await.map_err(|e| self.read_error(relative, e))?;
-        let raw = result.into_stream().map_err(io::Error::other);
+        let expected = file.clone();
+        let mut seen = Some((Sha256::new(), 0u64));
+        let raw = result
+            .into_stream()
+            .map_err(io::Error::other)
+            .map(Some)
+            .chain(futures::stream::once(async { None }))
+            .filter_map(move |item| {
+                let out = match item {
+                    Some(Ok(piece)) => {
+                        if let Some((hasher, bytes)) = seen.as_mut() {
+                            hasher.update(&piece);
+                            *bytes += piece.len() as u64;
+                        }
+                        Some(Ok(piece))
+                    }
+                    Some(Err(error)) => Some(Err(error)),
+                    None => seen.take().and_then(|(hasher, bytes)| {
+                        let sha256 = hex::encode(hasher.finalize());
+                        (bytes != expected.bytes || sha256 != expected.sha256).then(|| {
+                            Err(io::Error::other(format!(
+                                "{} changed while it was loaded: {bytes} bytes with SHA-256 {sha256}, \
+                                 manifest.json says {} bytes with SHA-256 {}",
+                                expected.path, expected.bytes, expected.sha256
+                            )))
+                        })
+                    }),
+                };
+                futures::future::ready(out)
+            });
         let reader = BufReader::with_capacity(256 * 1024, StreamReader::new(raw));
+        // Decoders read every member to the end of the file, so the check above always runs.
         let decoded: Pin<Box<dyn AsyncRead + Send>> = match compression {
-            Compression::Zstd => Box::pin(ZstdDecoder::new(reader)),
-            Compression::Gzip => Box::pin(GzipDecoder::new(reader)),
+            Compression::Zstd => {
+                let mut decoder = ZstdDecoder::new(reader);
+                decoder.multiple_members(true);
+                Box::pin(decoder)
+            }
+            Compression::Gzip => {
+                let mut decoder = GzipDecoder::new(reader);
+                decoder.multiple_members(true);
+                Box::pin(decoder)
+            }
             Compression::None => Box::pin(reader),
         };
         Ok(ReaderStream::with_capacity(decoded, 256 * 1024).boxed())

@@ -18,6 +18,9 @@ pub struct TableInfo {
     /// The server's estimate of the table's size, for planning and progress.
     pub data_length: u64,
     pub columns: Vec<String>,
+    /// `DATA_TYPE` of each column of `columns` (lower case), e.g. `float` is selected as a
+    /// double so that its text reads back to the same value.
+    pub column_types: Vec<String>,
     /// The first primary key column, when it is an integer: the table can be split into ranges.
     pub integer_key: Option<String>,
 }
@@ -58,10 +61,13 @@ pub async fn tables(connector: &Connector, conn: &mut Conn, database: &str) -> R
         )
         .await
         .map_err(|e| connector.error(during, e))?;
-    let column_rows: Vec<(String, String)> = conn
+    // A generated column has a GENERATION_EXPRESSION (MariaDB and MySQL); MySQL 8 marks
+    // columns with an expression default `DEFAULT_GENERATED` in EXTRA, which are stored data.
+    let column_rows: Vec<(String, String, String)> = conn
         .exec(
-            "SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = ? AND EXTRA NOT LIKE '%GENERATED%' ORDER BY TABLE_NAME, ORDINAL_POSITION",
+            "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = ? AND COALESCE(GENERATION_EXPRESSION, '') = '' \
+             ORDER BY TABLE_NAME, ORDINAL_POSITION",
             (database,),
         )
         .await
@@ -76,9 +82,11 @@ pub async fn tables(connector: &Connector, conn: &mut Conn, database: &str) -> R
         )
         .await
         .map_err(|e| connector.error(during, e))?;
-    let mut columns: HashMap<String, Vec<String>> = HashMap::new();
-    for (table, column) in column_rows {
-        columns.entry(table).or_default().push(column);
+    let mut columns: HashMap<String, (Vec<String>, Vec<String>)> = HashMap::new();
+    for (table, column, data_type) in column_rows {
+        let entry = columns.entry(table).or_default();
+        entry.0.push(column);
+        entry.1.push(data_type.to_ascii_lowercase());
     }
     let mut keys: HashMap<String, String> = key_rows
         .into_iter()
@@ -87,13 +95,59 @@ pub async fn tables(connector: &Connector, conn: &mut Conn, database: &str) -> R
         .collect();
     Ok(rows
         .into_iter()
-        .map(|(name, data_length)| TableInfo {
-            columns: columns.remove(&name).unwrap_or_default(),
-            integer_key: keys.remove(&name),
-            data_length: data_length.unwrap_or(0),
-            name,
+        .map(|(name, data_length)| {
+            let (columns, column_types) = columns.remove(&name).unwrap_or_default();
+            TableInfo {
+                columns,
+                column_types,
+                integer_key: keys.remove(&name),
+                data_length: data_length.unwrap_or(0),
+                name,
+            }
         })
         .collect())
+}
+
+/// Table types the agent backs up: base tables and views (`information_schema.TABLES`).
+const SUPPORTED_TABLE_TYPES: [&str; 2] = ["BASE TABLE", "VIEW"];
+
+/// Every table of `databases` whose type the agent cannot back up or restore (MariaDB's
+/// `SYSTEM VERSIONED` tables and `SEQUENCE`s, for instance), as `(database, table, type)`.
+pub async fn unsupported_tables(
+    connector: &Connector,
+    conn: &mut Conn,
+    databases: &[String],
+) -> Result<Vec<(String, String, String)>> {
+    let mut found = Vec::new();
+    for database in databases {
+        let rows: Vec<(String, String)> = conn
+            .exec(
+                "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? \
+                 ORDER BY TABLE_NAME",
+                (database,),
+            )
+            .await
+            .map_err(|e| connector.error("listing tables", e))?;
+        found.extend(
+            rows.into_iter()
+                .filter(|(_, kind)| !SUPPORTED_TABLE_TYPES.contains(&kind.as_str()))
+                .map(|(name, kind)| (database.clone(), name, kind)),
+        );
+    }
+    Ok(found)
+}
+
+/// The error for tables of unsupported types, naming each one.
+pub fn unsupported_error(tables: &[(String, String, String)]) -> AgentError {
+    let list: Vec<String> = tables
+        .iter()
+        .map(|(database, table, kind)| {
+            let article = if kind.starts_with(['A', 'E', 'I', 'O', 'U']) { "an" } else { "a" };
+            let noun = if kind == "SEQUENCE" { "" } else { " table" };
+            format!("{database}.{table} is {article} {kind}{noun}")
+        })
+        .collect();
+    AgentError::UnsupportedTables(list.join(", "))
 }
 
 fn is_integer_type(data_type: &str) -> bool {
@@ -215,12 +269,12 @@ fn session_sql_mode(mode: &str) -> String {
     format!("SET SESSION sql_mode = {}", quote_literal(mode))
 }
 
-fn session_charset(charset: &str, collation: &str) -> String {
-    format!(
-        "SET SESSION character_set_client = {}, SESSION collation_connection = {}",
-        quote_literal(charset),
-        quote_literal(collation)
-    )
+/// The session in which a view, routine or trigger is recreated. Its text was read over a
+/// utf8mb4 connection, so it is sent back as utf8mb4 whatever client created it (replaying
+/// it as the original client character set would encode non-ASCII text twice); the original
+/// `collation_connection` is kept, so string literals get the same character set and collation.
+fn session_charset(_original_client_charset: &str, collation: &str) -> String {
+    format!("SET SESSION character_set_client = utf8mb4, SESSION collation_connection = {}", quote_literal(collation))
 }
 
 /// Rows in a table (exact), for `verify`.

@@ -15,6 +15,7 @@ mod codes {
     pub const QUERY_INTERRUPTED: u16 = 1317;
     pub const LOCAL_INFILE_DISABLED_MYSQL: u16 = 3948;
     pub const NOT_ALLOWED_COMMAND: u16 = 1148;
+    pub const LOCAL_INFILE_DISABLED_MARIADB: u16 = 4166;
 }
 
 #[derive(Clone)]
@@ -95,7 +96,9 @@ pub fn map_error(settings: &ConnectionSettings, during: &str, error: mysql_async
             }
             codes::BAD_DB => AgentError::MissingDatabase(quoted_name(&server.message)),
             codes::SERVER_SHUTDOWN | codes::CONNECTION_KILLED | codes::QUERY_INTERRUPTED => lost(server.message),
-            codes::LOCAL_INFILE_DISABLED_MYSQL | codes::NOT_ALLOWED_COMMAND => AgentError::LocalInfileDisabled,
+            codes::LOCAL_INFILE_DISABLED_MYSQL | codes::LOCAL_INFILE_DISABLED_MARIADB | codes::NOT_ALLOWED_COMMAND => {
+                AgentError::LocalInfileDisabled
+            }
             codes::SPECIFIC_ACCESS_DENIED => AgentError::MissingPrivilege {
                 user: settings.user.clone(),
                 operation: during.into(),

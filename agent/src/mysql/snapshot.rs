@@ -9,7 +9,7 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
 use super::Connector;
-use crate::error::Result;
+use crate::error::{AgentError, Result};
 use crate::format::Position;
 
 pub struct Snapshot {
@@ -20,8 +20,16 @@ pub struct Snapshot {
     pub position: Option<Position>,
 }
 
-/// Data sessions return column values as stored, with no character set conversion.
-const WORKER_SETUP: [&str; 2] = ["SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ", "SET NAMES binary"];
+/// The server's "Lock wait timeout exceeded".
+const LOCK_WAIT_TIMEOUT: u16 = 1205;
+
+/// Data sessions return column values as stored, with no character set conversion, and
+/// tolerate a slow storage upload stalling the reading of rows for up to an hour.
+const WORKER_SETUP: [&str; 3] = [
+    "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    "SET NAMES binary",
+    "SET SESSION net_write_timeout = 3600",
+];
 
 pub async fn open(
     connector: &Connector,
@@ -62,7 +70,18 @@ async fn block_commits(connector: &Connector, coordinator: &mut Conn, mariadb: b
             }
         }
     }
-    connector.execute(coordinator, "FLUSH TABLES WITH READ LOCK", "locking tables for a consistent snapshot").await?;
+    let during = "locking tables for a consistent snapshot";
+    connector.execute(coordinator, "FLUSH TABLES WITH READ LOCK", during).await.map_err(|error| match error {
+        AgentError::Server { code: LOCK_WAIT_TIMEOUT, message, .. } => AgentError::Server {
+            during: format!(
+                "{during} (waited lock_wait_timeout = 10 s: a long query, DDL or another backup holds a table \
+                 lock; retry when it has ended)"
+            ),
+            code: LOCK_WAIT_TIMEOUT,
+            message,
+        },
+        other => other,
+    })?;
     Ok("flush-tables-with-read-lock")
 }
 

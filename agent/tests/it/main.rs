@@ -5,6 +5,7 @@ mod failures;
 mod refusal;
 mod roundtrip;
 mod s3;
+mod safety;
 mod support;
 
 use std::path::Path;
