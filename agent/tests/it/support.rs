@@ -1,135 +1,30 @@
-//! Real servers for the tests: a throwaway MariaDB and a moto S3 server, each started on a
-//! free port in a temporary directory and killed when dropped. Without the programs the tests
-//! skip, unless VISITORS_REQUIRE_MARIADB=1 / VISITORS_REQUIRE_S3=1 asks them to fail.
+//! Real servers for the tests: a throwaway MariaDB (from visitors-test-support) with the
+//! agent's account, and a moto S3 server on a free port, killed when dropped. Without the
+//! programs the tests skip, unless VISITORS_REQUIRE_MARIADB=1 / VISITORS_REQUIRE_S3=1 asks them
+//! to fail.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::net::TcpStream;
+use std::ops::{Deref, DerefMut};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use visitors_agent::mysql::ConnectionSettings;
+pub use visitors_test_support::{free_port, programs_or_skip};
 
 pub const USER: &str = "agent";
 pub const PASSWORD: &str = "Pa55-word-never-shown";
 
-fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    path.split(':')
-        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"])
-        .map(|dir| Path::new(dir).join(name))
-        .find(|candidate| candidate.is_file())
-}
-
-fn required(variable: &str) -> bool {
-    std::env::var(variable).is_ok_and(|v| v == "1")
-}
-
-/// Skips (returns None) or fails when a program is missing.
-fn programs_or_skip(names: &[&str], require_variable: &str) -> Option<Vec<PathBuf>> {
-    let found: Vec<Option<PathBuf>> = names.iter().map(|n| find_program(n)).collect();
-    if let Some(missing) = names.iter().zip(&found).find(|(_, f)| f.is_none()).map(|(n, _)| n) {
-        let message = format!("`{missing}` is not installed (see docs/agent.md for the test requirements)");
-        if required(require_variable) {
-            panic!("{message}, and {require_variable}=1 requires it");
-        }
-        eprintln!("SKIPPED: {message}");
-        return None;
-    }
-    Some(found.into_iter().flatten().collect())
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
-}
-
-pub struct MariaDb {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    pub port: u16,
-    client: PathBuf,
-}
+/// The shared throwaway server, with an account for the agent that has every privilege.
+pub struct MariaDb(visitors_test_support::MariaDb);
 
 impl MariaDb {
     pub fn start() -> Option<Self> {
-        let programs = programs_or_skip(&["mariadbd", "mariadb-install-db", "mariadb"], "VISITORS_REQUIRE_MARIADB")?;
-        let (server, install, client) = (programs[0].clone(), programs[1].clone(), programs[2].clone());
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        let tmp = dir.path().join("tmp");
-        std::fs::create_dir(&tmp).unwrap();
-        let root_user: &[&str] = if is_root() { &["--user=root"] } else { &[] };
-        let installed = Command::new(&install)
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", data.display()))
-            .arg(format!("--tmpdir={}", tmp.display()))
-            .args(["--auth-root-authentication-method=socket", "--skip-test-db"])
-            .args(root_user)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("mariadb-install-db runs");
-        assert!(
-            installed.status.success(),
-            "mariadb-install-db failed: {}",
-            String::from_utf8_lossy(&installed.stderr)
-        );
-        let port = free_port();
-        let child = Command::new(&server)
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", data.display()))
-            .arg(format!("--socket={}", dir.path().join("mysql.sock").display()))
-            .arg(format!("--pid-file={}", dir.path().join("mysql.pid").display()))
-            .arg(format!("--log-error={}", dir.path().join("error.log").display()))
-            .arg(format!("--log-bin={}", dir.path().join("binlog").display()))
-            .arg(format!("--tmpdir={}", tmp.display()))
-            .arg(format!("--port={port}"))
-            .args([
-                "--bind-address=127.0.0.1",
-                "--server-id=1",
-                "--skip-name-resolve",
-                "--local-infile=1",
-                "--innodb-buffer-pool-size=64M",
-                "--innodb-log-file-size=32M",
-                "--innodb-flush-log-at-trx-commit=2",
-                "--sync-binlog=0",
-                "--skip-innodb-doublewrite",
-                "--character-set-server=utf8mb4",
-                "--collation-server=utf8mb4_unicode_ci",
-            ])
-            .args(root_user)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("mariadbd starts");
-        let mut server = Self { child: Some(child), dir, port, client };
-        server.wait_until_ready();
+        let server = visitors_test_support::MariaDb::start()?;
         server.sql(&format!(
             "CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}'; GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'%' WITH GRANT OPTION;"
         ));
-        Some(server)
-    }
-
-    fn wait_until_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if self.try_sql("SELECT 1").is_ok() {
-                return;
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("mariadbd exited with {status}: {}", self.error_log());
-            }
-            assert!(Instant::now() < deadline, "mariadbd did not start: {}", self.error_log());
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    fn error_log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+        Some(Self(server))
     }
 
     pub fn settings(&self) -> ConnectionSettings {
@@ -140,54 +35,19 @@ impl MariaDb {
             password: Some(PASSWORD.into()),
         }
     }
+}
 
-    /// The `mariadb` client connected as root, for commands a person would type.
-    pub fn client_shell_prefix(&self) -> String {
-        format!(
-            "{} --no-defaults --socket={} -uroot --default-character-set=utf8mb4",
-            self.client.display(),
-            self.dir.path().join("mysql.sock").display()
-        )
-    }
+impl Deref for MariaDb {
+    type Target = visitors_test_support::MariaDb;
 
-    fn try_sql(&self, sql: &str) -> Result<String, String> {
-        let output = Command::new(&self.client)
-            .arg("--no-defaults")
-            .arg(format!("--socket={}", self.dir.path().join("mysql.sock").display()))
-            .args([
-                "-uroot",
-                "--database=mysql",
-                "--batch",
-                "--skip-column-names",
-                "--default-character-set=utf8mb4",
-                "-e",
-                sql,
-            ])
-            .output()
-            .map_err(|e| e.to_string())?;
-        if output.status.success() {
-            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-        } else {
-            Err(String::from_utf8_lossy(&output.stderr).into_owned())
-        }
-    }
-
-    /// Runs SQL as root and returns its tab-separated output; panics on failure.
-    pub fn sql(&self, sql: &str) -> String {
-        self.try_sql(sql).unwrap_or_else(|e| panic!("SQL failed: {e}\n{sql}"))
-    }
-
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
 }
 
-impl Drop for MariaDb {
-    fn drop(&mut self) {
-        self.kill();
+impl DerefMut for MariaDb {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
     }
 }
 

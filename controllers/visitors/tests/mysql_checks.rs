@@ -2,125 +2,51 @@
 //! the exact probe commands the StatefulSet builder puts in the MySQL container, run with the
 //! same environment variables the container has.
 //!
-//! Uses a throwaway MariaDB (`mariadbd`, `mariadb-install-db`, `mysql`, `mysqladmin` on the
-//! PATH or in /usr/sbin). Without them the tests print SKIPPED and pass, unless
+//! Uses the shared throwaway MariaDB of visitors-test-support (plus `mysql` and `mysqladmin`,
+//! which the probes run). Without them the tests print SKIPPED and pass, unless
 //! `VISITORS_REQUIRE_MARIADB=1` asks them to fail.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Probe;
 use visitors_api::{VisitorsApp, VisitorsAppSpec};
 use visitors_controller::build::mysql::statefulset;
 use visitors_controller::db::{DatabaseProbe, MysqlProbe, Target};
+use visitors_test_support::{MariaDb, programs_or_skip};
 
 const USER: &str = "visitors";
 const PASSWORD: &str = "s3cret-Never-Logged";
 const ROOT_PASSWORD: &str = "r00t-Never-Logged";
 
-fn program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    path.split(':')
-        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"])
-        .map(|dir| Path::new(dir).join(name))
-        .find(|candidate| candidate.is_file())
-}
-
-fn is_root() -> bool {
-    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
+/// The shared throwaway server, set up as the MySQL image's entrypoint leaves it: a root
+/// password, the `visitors` database and the application user.
 struct Server {
-    child: Child,
-    dir: tempfile::TempDir,
+    db: MariaDb,
     port: u16,
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Server {
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("mysql.sock")
-    }
-
-    /// Starts a server with the database and accounts the MySQL image's entrypoint creates.
     fn start() -> Option<Self> {
-        let names = ["mariadbd", "mariadb-install-db", "mysql", "mysqladmin"];
-        if let Some(missing) = names.iter().find(|n| program(n).is_none()) {
-            assert!(
-                std::env::var("VISITORS_REQUIRE_MARIADB").as_deref() != Ok("1"),
-                "`{missing}` is not installed and VISITORS_REQUIRE_MARIADB=1 requires it"
-            );
-            eprintln!("SKIPPED: `{missing}` is not installed");
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        let root_user: &[&str] = if is_root() { &["--user=root"] } else { &[] };
-        let installed = Command::new(program("mariadb-install-db").unwrap())
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", data.display()))
-            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
-            .args(root_user)
-            .output()
-            .expect("mariadb-install-db runs");
-        assert!(installed.status.success(), "{}", String::from_utf8_lossy(&installed.stderr));
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(program("mariadbd").unwrap())
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", data.display()))
-            .arg(format!("--socket={}", dir.path().join("mysql.sock").display()))
-            .arg(format!("--pid-file={}", dir.path().join("mysql.pid").display()))
-            .arg(format!("--log-error={}", dir.path().join("error.log").display()))
-            .arg(format!("--port={port}"))
-            .args(["--bind-address=127.0.0.1", "--skip-name-resolve", "--innodb-buffer-pool-size=32M"])
-            .args(root_user)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("mariadbd starts");
+        // The probes run the clients the MySQL image ships.
+        programs_or_skip(&["mysql", "mysqladmin"], "VISITORS_REQUIRE_MARIADB")?;
+        let db = MariaDb::start()?;
+        db.sql(&format!(
+            "CREATE DATABASE visitors; \
+             CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}'; \
+             GRANT ALL ON visitors.* TO '{USER}'@'%'; \
+             ALTER USER 'root'@'localhost' IDENTIFIED BY '{ROOT_PASSWORD}';"
+        ));
         // In the container the clients' default socket and port are the server's; here a
         // client options file in the probe's HOME says where this server is.
-        let options = format!("[client]\nsocket={}\nport={port}\n", dir.path().join("mysql.sock").display());
-        std::fs::write(dir.path().join(".my.cnf"), options).unwrap();
-        let server = Self { child, dir, port };
-        server.wait_for_socket();
-        server.root_sql(&format!(
-            "ALTER USER 'root'@'localhost' IDENTIFIED BY '{ROOT_PASSWORD}'; \
-             CREATE DATABASE visitors; \
-             CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}'; \
-             GRANT ALL ON visitors.* TO '{USER}'@'%';"
-        ));
-        Some(server)
+        let options = format!("[client]\nsocket={}\nport={}\n", db.socket().display(), db.port);
+        std::fs::write(db.dir().join(".my.cnf"), options).unwrap();
+        Some(Self { port: db.port, db })
     }
 
-    fn wait_for_socket(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.socket().exists() {
-            assert!(Instant::now() < deadline, "mariadbd did not start: {}", self.error_log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn error_log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
-    }
-
-    fn root_sql(&self, sql: &str) {
-        let output = Command::new(program("mysql").unwrap())
-            .arg("--no-defaults")
-            .arg(format!("--socket={}", self.socket().display()))
-            .args(["-uroot", "-e", sql])
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{sql}: {}", String::from_utf8_lossy(&output.stderr));
+    fn socket(&self) -> PathBuf {
+        self.db.socket()
     }
 
     /// Runs a probe command of the MySQL container with the container's environment (the
@@ -135,7 +61,7 @@ impl Server {
             .args(&command[1..])
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default() + ":/usr/sbin:/usr/bin")
-            .env("HOME", self.dir.path())
+            .env("HOME", self.db.dir())
             .env("MYSQL_TCP_PORT", self.port.to_string())
             .env("MYSQL_UNIX_PORT", self.socket())
             .env("MYSQL_DATABASE", "visitors")
@@ -174,7 +100,7 @@ async fn controller_select_one_succeeds_and_explains_failures() {
     assert!(denied.starts_with("access denied for user visitors"), "{denied}");
     assert!(!denied.contains("wrong") && !denied.contains(PASSWORD), "no password in the reason: {denied}");
 
-    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let closed = visitors_test_support::free_port();
     assert_eq!(probe.select_one(&target(closed, PASSWORD)).await, Err("connection refused".to_string()));
 }
 
@@ -195,7 +121,6 @@ fn liveness_probe_follows_the_server_process() {
         server.run_probe_with(&liveness, "wrong", "also-wrong"),
         "credentials never make liveness fail (a restart would not fix them)"
     );
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
+    server.db.kill();
     assert!(!server.run_probe(&liveness, PASSWORD), "a dead server fails liveness");
 }
