@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
 use visitors_api::agent_summary::{AgentSummary, Operation};
+use visitors_api::text::truncate_on_char_boundary;
 
 use crate::backup::{self, BackupOptions};
 use crate::error::{AgentError, Result};
@@ -335,20 +336,13 @@ fn manifest_summary(manifest: &Manifest, location: &str) -> AgentSummary {
         rows: Some(manifest.row_count()),
         data_bytes: Some(manifest.data_bytes()),
         stored_bytes: Some(manifest.stored_bytes()),
-        consistent_position: manifest.position.as_ref().and_then(|p| p.describe()).map(|p| cut(p, 1024)),
+        consistent_position: manifest
+            .position
+            .as_ref()
+            .and_then(|p| p.describe())
+            .map(|p| truncate_on_char_boundary(p, 1024)),
         ..Default::default()
     }
-}
-
-fn cut(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    text
 }
 
 /// A human-readable description of a backup, for `inspect`.

@@ -74,14 +74,11 @@ impl AgentSummary {
             return line;
         }
         let mut shorter = self.clone();
-        if let Some(error) = &mut shorter.error {
+        if let Some(error) = shorter.error.take() {
             let keep = error.len().saturating_sub(line.len() - MAX_SUMMARY_BYTES + 16);
-            let mut cut = keep;
-            while !error.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            error.truncate(cut);
-            error.push_str(" [cut]");
+            let mut cut = crate::text::truncate_on_char_boundary(error, keep);
+            cut.push_str(" [cut]");
+            shorter.error = Some(cut);
         }
         serde_json::to_string(&shorter).unwrap_or_else(|_| "{\"ok\":false}".into())
     }

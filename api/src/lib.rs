@@ -12,6 +12,7 @@ pub mod crds;
 pub mod labels;
 pub mod restore;
 pub mod storage;
+pub mod text;
 pub mod validation;
 pub mod visitors_app;
 

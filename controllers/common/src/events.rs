@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
+use visitors_api::text::truncate_on_char_boundary;
 
 /// Distinct (object, reason, action, note) series remembered before the memory is reset; a
 /// reset only means the next repeat starts a new series.
@@ -59,7 +60,8 @@ impl Events {
     where
         K: Resource<DynamicType = ()>,
     {
-        let note = truncate(note, 1000);
+        // Event notes are limited to 1 kB.
+        let note = truncate_on_char_boundary(note, 1000);
         let reference = object.object_ref(&());
         let key = format!(
             "{:?}/{:?}/{:?}/{type_:?}/{reason}/{action}/{note}",
@@ -71,18 +73,6 @@ impl Events {
             tracing::warn!(%error, reason, "could not publish an event");
         }
     }
-}
-
-/// Events notes are limited to 1 kB; cut on a character boundary.
-fn truncate(mut note: String, max: usize) -> String {
-    if note.len() > max {
-        let mut cut = max;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-    }
-    note
 }
 
 #[cfg(test)]
@@ -119,12 +109,5 @@ mod tests {
         assert_eq!(repeat.body["note"], "StatefulSet ex-mysql");
         assert_eq!(repeat.body["series"]["count"], 2);
         publisher.await.unwrap();
-    }
-
-    #[test]
-    fn truncates_on_char_boundary() {
-        let note = super::truncate("é".repeat(600), 1000);
-        assert_eq!(note.len(), 1000);
-        assert_eq!(super::truncate("short".into(), 1000), "short");
     }
 }
