@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use mysql_async::prelude::Queryable;
 use visitors_agent::mysql::Connector;
-use visitors_agent::verify::{self, VerifyOptions};
 
 use crate::support::MariaDb;
 use crate::{back_up, file_location, restore, restore_options, small_backup};
@@ -95,13 +94,5 @@ async fn a_backup_under_concurrent_transfers_is_one_point_in_time() {
     assert!(restored_transfers >= before && restored_transfers <= after);
 
     // CHECKSUM TABLE taken inside the snapshot matches the restored data.
-    let verify_options = VerifyOptions {
-        from: location,
-        s3: Default::default(),
-        connection: Some(target.settings()),
-        databases: vec![],
-        checksum: true,
-        parallelism: 2,
-    };
-    verify::run(&verify_options).await.expect("the restored copy matches the backup");
+    crate::verify_with_checksums(&target, &location).await.expect("the restored copy matches the backup");
 }

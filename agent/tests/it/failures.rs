@@ -120,10 +120,7 @@ async fn unreachable_server_and_missing_database_are_told_apart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_mid_backup_leaves_no_manifest_and_no_files() {
     let Some(mut server) = MariaDb::start() else { return };
-    server.sql(
-        "CREATE DATABASE big; CREATE TABLE big.t (id INT PRIMARY KEY, v VARCHAR(255));
-         INSERT INTO big.t SELECT seq, REPEAT(CHAR(65 + seq % 26), 250) FROM seq_1_to_120000;",
-    );
+    crate::seed_big_table(&server);
     let dir = tempfile::tempdir().unwrap();
     let mut options = small_backup(&server, &file_location(dir.path()));
     options.compression = visitors_agent::format::Compression::None;
@@ -200,10 +197,7 @@ async fn a_full_volume_is_named_and_cleaned_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_mid_restore_is_a_lost_connection() {
     let Some(mut server) = MariaDb::start() else { return };
-    server.sql(
-        "CREATE DATABASE big; CREATE TABLE big.t (id INT PRIMARY KEY, v VARCHAR(255));
-         INSERT INTO big.t SELECT seq, REPEAT(CHAR(65 + seq % 26), 250) FROM seq_1_to_120000;",
-    );
+    crate::seed_big_table(&server);
     let dir = tempfile::tempdir().unwrap();
     crate::back_up(&small_backup(&server, &file_location(dir.path()))).await;
     server.sql("DROP DATABASE big");

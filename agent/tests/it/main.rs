@@ -12,6 +12,7 @@ use std::path::Path;
 
 use visitors_agent::backup::{self, BackupOptions};
 use visitors_agent::restore::{self, RestoreOptions};
+use visitors_agent::verify::{self, VerifyOptions};
 
 use support::MariaDb;
 
@@ -59,4 +60,26 @@ pub fn files_under(dir: &Path) -> Vec<String> {
     }
     files.sort();
     files
+}
+
+/// Compares `server`'s databases with the backup at `from`: row counts and CHECKSUM TABLE.
+pub async fn verify_with_checksums(server: &MariaDb, from: &str) -> visitors_agent::Result<()> {
+    let options = VerifyOptions {
+        from: from.to_string(),
+        s3: Default::default(),
+        connection: Some(server.settings()),
+        databases: vec![],
+        checksum: true,
+        parallelism: 2,
+    };
+    verify::run(&options).await.map(|_| ())
+}
+
+/// A database `big` with one table of 120,000 rows of 250 bytes: long enough to kill a server
+/// in the middle of backing it up or restoring it.
+pub fn seed_big_table(server: &MariaDb) {
+    server.sql(
+        "CREATE DATABASE big; CREATE TABLE big.t (id INT PRIMARY KEY, v VARCHAR(255));
+         INSERT INTO big.t SELECT seq, REPEAT(CHAR(65 + seq % 26), 250) FROM seq_1_to_120000;",
+    );
 }

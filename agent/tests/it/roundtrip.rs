@@ -4,7 +4,6 @@
 use crate::support::MariaDb;
 use crate::{back_up, file_location, restore, restore_options, small_backup};
 use visitors_agent::format::Compression;
-use visitors_agent::verify::{self, VerifyOptions};
 
 const SCHEMA: &str = r#"
 CREATE DATABASE shop CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;
@@ -112,15 +111,7 @@ async fn every_type_and_object_survives_a_round_trip() {
         "the procedure and the trigger run on the restored copy"
     );
 
-    let verify_options = VerifyOptions {
-        from: location.clone(),
-        s3: Default::default(),
-        connection: Some(source.settings()),
-        databases: vec![],
-        checksum: true,
-        parallelism: 2,
-    };
-    verify::run(&verify_options).await.expect("the source matches its backup");
+    crate::verify_with_checksums(&source, &location.clone()).await.expect("the source matches its backup");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
