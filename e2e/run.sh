@@ -1,17 +1,137 @@
 #!/usr/bin/env bash
-# Runs the end-to-end tests against the cluster of KUBECONFIG (default ~/.kube/config), which
-# must have the suite installed (see e2e/README.md). Without a reachable cluster it says so
-# and skips. Extra arguments go to the test binary, e.g. a test name filter.
+# Runs the end-to-end scenarios on a real Kubernetes control plane and prints a pass/fail table.
+#
+#   e2e/run.sh --local [--keep] [FILTER...]
+#       starts ../shared/test-cluster (real etcd, kube-apiserver and kube-controller-manager,
+#       an emulated node that runs our binaries from target/debug as the pods' processes and
+#       MySQL images as real mariadbd), installs the chart with real Helm, runs every scenario,
+#       and stops and wipes the cluster (--keep leaves it running: `eval "$(../shared/test-cluster/cluster.sh env)"`).
+#       Needs kube-apiserver and kube-controller-manager in KUBE_BIN_DIR (default:
+#       ~/.cache/visitors-operator/kube-bin); without them it prints `e2e skipped: <reason>`.
+#   e2e/run.sh [FILTER...]
+#       the same scenarios on the cluster of KUBECONFIG (kind, a real cluster). With IMAGE set
+#       (an image of this checkout the cluster can pull) it installs the chart first; without,
+#       the suite must already be installed (see e2e/README.md).
+#
+# FILTER: test name filters passed to the test binaries (e.g. `visitors::` or `drift`).
+# Logs of a failed run (controllers, Jobs, MariaDB, the control plane) are copied to
+# target/e2e-logs/<time>/ (--local only: on another cluster use kubectl logs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+REPO=$(pwd)
 
-config="${KUBECONFIG:-$HOME/.kube/config}"
-if [ ! -f "${config%%:*}" ]; then
-    echo "e2e skipped: no cluster given (set KUBECONFIG, or create ~/.kube/config)"
-    exit 0
+RELEASE=${RELEASE:-visitors-operator}
+NAMESPACE=${NAMESPACE:-visitors-operator-system}
+TEST_THREADS=${E2E_TEST_THREADS:-2}
+# Where the tests' OTLP receiver listens, and where the chart points the controllers (--local).
+OTLP_LISTEN=${E2E_OTLP_LISTEN:-127.0.0.1:14318}
+
+local_cluster=0 keep=0 filters=()
+for arg in "$@"; do
+    case $arg in
+        --local) local_cluster=1 ;;
+        --keep) keep=1 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        *) filters+=("$arg") ;;
+    esac
+done
+
+skip() { echo "e2e skipped: $*"; exit 0; }
+step() { printf '\n==> e2e: %s\n' "$*"; }
+
+python_with_helm() {
+    local venv=${VISITORS_CI_VENV:-$HOME/.cache/visitors-operator/venv}
+    for py in "$venv/bin/python" python3; do
+        if "$py" -c 'import helm_sdkpy' 2>/dev/null; then echo "$py"; return 0; fi
+    done
+    return 1
+}
+
+# ---------- the local test cluster ----------
+CLUSTER_SH=${TEST_CLUSTER_DIR:-$REPO/../shared/test-cluster}/cluster.sh
+export KUBE_BIN_DIR=${KUBE_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/kube-bin}
+export TEST_CLUSTER_STATE=${TEST_CLUSTER_STATE:-${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/test-cluster}
+
+start_local_cluster() {
+    [ -x "$CLUSTER_SH" ] || skip "no test cluster at $CLUSTER_SH (set TEST_CLUSTER_DIR)"
+    for binary in kube-apiserver kube-controller-manager; do
+        [ -x "$KUBE_BIN_DIR/$binary" ] || skip "no $binary in KUBE_BIN_DIR=$KUBE_BIN_DIR (build them from Kubernetes' source; see e2e/README.md)"
+    done
+    step "building the binaries the node runs (target/debug)"
+    cargo build --locked --bin visitors-controller --bin backup-controller --bin restore-controller --bin visitors-agent
+    step "starting the test cluster (state: $TEST_CLUSTER_STATE)"
+    # A cluster left by an interrupted run would hold other pods and volumes: start afresh.
+    "$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true
+    "$CLUSTER_SH" start --bin-dir target/debug
+    eval "$("$CLUSTER_SH" env)"
+    export KUBECONFIG
+}
+
+# Values that fit the emulated node: every pod is a process on the host, so one replica each
+# and a metrics port per controller; the image is never pulled (the node runs target/debug).
+local_values() {
+    cat <<EOF
+{"image": {"repository": "localhost/visitors-operator", "tag": "dev", "pullPolicy": "Never"},
+ "logFormat": "text", "logLevel": "info,kube=warn",
+ "tracing": {"otlpEndpoint": "http://$OTLP_LISTEN"},
+ "visitors": {"replicas": 1, "metricsPort": 18080},
+ "backup": {"replicas": 1, "metricsPort": 18081},
+ "restore": {"replicas": 1, "metricsPort": 18082}}
+EOF
+}
+
+install_suite() { # install_suite VALUES_JSON
+    local python
+    python=$(python_with_helm) || { echo "e2e: helm-sdkpy is missing: pip install -r scripts/requirements-test.txt" >&2; exit 1; }
+    step "preparing the release namespace and the CRDs"
+    cargo run --locked -q -p visitors-e2e --bin e2e-setup -- --namespace "$NAMESPACE"
+    step "installing the chart with Helm (release $RELEASE in $NAMESPACE)"
+    "$python" e2e/helm_install.py --release "$RELEASE" --namespace "$NAMESPACE" --values-json "$1"
+}
+
+keep_logs() {
+    [ "$local_cluster" = 1 ] || return 0
+    local dest
+    dest="$REPO/target/e2e-logs/$(date -u +%Y%m%dT%H%M%SZ)"
+    mkdir -p "$dest"
+    cp -r "$TEST_CLUSTER_STATE/run/node/logs" "$dest/pods" 2>/dev/null || true
+    cp "$TEST_CLUSTER_STATE"/run/*.log "$dest/" 2>/dev/null || true
+    echo "e2e: logs of the failed run kept in ${dest#"$REPO"/}"
+}
+
+clean_up() {
+    if [ "$local_cluster" = 1 ] && [ "$keep" = 0 ]; then
+        "$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true
+    fi
+}
+
+# ---------- the scenarios ----------
+results=$(mktemp)
+trap 'rm -f "$results"; clean_up' EXIT
+
+if [ "$local_cluster" = 1 ]; then
+    start_local_cluster
+    install_suite "$(local_values)"
+    export E2E_NODE_LOGS="$TEST_CLUSTER_STATE/run/node/logs" E2E_OTLP_LISTEN=$OTLP_LISTEN
+else
+    config="${KUBECONFIG:-$HOME/.kube/config}"
+    [ -f "${config%%:*}" ] || skip "no cluster given (use --local, set KUBECONFIG, or create ~/.kube/config)"
+    if [ -n "${IMAGE:-}" ]; then
+        install_suite "{\"image\": {\"repository\": \"${IMAGE%:*}\", \"tag\": \"${IMAGE##*:}\"}}"
+    fi
 fi
-if command -v kubectl >/dev/null && ! kubectl version --request-timeout=5s >/dev/null 2>&1; then
-    echo "e2e skipped: the cluster in ${config} does not answer (kubectl version failed)"
-    exit 0
+export E2E_RELEASE_NAMESPACE=$NAMESPACE E2E_RELEASE=$RELEASE
+
+step "running the scenarios"
+status=0
+cargo test --locked -p visitors-e2e -- --ignored --test-threads="$TEST_THREADS" "${filters[@]}" 2>&1 | tee "$results" || status=$?
+
+echo
+echo "e2e results:"
+printf '  %-70s %s\n' "scenario" "result"
+grep -E '^test [^ ]+ \.\.\. ' "$results" | sed -E 's/^test ([^ ]+) \.\.\. (.*)$/\1 \2/' |
+    while read -r name result; do printf '  %-70s %s\n' "$name" "$result"; done
+if [ "$status" != 0 ]; then
+    keep_logs
+    exit "$status"
 fi
-exec cargo test -p visitors-e2e -- --ignored --test-threads=2 "$@"

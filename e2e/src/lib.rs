@@ -9,6 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
+use visitors_api::VisitorsApp;
+use visitors_api::conditions::{self, READY};
 
 /// A client for the e2e cluster. The tests were asked for explicitly, so a missing or
 /// unreachable cluster is a failure with the reason, never a silent pass.
@@ -87,4 +89,74 @@ where
         );
         tokio::time::sleep(Duration::from_secs(3)).await;
     }
+}
+
+/// Namespace of the chart's release (`E2E_RELEASE_NAMESPACE`, set by e2e/run.sh).
+pub fn release_namespace() -> String {
+    std::env::var("E2E_RELEASE_NAMESPACE").unwrap_or_else(|_| "visitors-operator-system".into())
+}
+
+/// Name of the chart's release (`E2E_RELEASE`, set by e2e/run.sh).
+pub fn release() -> String {
+    std::env::var("E2E_RELEASE").unwrap_or_else(|_| "visitors-operator".into())
+}
+
+/// The controllers of the chart, by their values key.
+pub const CONTROLLERS: [&str; 3] = ["visitors", "backup", "restore"];
+
+/// Name of a controller's Deployment and ServiceAccount, e.g. `visitors-operator-visitors-controller`.
+pub fn controller_name(key: &str) -> String {
+    format!("{}-{key}-controller", release())
+}
+
+/// The text a controller serves at `/metrics`, read through the API server's Service proxy
+/// (so it works wherever the test runs, without a port-forward).
+pub async fn controller_metrics(client: &Client, key: &str) -> Result<String, String> {
+    let path = format!(
+        "/api/v1/namespaces/{}/services/{}-metrics:metrics/proxy/metrics",
+        release_namespace(),
+        controller_name(key)
+    );
+    let request = http::Request::get(&path).body(Vec::new()).map_err(|e| e.to_string())?;
+    client.request_text(request).await.map_err(|e| format!("GET {path}: {e}"))
+}
+
+/// The value of the sample `name{labels}` in Prometheus text, e.g.
+/// `metric_value(text, "visitors_operator_reconciles_total", r#"controller="visitors-controller""#)`.
+pub fn metric_value(text: &str, name: &str, labels: &str) -> Option<f64> {
+    let prefix = format!("{name}{{{labels}}} ");
+    text.lines().find_map(|line| line.strip_prefix(&prefix)).and_then(|v| v.trim().parse().ok())
+}
+
+/// The node's log files (one per pod container) when the node is the test cluster's emulated
+/// one (`E2E_NODE_LOGS`, set by `e2e/run.sh --local`); `None` on another cluster.
+pub fn node_logs_dir() -> Option<PathBuf> {
+    std::env::var_os("E2E_NODE_LOGS").map(PathBuf::from).filter(|dir| dir.is_dir())
+}
+
+/// `Ok(app)` once VisitorsApp `name` is Ready at `generation`; otherwise what it shows.
+pub async fn app_ready_at_generation(
+    apps: &Api<VisitorsApp>,
+    name: &str,
+    generation: i64,
+) -> Result<VisitorsApp, String> {
+    let app = apps.get(name).await.map_err(|e| e.to_string())?;
+    let status = app.status.clone().unwrap_or_default();
+    let ready = conditions::find(&status.conditions, READY);
+    let summary =
+        ready.map(|c| format!("{} {}: {}", c.status, c.reason, c.message)).unwrap_or("no Ready condition".into());
+    if status.observed_generation == Some(generation) && conditions::is_true(&status.conditions, READY) {
+        Ok(app)
+    } else {
+        Err(format!("observedGeneration {:?}, Ready {summary}", status.observed_generation))
+    }
+}
+
+/// Creates the book's VisitorsApp (`size: 1`, the book's title) named `name`.
+pub async fn create_book_app(apps: &Api<VisitorsApp>, name: &str) -> VisitorsApp {
+    let book = VisitorsApp::new(
+        name,
+        visitors_api::VisitorsAppSpec { size: 1, title: Some("Custom Dashboard Title".into()), ..Default::default() },
+    );
+    apps.create(&PostParams::default(), &book).await.expect("create the book's VisitorsApp")
 }

@@ -6,26 +6,13 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use visitors_api::conditions::{self, READY};
-use visitors_api::{VisitorsApp, VisitorsAppSpec};
-use visitors_e2e::{TestNamespace, cluster, wait_for};
+use visitors_api::VisitorsApp;
+use visitors_api::conditions;
+use visitors_e2e::{TestNamespace, app_ready_at_generation, cluster, create_book_app, wait_for};
 
 const APP: &str = "ex";
-
-async fn ready_at_generation(apps: &Api<VisitorsApp>, generation: i64) -> Result<VisitorsApp, String> {
-    let app = apps.get(APP).await.map_err(|e| e.to_string())?;
-    let status = app.status.clone().unwrap_or_default();
-    let ready = conditions::find(&status.conditions, READY);
-    let summary =
-        ready.map(|c| format!("{} {}: {}", c.status, c.reason, c.message)).unwrap_or("no Ready condition".into());
-    if status.observed_generation == Some(generation) && conditions::is_true(&status.conditions, READY) {
-        Ok(app)
-    } else {
-        Err(format!("observedGeneration {:?}, Ready {summary}", status.observed_generation))
-    }
-}
 
 #[tokio::test]
 #[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
@@ -44,13 +31,9 @@ async fn book_app_lifecycle() {
 
     let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace);
     // The book's resource, unchanged.
-    let book = VisitorsApp::new(
-        APP,
-        VisitorsAppSpec { size: 1, title: Some("Custom Dashboard Title".into()), ..VisitorsAppSpec::default() },
-    );
-    apps.create(&PostParams::default(), &book).await.expect("create the book's VisitorsApp");
+    create_book_app(&apps, APP).await;
 
-    let app = wait_for("the app to become Ready", || ready_at_generation(&apps, 1)).await;
+    let app = wait_for("the app to become Ready", || app_ready_at_generation(&apps, APP, 1)).await;
     let status = app.status.unwrap();
     assert_eq!(status.backend_ready_replicas, Some(1));
     assert_eq!(status.mysql_ready_replicas, Some(1));
@@ -75,7 +58,8 @@ async fn book_app_lifecycle() {
 
     let patch = serde_json::json!({ "spec": { "size": 2 } });
     apps.patch(APP, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("change the size");
-    let app = wait_for("the app to be Ready with two backend replicas", || ready_at_generation(&apps, 2)).await;
+    let app =
+        wait_for("the app to be Ready with two backend replicas", || app_ready_at_generation(&apps, APP, 2)).await;
     assert_eq!(app.status.unwrap().backend_ready_replicas, Some(2));
     assert_eq!(deployments.get("ex-backend").await.unwrap().spec.unwrap().replicas, Some(2));
     assert_eq!(deployments.get("ex-frontend").await.unwrap().resource_version(), before, "the frontend did not change");

@@ -426,6 +426,29 @@ def test_rbac_without_leader_election(helm):
 # --- Values --------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("kube_version", ["v1.28.7", "v1.33.0"])
+def test_installs_on_every_supported_kubernetes(helm, kube_version):
+    """The e2e suite runs on a v1.28 control plane: the chart must not refuse it."""
+    assert len(deployments(helmrender.render({}, kube_version=kube_version).manifest_docs())) == 3
+
+
+def test_refuses_kubernetes_older_than_supported(helm):
+    with pytest.raises(RuntimeError, match="kubeVersion|incompatible"):
+        helmrender.render({}, kube_version="v1.27.9")
+
+
+def test_per_controller_metrics_ports(helm):
+    """Controllers sharing one network namespace (the test cluster's node) need one port each."""
+    values = {"metrics": {"port": 9000}, "backup": {"metricsPort": 18081}, "restore": {"metricsPort": 18082}}
+    docs = render(values)
+    services = by_kind(docs, "Service")
+    for key, port in (("visitors", 9000), ("backup", 18081), ("restore", 18082)):
+        d = deployments(docs)[key]
+        assert env_of(d)["METRICS_ADDRESS"]["value"] == f"0.0.0.0:{port}", key
+        assert container(d)["ports"][0]["containerPort"] == port, key
+        assert services[f"{RELEASE}-{key}-controller-metrics"]["spec"]["ports"][0]["port"] == port, key
+
+
 def test_tracing_sets_the_otlp_endpoint(helm):
     endpoint = "http://jaeger-collector.observability:4318"
     for key, d in deployments(render({"tracing": {"otlpEndpoint": endpoint}})).items():

@@ -36,8 +36,15 @@ from urllib.parse import parse_qs, urlsplit
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "visitors-operator"
 
-# The Kubernetes version the fake API server reports (the suite is built against v1.33).
-KUBE_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0", "platform": "linux/amd64"}
+# The Kubernetes version the fake API server reports by default (the suite is built against
+# v1.33); render(kube_version=...) reports another.
+KUBE_VERSION = "v1.33.0"
+
+
+def version_info(git_version: str) -> dict:
+    """The /version answer of a server of `git_version` (for example v1.28.7)."""
+    major, minor = git_version.lstrip("v").split(".")[:2]
+    return {"major": major, "minor": minor, "gitVersion": git_version, "platform": "linux/amd64"}
 
 # (group, version) -> [(plural, kind, namespaced)]: every kind the chart may render, plus
 # the kinds Helm itself stores or creates (Secrets for releases, CRDs from crds/).
@@ -67,7 +74,8 @@ VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 class FakeApiServer:
     """A minimal, in-memory Kubernetes API server good enough for `helm install` (no wait)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kube_version: str = KUBE_VERSION) -> None:
+        self.version = version_info(kube_version)
         self.objects: dict[str, dict] = {}  # item path -> object
         self.created: list[dict] = []  # every object POSTed, in order
         self.lock = threading.Lock()
@@ -158,7 +166,7 @@ class FakeApiServer:
         url = urlsplit(raw_path)
         path = url.path.rstrip("/")
         if path == "/version":
-            return 200, KUBE_VERSION
+            return 200, self.version
         if path == "/api":
             return 200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
         if path == "/apis":
@@ -295,12 +303,19 @@ class Rendered:
         self.notes = notes  # rendered NOTES.txt
         self.created = created  # the objects Helm sent to the API, in order (CRDs first)
 
+    def manifest_docs(self) -> list[dict]:
+        """The rendered objects, parsed (needs PyYAML)."""
+        import yaml  # noqa: PLC0415
+
+        return [d for d in yaml.safe_load_all(self.manifest) if d]
+
 
 def render(
     values: dict | None = None,
     release: str = "visitors-operator",
     namespace: str = "visitors-operator-system",
     chart: Path = CHART,
+    kube_version: str = KUBE_VERSION,
 ) -> Rendered:
     """Installs `chart` with `values` into a fresh fake API server and returns what Helm rendered.
 
@@ -308,7 +323,13 @@ def render(
     it was when the process started, so HELM_DRIVER=memory cannot be set from here.
     Raises RuntimeError with Helm's message when the install fails.
     """
-    request = {"values": values or {}, "release": release, "namespace": namespace, "chart": str(chart)}
+    request = {
+        "values": values or {},
+        "release": release,
+        "namespace": namespace,
+        "chart": str(chart),
+        "kubeVersion": kube_version,
+    }
     proc = subprocess.run(
         [sys.executable, __file__, "--worker"],
         input=json.dumps(request),
@@ -330,7 +351,7 @@ def _worker() -> int:
         print("helmrender worker: HELM_DRIVER=memory must be set when the process starts", file=sys.stderr)
         return 2
     helm = import_helm()
-    with FakeApiServer() as api:
+    with FakeApiServer(request["kubeVersion"]) as api:
         config = helm.Configuration(namespace=request["namespace"], kubeconfig=api.kubeconfig())
         try:
             result = asyncio.run(

@@ -3,6 +3,8 @@
 //! dropped. Without the programs, tests skip with a line saying why, unless
 //! `VISITORS_REQUIRE_MARIADB=1` (CI) asks them to fail.
 
+pub mod otlp;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -38,6 +38,12 @@ visitors backup restore
 {{- end }}
 
 {{/* Name of a controller's Deployment, ServiceAccount, Service and RBAC objects. */}}
+{{- /* The metrics and health port of one controller: its own metricsPort, else metrics.port. */}}
+{{- define "visitors-operator.metricsPort" -}}
+{{- $c := index .root.Values .key }}
+{{- $c.metricsPort | default .root.Values.metrics.port }}
+{{- end }}
+
 {{- define "visitors-operator.controllerName" -}}
 {{- printf "%s-%s" (include "visitors-operator.fullname" .root) (include "visitors-operator.component" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
