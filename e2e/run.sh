@@ -57,12 +57,13 @@ start_local_cluster() {
     for binary in kube-apiserver kube-controller-manager; do
         [ -x "$KUBE_BIN_DIR/$binary" ] || skip "no $binary in KUBE_BIN_DIR=$KUBE_BIN_DIR (build them from Kubernetes' source; see e2e/README.md)"
     done
-    step "building the binaries the node runs (target/debug)"
+    local bin_dir=${CARGO_TARGET_DIR:-target}/debug
+    step "building the binaries the node runs ($bin_dir)"
     cargo build --locked --bin visitors-controller --bin backup-controller --bin restore-controller --bin visitors-agent
     step "starting the test cluster (state: $TEST_CLUSTER_STATE)"
     # A cluster left by an interrupted run would hold other pods and volumes: start afresh.
     "$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true
-    "$CLUSTER_SH" start --bin-dir target/debug
+    "$CLUSTER_SH" start --bin-dir "$bin_dir"
     eval "$("$CLUSTER_SH" env)"
     export KUBECONFIG
 }
@@ -92,11 +93,11 @@ install_suite() { # install_suite VALUES_JSON
 keep_logs() {
     [ "$local_cluster" = 1 ] || return 0
     local dest
-    dest="$REPO/target/e2e-logs/$(date -u +%Y%m%dT%H%M%SZ)"
+    dest="${CARGO_TARGET_DIR:-$REPO/target}/e2e-logs/$(date -u +%Y%m%dT%H%M%SZ)"
     mkdir -p "$dest"
     cp -r "$TEST_CLUSTER_STATE/run/node/logs" "$dest/pods" 2>/dev/null || true
     cp "$TEST_CLUSTER_STATE"/run/*.log "$dest/" 2>/dev/null || true
-    echo "e2e: logs of the failed run kept in ${dest#"$REPO"/}"
+    echo "e2e: logs of the failed run kept in $dest"
 }
 
 clean_up() {

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The VisitorsApp controller at scale on a real control plane (no node: the figure is the
+# controller's, not a thousand databases'). For each N: a fresh control plane, the release
+# build of visitors-controller as a local process, N book VisitorsApps created at once;
+# reports seconds until every app has observedGeneration 1 and its children, reconciles per
+# waiting app per minute over an idle window, and the controller's peak RSS.
+#
+#   bench/controllers/scale.sh [N ...]          default: 100 1000
+#
+# Needs KUBE_BIN_DIR (default ~/.cache/visitors-operator/kube-bin) like e2e/run.sh --local.
+# Settings: IDLE_SECONDS (default 300), the idle window, long enough for backoffs to grow.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$(pwd)
+
+CLUSTER_SH=${TEST_CLUSTER_DIR:-$REPO/../shared/test-cluster}/cluster.sh
+export KUBE_BIN_DIR=${KUBE_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/kube-bin}
+# Its own state and ports, so that it never meets an e2e cluster.
+export TEST_CLUSTER_STATE=${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/bench-cluster
+export TEST_CLUSTER_APISERVER_PORT=16443 TEST_CLUSTER_ETCD_PORT=22379 TEST_CLUSTER_KCM_PORT=20257
+IDLE_SECONDS=${IDLE_SECONDS:-300}
+METRICS=127.0.0.1:18090
+counts=("$@")
+[ ${#counts[@]} -gt 0 ] || counts=(100 1000)
+
+cargo build --locked --release --bin visitors-controller --bin e2e-setup --bin scale-bench
+bin=${CARGO_TARGET_DIR:-target}/release
+
+controller_pid=
+stop_all() {
+    [ -z "$controller_pid" ] || kill "$controller_pid" 2>/dev/null || true
+    "$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true
+}
+trap stop_all EXIT
+
+for n in "${counts[@]}"; do
+    echo "==> $n apps"
+    "$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true
+    "$CLUSTER_SH" start --no-node >/dev/null
+    eval "$("$CLUSTER_SH" env)"
+    export KUBECONFIG
+    "$bin/e2e-setup" --namespace visitors-operator-system >/dev/null
+    # DATABASE_CHECK=pod: no database ever starts without a node; the SQL check would only
+    # add timeouts to the figure.
+    METRICS_ADDRESS=$METRICS LEADER_ELECTION=false LOG_FORMAT=json RUST_LOG=warn DATABASE_CHECK=pod \
+        "$bin/visitors-controller" > "${TMPDIR:-/tmp}/scale-bench-controller.log" 2>&1 &
+    controller_pid=$!
+    report=$("$bin/scale-bench" --apps "$n" --namespace "scale-$n" --metrics "http://$METRICS/metrics" --idle-seconds "$IDLE_SECONDS")
+    peak_rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$controller_pid/status")
+    kill "$controller_pid"; wait "$controller_pid" 2>/dev/null || true; controller_pid=
+    echo "$report" | python3 -c "import json,sys; r=json.load(sys.stdin); r['controller_peak_rss_mib']=round($peak_rss_kib/1024,1); print(json.dumps(r))"
+done
