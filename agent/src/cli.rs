@@ -135,6 +135,9 @@ pub struct RestoreArgs {
     /// Chunks loaded at once.
     #[arg(long, default_value_t = 2)]
     pub parallelism: usize,
+    /// Refuse the backup unless manifest.json has this SHA-256 (the backup run's manifestSha256).
+    #[arg(long, value_name = "HEX")]
+    pub expect_manifest_sha256: Option<String>,
     /// Drop each database of the backup that exists on the server, then restore it.
     #[arg(long)]
     pub drop_existing: bool,
@@ -155,6 +158,9 @@ pub struct VerifyArgs {
     pub connection: ConnectionArgs,
     #[command(flatten)]
     pub storage: StorageArgs,
+    /// Refuse the backup unless manifest.json has this SHA-256 (the backup run's manifestSha256).
+    #[arg(long, value_name = "HEX")]
+    pub expect_manifest_sha256: Option<String>,
     /// Also compare CHECKSUM TABLE with the backup (needs a backup taken with --table-checksums).
     #[arg(long)]
     pub checksum: bool,
@@ -288,6 +294,7 @@ async fn run_restore(args: RestoreArgs) -> Result<AgentSummary> {
     let mut options = RestoreOptions::new(args.connection.required()?, args.from.clone());
     options.databases = args.connection.databases.clone();
     options.s3 = args.storage.settings();
+    options.expect_manifest_sha256 = sha256_arg(args.expect_manifest_sha256)?;
     options.parallelism = positive(args.parallelism, "--parallelism")?;
     options.drop_existing = args.drop_existing;
     options.skip_binlog = args.skip_binlog;
@@ -303,6 +310,7 @@ async fn run_verify(args: VerifyArgs) -> Result<AgentSummary> {
     let options = VerifyOptions {
         from: args.from.clone(),
         s3: args.storage.settings(),
+        expect_manifest_sha256: sha256_arg(args.expect_manifest_sha256)?,
         connection: args.connection.settings()?,
         databases: args.connection.databases.clone(),
         checksum: args.checksum,
@@ -314,9 +322,19 @@ async fn run_verify(args: VerifyArgs) -> Result<AgentSummary> {
 
 async fn run_inspect(args: InspectArgs) -> Result<AgentSummary> {
     let storage = Storage::open(&args.from, &args.storage.settings(), false)?;
-    let manifest = verify::load_manifest(&storage).await?;
+    let manifest = verify::load_manifest(&storage, None).await?;
     let _ = write!(std::io::stdout(), "{}", describe(&manifest));
     Ok(manifest_summary(&manifest, &args.from))
+}
+
+fn sha256_arg(value: Option<String>) -> Result<Option<String>> {
+    match value {
+        Some(hex) if !verify::is_sha256_hex(&hex) => Err(AgentError::Usage(format!(
+            "--expect-manifest-sha256 must be 64 hexadecimal digits (a SHA-256), got '{}'",
+            truncate_on_char_boundary(hex, 80)
+        ))),
+        other => Ok(other),
+    }
 }
 
 fn positive(value: usize, flag: &str) -> Result<usize> {

@@ -71,6 +71,11 @@ pub enum AgentError {
     #[error("manifest.json at {location} is unreadable: {reason}")]
     ManifestInvalid { location: String, reason: String },
 
+    #[error(
+        "the backup is corrupt or was edited: manifest.json at {location} has SHA-256 {actual}, the backup run recorded {expected}; use another backup"
+    )]
+    ManifestChanged { location: String, expected: String, actual: String },
+
     #[error("the backup is incomplete: file {file} listed in manifest.json is missing; use another backup")]
     FileMissing { file: String },
 
@@ -130,6 +135,8 @@ impl AgentError {
             Self::BackupLocked { .. } => "backupLocked",
             Self::ManifestMissing { .. } => "manifestMissing",
             Self::ManifestInvalid { .. } => "manifestInvalid",
+            // Refused like a corrupt chunk: the manifest is a file of the backup too.
+            Self::ManifestChanged { .. } => "checksumMismatch",
             Self::FileMissing { .. } => "fileMissing",
             Self::SizeMismatch { .. } => "sizeMismatch",
             Self::ChecksumMismatch { .. } => "checksumMismatch",

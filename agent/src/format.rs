@@ -174,6 +174,64 @@ impl Manifest {
     pub fn stored_bytes(&self) -> u64 {
         self.files().iter().map(|f| f.bytes).sum()
     }
+
+    /// The manifest's own consistency, checked before any file is read: each table's rows and
+    /// data bytes are the sums of its chunks', every file entry is a safe relative path with a
+    /// SHA-256, no file is listed twice and no name appears twice. The first problem found.
+    pub fn inconsistency(&self) -> Option<String> {
+        let mut databases = std::collections::HashSet::new();
+        for database in &self.databases {
+            if !databases.insert(database.name.as_str()) {
+                return Some(format!("database {} is listed twice", quote_ident(&database.name)));
+            }
+            let mut tables = std::collections::HashSet::new();
+            for table in &database.tables {
+                let name = format!("{}.{}", quote_ident(&database.name), quote_ident(&table.name));
+                if !tables.insert(table.name.as_str()) {
+                    return Some(format!("table {name} is listed twice"));
+                }
+                let chunk_rows: u64 = table.chunks.iter().map(|c| c.rows).sum();
+                if chunk_rows != table.rows {
+                    return Some(format!("table {name} has {} rows, its chunks {chunk_rows}", table.rows));
+                }
+                let chunk_bytes: u64 = table.chunks.iter().map(|c| c.data_bytes).sum();
+                if chunk_bytes != table.data_bytes {
+                    return Some(format!("table {name} has {} data bytes, its chunks {chunk_bytes}", table.data_bytes));
+                }
+            }
+        }
+        let mut paths = std::collections::HashSet::new();
+        for file in self.files() {
+            if let Some(problem) = file_entry_problem(file) {
+                return Some(problem);
+            }
+            if !paths.insert(file.path.as_str()) {
+                return Some(format!("file {} is listed twice", file.path));
+            }
+        }
+        None
+    }
+}
+
+/// What is wrong with one file entry, if anything: its path must stay inside the backup and
+/// its SHA-256 be 64 hexadecimal digits.
+fn file_entry_problem(file: &FileEntry) -> Option<String> {
+    let path = &file.path;
+    let safe_path = !path.is_empty()
+        && !path.starts_with('/')
+        && !path.contains('\\')
+        && path.split('/').all(|segment| !segment.is_empty() && segment != "." && segment != "..")
+        && path != MANIFEST_FILE
+        && path != LOCK_FILE;
+    if !safe_path {
+        return Some(format!("file path '{path}' is not a file of the backup"));
+    }
+    let sha256_ok =
+        file.sha256.len() == 64 && file.sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !sha256_ok {
+        return Some(format!("file {path} has no valid SHA-256 ('{}')", file.sha256));
+    }
+    None
 }
 
 /// Backup-relative paths. Names are encoded so that any database or table name gives one
@@ -318,6 +376,58 @@ mod tests {
         assert_eq!(layout::segment("a/b.c"), "a@002fb@002ec");
         assert_eq!(layout::segment("é😀"), "@00e9@d83d@de00");
         assert_eq!(layout::table_schema("db", ".."), "db/tables/@002e@002e.sql");
+    }
+
+    fn consistent_manifest() -> Manifest {
+        let file = |path: &str| FileEntry { path: path.into(), bytes: 10, sha256: "ab".repeat(32) };
+        let chunk = |path: &str, rows| ChunkEntry { file: file(path), rows, data_bytes: rows * 10 };
+        Manifest {
+            format: FORMAT_NAME.into(),
+            format_version: FORMAT_VERSION,
+            tool: "test".into(),
+            server: ServerInfo { version: "10.11".into(), flavour: "mariadb".into() },
+            started_at: String::new(),
+            finished_at: String::new(),
+            consistency: String::new(),
+            position: None,
+            compression: Compression::Zstd,
+            data_format: DATA_FORMAT.into(),
+            databases: vec![DatabaseEntry {
+                name: "d".into(),
+                schema: file("d/database.sql"),
+                tables: vec![TableEntry {
+                    name: "t".into(),
+                    schema: file("d/tables/t.sql"),
+                    columns: vec!["id".into()],
+                    load_sql: String::new(),
+                    rows: 12,
+                    data_bytes: 120,
+                    checksum: None,
+                    chunks: vec![chunk("d/data/t/00000-00000.tsv.zst", 5), chunk("d/data/t/00001-00000.tsv.zst", 7)],
+                }],
+                views: None,
+                view_names: vec![],
+                routines: None,
+                triggers: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_consistent_manifest_passes_and_each_kind_of_edit_is_named() {
+        assert_eq!(consistent_manifest().inconsistency(), None);
+        let edited = |edit: fn(&mut Manifest)| {
+            let mut manifest = consistent_manifest();
+            edit(&mut manifest);
+            manifest.inconsistency().expect("the edit is found")
+        };
+        assert_eq!(edited(|m| m.databases[0].tables[0].rows = 11), "table `d`.`t` has 11 rows, its chunks 12");
+        assert!(edited(|m| m.databases[0].tables[0].data_bytes = 1).contains("data bytes"));
+        assert!(edited(|m| m.databases[0].tables[0].chunks[1].file.path = "../x".into()).contains("'../x'"));
+        assert!(edited(|m| m.databases[0].tables[0].schema.path = "/etc/passwd".into()).contains("not a file"));
+        assert!(edited(|m| m.databases[0].schema.sha256 = "".into()).contains("no valid SHA-256"));
+        assert!(edited(|m| m.databases[0].tables[0].chunks[1].file.path = "d/tables/t.sql".into()).contains("twice"));
+        assert!(edited(|m| m.databases.push(m.databases[0].clone())).contains("database `d` is listed twice"));
     }
 
     #[test]

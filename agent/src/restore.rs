@@ -25,6 +25,8 @@ pub struct RestoreOptions {
     pub connection: ConnectionSettings,
     pub from: String,
     pub s3: S3Settings,
+    /// The manifest's SHA-256 as the backup run reported it; a different manifest is refused.
+    pub expect_manifest_sha256: Option<String>,
     /// Databases of the backup to restore; empty means all of them.
     pub databases: Vec<String>,
     pub parallelism: usize,
@@ -41,6 +43,7 @@ impl RestoreOptions {
             connection,
             from: from.into(),
             s3: S3Settings::default(),
+            expect_manifest_sha256: None,
             databases: Vec::new(),
             parallelism: 2,
             drop_existing: false,
@@ -58,7 +61,7 @@ pub struct RestoreReport {
 
 pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
     let storage = Storage::open(&options.from, &options.s3, false)?;
-    let manifest = load_manifest(&storage).await?;
+    let manifest = load_manifest(&storage, options.expect_manifest_sha256.as_deref()).await?;
     let databases = select_databases(&manifest, &options.databases)?;
     verify_files(&storage, &manifest, options.parallelism.max(2)).await?;
     tracing::info!("all {} files of the backup match the manifest", manifest.files().len());

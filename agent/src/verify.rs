@@ -2,20 +2,29 @@
 //! database with the manifest (row counts, optionally `CHECKSUM TABLE`).
 
 use futures::stream::{self, StreamExt, TryStreamExt};
+use sha2::{Digest, Sha256};
 
 use crate::error::{AgentError, Result};
 use crate::format::{FORMAT_NAME, FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest};
 use crate::mysql::{ConnectionSettings, Connector, catalog};
 use crate::storage::{S3Settings, Storage};
 
-/// Reads and parses `manifest.json`; a missing one means an incomplete backup.
-pub async fn load_manifest(storage: &Storage) -> Result<Manifest> {
+/// Reads `manifest.json` (a missing one means an incomplete backup) and checks it before
+/// anything else: its SHA-256 against `expected_sha256` when given (the value the backup run
+/// reported), its format, and its own consistency ([`Manifest::inconsistency`]).
+pub async fn load_manifest(storage: &Storage, expected_sha256: Option<&str>) -> Result<Manifest> {
     let location = storage.location().to_string();
     let bytes = match storage.read(MANIFEST_FILE).await {
         Ok(bytes) => bytes,
         Err(AgentError::FileMissing { .. }) => return Err(AgentError::ManifestMissing { location }),
         Err(error) => return Err(error),
     };
+    if let Some(expected) = expected_sha256 {
+        let actual = hex::encode(Sha256::digest(&bytes));
+        if !actual.eq_ignore_ascii_case(expected) {
+            return Err(AgentError::ManifestChanged { location, expected: expected.to_ascii_lowercase(), actual });
+        }
+    }
     let manifest: Manifest = serde_json::from_slice(&bytes)
         .map_err(|e| AgentError::ManifestInvalid { location: location.clone(), reason: e.to_string() })?;
     if manifest.format != FORMAT_NAME || manifest.format_version > FORMAT_VERSION {
@@ -27,7 +36,18 @@ pub async fn load_manifest(storage: &Storage) -> Result<Manifest> {
             ),
         });
     }
+    if let Some(problem) = manifest.inconsistency() {
+        return Err(AgentError::ManifestInvalid {
+            location,
+            reason: format!("{problem}: the manifest was edited or is corrupt; use another backup"),
+        });
+    }
     Ok(manifest)
+}
+
+/// Whether `value` can be a SHA-256 in hexadecimal, for `--expect-manifest-sha256`.
+pub fn is_sha256_hex(value: &str) -> bool {
+    value.len() == 64 && value.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Checks the size and SHA-256 of every file the manifest lists; fails naming the first bad one.
@@ -64,6 +84,8 @@ async fn verify_file(storage: &Storage, file: &FileEntry) -> Result<()> {
 pub struct VerifyOptions {
     pub from: String,
     pub s3: S3Settings,
+    /// The manifest's SHA-256 as the backup run reported it; a different manifest is refused.
+    pub expect_manifest_sha256: Option<String>,
     /// Compare a database with the manifest; without it only the files are checked.
     pub connection: Option<ConnectionSettings>,
     pub databases: Vec<String>,
@@ -79,7 +101,7 @@ pub struct VerifyReport {
 
 pub async fn run(options: &VerifyOptions) -> Result<VerifyReport> {
     let storage = Storage::open(&options.from, &options.s3, false)?;
-    let manifest = load_manifest(&storage).await?;
+    let manifest = load_manifest(&storage, options.expect_manifest_sha256.as_deref()).await?;
     verify_files(&storage, &manifest, options.parallelism).await?;
     let Some(settings) = &options.connection else {
         return Ok(VerifyReport { manifest, tables_checked: 0 });

@@ -2,6 +2,7 @@
 
 mod consistency;
 mod failures;
+mod manifest;
 mod refusal;
 mod roundtrip;
 mod s3;
@@ -67,6 +68,7 @@ pub async fn verify_with_checksums(server: &MariaDb, from: &str) -> visitors_age
     let options = VerifyOptions {
         from: from.to_string(),
         s3: Default::default(),
+        expect_manifest_sha256: None,
         connection: Some(server.settings()),
         databases: vec![],
         checksum: true,
