@@ -158,6 +158,7 @@ fn converged() -> Observed {
         backend: Some(ready("jdob/visitors-service:1.0.0")),
         backend_held: false,
         frontend: ready("jdob/visitors-webui:1.0.0"),
+        failed_children: Vec::new(),
     }
 }
 

@@ -27,6 +27,7 @@ use visitors_api::{VisitorsApp, VisitorsAppStatus};
 
 use crate::build::{self, secret::Credentials};
 use crate::db::{DatabaseProbe, Target};
+use crate::repair;
 use crate::status::{self, Database, Observed, Workload};
 use crate::validate::{self, Invalid};
 
@@ -85,6 +86,10 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error(
+        "{child} keeps items in lists the controller sets even after they were removed ({items}); a mutating admission webhook may be adding them: exclude the child from it"
+    )]
+    ForeignItemsReturn { child: String, items: String },
 }
 
 impl ReconcileFailure for Error {
@@ -97,6 +102,7 @@ impl ReconcileFailure for Error {
                 "Rejected"
             }
             Error::Kube { .. } => "Kube",
+            Error::ForeignItemsReturn { .. } => "ForeignItemsReturn",
         }
     }
 }
@@ -185,10 +191,14 @@ impl<'a> Reconciler<'a> {
             Ok(credentials) => credentials,
             Err(invalid) => return self.reject(invalid).await,
         };
-        let observed = self.apply_children(&credentials).await?;
+        let (observed, failed) = self.apply_children(&credentials).await;
         let status = status::compute(self.app, &observed, now());
         let ready = conditions::is_true(&status.conditions, READY);
         self.publish(status).await?;
+        if let Some(first) = failed.into_iter().next() {
+            // The status names every failed child; the error policy backs off and tells.
+            return Err(first);
+        }
         Ok(if ready { self.ctx.runtime.converged(self.app) } else { self.ctx.runtime.waiting(self.app) })
     }
 
@@ -361,38 +371,57 @@ impl<'a> Reconciler<'a> {
 
     // ----- children -----
 
-    async fn apply_children(&self, credentials: &Credentials) -> Result<Observed, Error> {
+    /// Applies every child. A child that cannot be applied does not stop the others: its
+    /// failure is collected, the status is computed from what is there (the cache stands in for
+    /// a child whose apply failed) and names it.
+    async fn apply_children(&self, credentials: &Credentials) -> (Observed, Vec<Error>) {
+        let mut failed = Vec::new();
         let secret = build::secret::secret_name(self.app);
         let existing_sts = self.cached(&self.ctx.stores.statefulsets, &names::mysql(&self.name));
         let claim = existing_sts.as_deref().and_then(build::mysql::data_claim_template);
         let desired = build::mysql::statefulset(self.app, &secret, claim);
-        let sts = self.apply_child(&desired, existing_sts.is_none()).await?;
+        let sts = collect(self.apply_child(&desired, existing_sts.is_none()).await, &mut failed)
+            .or_else(|| existing_sts.as_deref().cloned());
         if claim.is_some_and(|template| build::mysql::asks_for_more_than_template(self.app, template)) {
             self.grow_claim_if_asked().await;
         }
-        self.apply_child(&build::mysql::headless_service(self.app), false).await?;
-        self.apply_child(&build::mysql::client_service(self.app), false).await?;
+        collect(self.apply_child(&build::mysql::headless_service(self.app), false).await, &mut failed);
+        collect(self.apply_child(&build::mysql::client_service(self.app), false).await, &mut failed);
 
-        let mysql = Workload::from_statefulset(&sts);
+        let mysql = sts.as_ref().map(Workload::from_statefulset).unwrap_or_default();
         let database = self.check_database(&mysql, credentials).await;
 
         let backend_name = names::backend(&self.name);
         let existing_backend = self.cached(&self.ctx.stores.deployments, &backend_name);
         let (backend, backend_held) = if database.is_ready() {
-            let applied =
-                self.apply_child(&build::backend::deployment(self.app, &secret), existing_backend.is_none()).await?;
-            self.apply_child(&build::backend::service(self.app), false).await?;
-            (Some(Workload::from_deployment(&applied)), false)
+            let desired = build::backend::deployment(self.app, &secret);
+            let applied = collect(self.apply_child(&desired, existing_backend.is_none()).await, &mut failed);
+            collect(self.apply_child(&build::backend::service(self.app), false).await, &mut failed);
+            let backend = applied.or_else(|| existing_backend.as_deref().cloned());
+            (backend.as_ref().map(Workload::from_deployment), false)
         } else {
             (existing_backend.as_deref().map(Workload::from_deployment), true)
         };
 
         let frontend_name = names::frontend(&self.name);
-        let frontend_new = self.cached(&self.ctx.stores.deployments, &frontend_name).is_none();
-        let frontend = self.apply_child(&build::frontend::deployment(self.app), frontend_new).await?;
-        self.apply_child(&build::frontend::service(self.app), false).await?;
+        let existing_frontend = self.cached(&self.ctx.stores.deployments, &frontend_name);
+        let applied = collect(
+            self.apply_child(&build::frontend::deployment(self.app), existing_frontend.is_none()).await,
+            &mut failed,
+        );
+        collect(self.apply_child(&build::frontend::service(self.app), false).await, &mut failed);
+        let frontend = applied.or_else(|| existing_frontend.as_deref().cloned());
 
-        Ok(Observed { secret, mysql, database, backend, backend_held, frontend: Workload::from_deployment(&frontend) })
+        let observed = Observed {
+            secret,
+            mysql,
+            database,
+            backend,
+            backend_held,
+            frontend: frontend.as_ref().map(Workload::from_deployment).unwrap_or_default(),
+            failed_children: failed.iter().map(ToString::to_string).collect(),
+        };
+        (observed, failed)
     }
 
     /// Asks the claim of pod 0 to grow when the spec asks for more storage. A refusal (a
@@ -427,7 +456,11 @@ impl<'a> Reconciler<'a> {
         store.get(&ObjectRef::new(name).within(&self.namespace))
     }
 
-    /// Server-side applies one child; an unchanged child is a no-op on the server.
+    /// Server-side applies one child (an unchanged child is a no-op on the server), then
+    /// removes what server-side apply cannot: items another client put in the keyed lists the
+    /// controller sets (see [`repair`]). An apply the API server rejects is retried once after
+    /// that repair, since foreign items colliding with ours (two ports named `mysql`) make every
+    /// apply invalid.
     async fn apply_child<K>(&self, desired: &K, announce: bool) -> Result<K, Error>
     where
         K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
@@ -436,14 +469,77 @@ impl<'a> Reconciler<'a> {
             + Clone
             + Debug,
     {
+        // Boxed: six of these futures inline would make the reconcile's future too big for a
+        // thread's stack.
+        Box::pin(self.apply_and_repair(desired, announce)).await
+    }
+
+    async fn apply_and_repair<K>(&self, desired: &K, announce: bool) -> Result<K, Error>
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Serialize
+            + DeserializeOwned
+            + Clone
+            + Debug,
+    {
         let what = format!("{} {}", K::kind(&()), desired.name_any());
-        let applied = apply(&self.api::<K>(), &self.ctx.runtime.field_manager, desired)
-            .await
-            .map_err(kube_err(format!("applying {what}")))?;
+        let api = self.api::<K>();
+        let field_manager = &self.ctx.runtime.field_manager;
+        let applied = match apply(&api, field_manager, desired).await {
+            Ok(applied) => applied,
+            Err(kube::Error::Api(status)) if status.code == 422 => {
+                let rejected = kube::Error::Api(status);
+                let live = api.get_opt(&desired.name_any()).await.map_err(kube_err(format!("reading {what}")))?;
+                let repaired = match live {
+                    Some(live) => self.remove_foreign_items(&api, desired, &live, &what).await?,
+                    None => None,
+                };
+                if repaired.is_none() {
+                    return Err(Error::Kube { action: format!("applying {what}"), source: rejected });
+                }
+                apply(&api, field_manager, desired).await.map_err(kube_err(format!("applying {what}")))?
+            }
+            Err(source) => return Err(Error::Kube { action: format!("applying {what}"), source }),
+        };
+        let applied = match self.remove_foreign_items(&api, desired, &applied, &what).await? {
+            None => applied,
+            Some(repaired) => {
+                let left = repair::drifted_lists(&to_json(desired), &to_json(&repaired));
+                if !left.is_empty() {
+                    return Err(Error::ForeignItemsReturn { child: what, items: repair::describe(&left) });
+                }
+                repaired
+            }
+        };
         if announce {
             self.ctx.runtime.events.normal(self.app, "Created", "Apply", what).await;
         }
         Ok(applied)
+    }
+
+    /// Removes the items of `live` that are not ours from the lists `desired` sets, by a JSON
+    /// patch conditional on `live`'s resourceVersion. `None` when there were none.
+    async fn remove_foreign_items<K>(&self, api: &Api<K>, desired: &K, live: &K, what: &str) -> Result<Option<K>, Error>
+    where
+        K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+    {
+        let drifted = repair::drifted_lists(&to_json(desired), &to_json(live));
+        if drifted.is_empty() {
+            return Ok(None);
+        }
+        let foreign = repair::describe(&drifted);
+        tracing::info!(child = what, %foreign, "removing items another client put in lists the controller sets");
+        let patch = repair::repair_patch(&live.resource_version().unwrap_or_default(), &drifted);
+        let patch = serde_json::from_value(patch).expect("a JSON patch built from operations is well-formed");
+        let params =
+            PatchParams { field_manager: Some(self.ctx.runtime.field_manager.clone()), ..PatchParams::default() };
+        let repaired = api
+            .patch(&live.name_any(), &params, &Patch::Json::<()>(patch))
+            .await
+            .map_err(kube_err(format!("removing foreign list items from {what}")))?;
+        let note = format!("{what}: removed items another client put in lists the controller sets ({foreign})");
+        self.ctx.runtime.events.normal(self.app, "Repaired", "RepairLists", note).await;
+        Ok(Some(repaired))
     }
 
     async fn check_database(&self, mysql: &Workload, credentials: &Credentials) -> Database {
@@ -486,6 +582,8 @@ impl<'a> Reconciler<'a> {
         if changed {
             let events = &self.ctx.runtime.events;
             match (after.status.as_str(), after.reason.as_str()) {
+                // The error policy's Warning Event says it, with the API error.
+                (_, status::CHILD_APPLY_FAILED) => {}
                 ("True", _) => events.normal(self.app, "Ready", "Reconcile", after.message.clone()).await,
                 (_, reason) if is_problem(reason) => {
                     events.warning(self.app, reason, "Reconcile", after.message.clone()).await
@@ -495,6 +593,15 @@ impl<'a> Reconciler<'a> {
         }
         Ok(())
     }
+}
+
+/// Keeps going after a child's failure: the child is `None`, the failure collected.
+fn collect<K>(result: Result<K, Error>, failed: &mut Vec<Error>) -> Option<K> {
+    result.map_err(|error| failed.push(error)).ok()
+}
+
+fn to_json<K: Serialize>(object: &K) -> serde_json::Value {
+    serde_json::to_value(object).unwrap_or_default()
 }
 
 /// Reasons that need a user's action (the rest are progress).

@@ -7,5 +7,6 @@
 pub mod build;
 pub mod controller;
 pub mod db;
+pub mod repair;
 pub mod status;
 pub mod validate;

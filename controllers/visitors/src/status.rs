@@ -111,7 +111,12 @@ pub struct Observed {
     /// The backend was not applied this time because the database is not ready.
     pub backend_held: bool,
     pub frontend: Workload,
+    /// Children that could not be applied or repaired: what was done and the API's answer.
+    pub failed_children: Vec<String>,
 }
+
+/// The `Ready` reason while a child cannot be applied or repaired.
+pub const CHILD_APPLY_FAILED: &str = "ChildApplyFailed";
 
 /// The status after a reconcile that applied the children.
 pub fn compute(app: &VisitorsApp, observed: &Observed, now: Time) -> VisitorsAppStatus {
@@ -121,7 +126,12 @@ pub fn compute(app: &VisitorsApp, observed: &Observed, now: Time) -> VisitorsApp
     let database = database_condition(&name, &observed.database);
     let backend = backend_condition(observed.backend.as_ref(), observed.backend_held);
     let frontend = workload_condition(FRONTEND_READY, "frontend", Some(&observed.frontend));
-    let ready = ready_condition([&database, &backend, &frontend]);
+    let ready = match observed.failed_children.as_slice() {
+        [] => ready_condition([&database, &backend, &frontend]),
+        failed => {
+            Desired { type_: READY, status: Status::False, reason: CHILD_APPLY_FAILED, message: failed.join("; ") }
+        }
+    };
     for desired in [ready, database, backend, frontend] {
         conditions::set(&mut status.conditions, desired, generation, now.clone());
     }
@@ -270,6 +280,7 @@ mod tests {
             backend: Some(ready(1, "jdob/visitors-service:1.0.0")),
             backend_held: false,
             frontend: ready(1, "jdob/visitors-webui:1.0.0"),
+            failed_children: Vec::new(),
         }
     }
 
@@ -315,6 +326,18 @@ mod tests {
         let db = find(&status.conditions, DATABASE_READY).unwrap();
         assert_eq!(db.reason, "WaitingForConnection");
         assert!(db.message.contains("SELECT 1") && db.message.ends_with("access denied"), "{}", db.message);
+    }
+
+    #[test]
+    fn a_child_that_cannot_be_applied_is_named_while_the_rest_is_reported() {
+        let failure = "applying Service ex-mysql failed: the API server rejected it: Service \"ex-mysql\" is invalid: spec.ports[1].name: Duplicate value: \"mysql\"";
+        let observed = Observed { failed_children: vec![failure.to_string()], ..converged() };
+        let status = compute(&book_app(), &observed, at(1));
+        let ready = find(&status.conditions, READY).unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", CHILD_APPLY_FAILED));
+        assert_eq!(ready.message, failure);
+        assert!(is_true(&status.conditions, DATABASE_READY), "the other children are still reported");
+        assert_eq!(status.frontend_ready_replicas, Some(1));
     }
 
     #[test]

@@ -174,6 +174,96 @@ async fn drift_is_repaired() {
     assert_eq!(sts.spec.unwrap().template.spec.unwrap().containers[0].image.as_deref(), Some("mysql:8.4"));
 }
 
+fn service_ports(h: &Harness, name: &str) -> Vec<i32> {
+    let service: Service = h.api.get(name).unwrap();
+    service.spec.unwrap().ports.unwrap().iter().map(|p| p.port).collect()
+}
+
+fn mysql_container(h: &Harness) -> k8s_openapi::api::core::v1::Container {
+    let sts: StatefulSet = h.api.get("ex-mysql").unwrap();
+    sts.spec.unwrap().template.spec.unwrap().containers.remove(0)
+}
+
+#[tokio::test]
+async fn an_edited_service_port_is_repaired_although_apply_alone_is_rejected() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.converge().await;
+    // `kubectl patch svc ex-mysql --type=json -p='[{"op":"replace","path":"/spec/ports/0/port","value":3307}]'`
+    h.api.edit::<Service>("ex-mysql", |s| s.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 3307);
+
+    let action = h.reconcile().await.expect("the reconcile repairs the Service");
+
+    assert_eq!(service_ports(&h, "ex-mysql"), [3306], "the edited port is replaced, not kept next to ours");
+    assert_eq!(action, Action::requeue(RESYNC));
+    assert_eq!(ready_condition(&h).0, "True");
+    let repaired = h.api.events().into_iter().find(|(_, reason, _)| reason == "Repaired").expect("a Repaired Event");
+    assert!(repaired.2.contains("Service ex-mysql") && repaired.2.contains("port=3307"), "{repaired:?}");
+}
+
+#[tokio::test]
+async fn edited_list_items_of_every_child_kind_are_repaired() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.converge().await;
+    h.api.edit::<StatefulSet>("ex-mysql", |s| {
+        let container = &mut s.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0];
+        container.ports.as_mut().unwrap()[0].container_port = 3307;
+        container.volume_mounts.as_mut().unwrap()[0].mount_path = "/elsewhere".into();
+        container.env.as_mut().unwrap()[1].name = "MYSQL_DATABASE_EDITED".into();
+    });
+    h.api.edit::<Deployment>("ex-frontend", |d| {
+        let container = &mut d.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0];
+        container.env.as_mut().unwrap()[0].name = "REACT_APP_TITLE_EDITED".into();
+    });
+    h.api.edit::<Service>("ex-backend", |s| s.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 8001);
+    h.api.edit::<Service>("ex-mysql-headless", |s| s.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 1);
+
+    h.reconcile().await.expect("every child is repaired");
+
+    let mysql = mysql_container(&h);
+    let ports: Vec<i32> = mysql.ports.unwrap().iter().map(|p| p.container_port).collect();
+    assert_eq!(ports, [3306]);
+    let mounts: Vec<String> = mysql.volume_mounts.unwrap().into_iter().map(|m| m.mount_path).collect();
+    assert_eq!(mounts, ["/var/lib/mysql"]);
+    let env: Vec<String> = mysql.env.unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(env, ["MYSQL_ROOT_PASSWORD", "MYSQL_DATABASE", "MYSQL_USER", "MYSQL_PASSWORD"]);
+    assert_eq!(frontend_env(&h), Some(vec![("REACT_APP_TITLE".into(), Some("Custom Dashboard Title".into()))]));
+    assert_eq!(service_ports(&h, "ex-backend"), [8000]);
+    assert_eq!(service_ports(&h, "ex-mysql-headless"), [3306]);
+
+    h.api.clear_requests();
+    h.reconcile().await.unwrap();
+    assert!(h.api.requests().iter().all(|r| !r.changed), "repaired children stay put: {:?}", h.api.requests());
+}
+
+#[tokio::test]
+async fn a_child_that_cannot_be_applied_is_named_and_the_others_are_still_reported() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.converge().await;
+    let denial = "services \"ex-mysql\" is forbidden: User \"system:serviceaccount:ops:visitors-controller\" cannot patch resource \"services\"";
+    h.api.fail_with("/services/ex-mysql", 403, denial);
+    h.edit_spec(|spec| spec.size = 3);
+
+    let error = h.reconcile().await.expect_err("the failed child fails the reconcile, for its backoff");
+    assert!(error.to_string().contains("Service ex-mysql"), "{error}");
+    assert_eq!(replicas(&h, "ex-backend"), Some(3), "the other children are still applied");
+    let (status, reason, message) = ready_condition(&h);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "ChildApplyFailed"));
+    assert!(message.contains("applying Service ex-mysql failed") && message.contains(denial), "{message}");
+    assert_eq!(h.app().status.unwrap().observed_generation, Some(2));
+
+    h.deployment_ready("ex-backend");
+    h.reconcile().await.unwrap_err();
+    assert_eq!(h.app().status.unwrap().backend_ready_replicas, Some(3), "status keeps being refreshed");
+    assert_eq!(ready_condition(&h).1, "ChildApplyFailed");
+
+    h.api.stop_failing();
+    h.reconcile().await.unwrap();
+    assert_eq!(ready_condition(&h).0, "True");
+}
+
 #[tokio::test]
 async fn invalid_spec_is_reported_once_and_not_retried() {
     let h = Harness::new();

@@ -52,9 +52,11 @@ struct State {
     requests: Vec<Recorded>,
     events: Vec<Value>,
     revision: u64,
-    /// Requests whose path contains the text are answered with the code.
     /// Requests whose path contains the text fail with that code and message.
     failures: Vec<(String, u16, String)>,
+    /// What the controller last applied to each object: server-side apply removes what the
+    /// applier stops sending, and keeps list items it never sent (they are someone else's).
+    applied: BTreeMap<(String, String), Value>,
 }
 
 #[derive(Clone, Default)]
@@ -102,7 +104,10 @@ impl FakeApi {
     }
 
     pub fn remove<K: Resource<DynamicType = ()>>(&self, name: &str) {
-        self.state.lock().unwrap().objects.remove(&(collection::<K>(), name.to_string()));
+        let mut state = self.state.lock().unwrap();
+        let key = (collection::<K>(), name.to_string());
+        state.objects.remove(&key);
+        state.applied.remove(&key);
     }
 
     /// Changes a stored object the way another client would (new resourceVersion).
@@ -234,17 +239,26 @@ impl State {
             Method::PATCH if content_type.starts_with("application/apply-patch") => {
                 match self.objects.get(&key).cloned() {
                     None => {
+                        if let Some(invalid) = invalid(&collection, &name, &body) {
+                            return invalid;
+                        }
+                        self.applied.insert(key.clone(), body.clone());
                         let object = self.stamp_new(body);
                         self.objects.insert(key, object.clone());
                         (StatusCode::CREATED, object, true)
                     }
                     Some(existing) => {
                         let mut updated = existing.clone();
+                        let previous = self.applied.get(&key).cloned().unwrap_or(Value::Null);
                         for field in ["spec", "data", "type"] {
                             if !body[field].is_null() {
-                                updated[field] = body[field].clone();
+                                updated[field] = apply_merge(&existing[field], &body[field], &previous[field]);
                             }
                         }
+                        if let Some(invalid) = invalid(&collection, &name, &updated) {
+                            return invalid;
+                        }
+                        self.applied.insert(key.clone(), body.clone());
                         for field in ["labels", "ownerReferences", "annotations"] {
                             if !body["metadata"][field].is_null() {
                                 updated["metadata"][field] = body["metadata"][field].clone();
@@ -253,6 +267,17 @@ impl State {
                         self.store_if_changed(key, existing, updated)
                     }
                 }
+            }
+            Method::PATCH if content_type.starts_with("application/json-patch") => {
+                let Some(existing) = self.objects.get(&key).cloned() else { return not_found(&name) };
+                let updated = match json_patch(&existing, &body) {
+                    Ok(updated) => updated,
+                    Err(why) => return status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", &why),
+                };
+                if let Some(invalid) = invalid(&collection, &name, &updated) {
+                    return invalid;
+                }
+                self.store_if_changed(key, existing, updated)
             }
             Method::PATCH => {
                 let Some(existing) = self.objects.get(&key).cloned() else { return not_found(&name) };
@@ -335,6 +360,108 @@ fn merge(target: &mut Value, patch: &Value) {
         }
         other => *target = other.clone(),
     }
+}
+
+/// Server-side apply of `applied` onto `live`, as the API server does it for the fields the
+/// applier owns: objects field by field, fields it sent before and not now removed; lists of
+/// keyed items (ports by port and protocol, mounts by path, the rest by name) item by item,
+/// keeping items it never sent; other lists replaced.
+fn apply_merge(live: &Value, applied: &Value, previous: &Value) -> Value {
+    match applied {
+        Value::Object(fields) => {
+            let mut merged = live.as_object().cloned().unwrap_or_default();
+            if let Some(before) = previous.as_object() {
+                for field in before.keys().filter(|f| !fields.contains_key(*f)) {
+                    merged.remove(field);
+                }
+            }
+            for (field, value) in fields {
+                let live_field = live.get(field).unwrap_or(&Value::Null);
+                merged.insert(field.clone(), apply_merge(live_field, value, &previous[field.as_str()]));
+            }
+            Value::Object(merged)
+        }
+        Value::Array(items) if items.first().and_then(merge_key).is_some() => {
+            let keys = |list: &Value| -> Vec<String> {
+                list.as_array().map(|l| l.iter().filter_map(merge_key).collect()).unwrap_or_default()
+            };
+            let sent_before = keys(previous);
+            let mut merged = Vec::new();
+            for item in live.as_array().into_iter().flatten() {
+                let key = merge_key(item);
+                match items.iter().find(|a| merge_key(a) == key) {
+                    Some(ours) => {
+                        let before = previous.as_array().into_iter().flatten().find(|p| merge_key(p) == key);
+                        merged.push(apply_merge(item, ours, before.unwrap_or(&Value::Null)));
+                    }
+                    None if key.as_ref().is_some_and(|k| sent_before.contains(k)) => {}
+                    None => merged.push(item.clone()),
+                }
+            }
+            let live_keys = keys(live);
+            merged.extend(items.iter().filter(|a| merge_key(a).is_none_or(|k| !live_keys.contains(&k))).cloned());
+            Value::Array(merged)
+        }
+        other => other.clone(),
+    }
+}
+
+fn merge_key(item: &Value) -> Option<String> {
+    let protocol = item.get("protocol").and_then(Value::as_str).unwrap_or("TCP");
+    for port in ["containerPort", "port"] {
+        if let Some(number) = item.get(port) {
+            return Some(format!("{port}={number}/{protocol}"));
+        }
+    }
+    ["mountPath", "devicePath", "name"].iter().find_map(|field| item.get(*field).map(|v| format!("{field}={v}")))
+}
+
+/// The API server's validation of what the controller's fixes are about: port names are
+/// unique in a Service and in a container.
+fn invalid(collection: &str, name: &str, object: &Value) -> Option<(StatusCode, Value, bool)> {
+    let (kind, lists) = if collection.ends_with("/services") {
+        ("Service", vec![("spec.ports".to_string(), &object["spec"]["ports"])])
+    } else {
+        let kind = if collection.ends_with("/statefulsets") { "StatefulSet" } else { "Deployment" };
+        let containers = object["spec"]["template"]["spec"]["containers"].as_array();
+        let lists = containers
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, c)| (format!("spec.template.spec.containers[{i}].ports"), &c["ports"]))
+            .collect();
+        (kind, lists)
+    };
+    for (path, ports) in lists {
+        let mut seen = Vec::new();
+        for (index, port) in ports.as_array().into_iter().flatten().enumerate() {
+            let Some(port_name) = port["name"].as_str() else { continue };
+            if seen.contains(&port_name) {
+                let message =
+                    format!("{kind} \"{name}\" is invalid: {path}[{index}].name: Duplicate value: \"{port_name}\"");
+                return Some(status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", &message));
+            }
+            seen.push(port_name);
+        }
+    }
+    None
+}
+
+/// RFC 6902, the operations the controller sends: test and replace.
+fn json_patch(object: &Value, operations: &Value) -> Result<Value, String> {
+    let mut patched = object.clone();
+    for operation in operations.as_array().ok_or("a JSON patch is a list")? {
+        let path = operation["path"].as_str().ok_or("an operation without a path")?;
+        match operation["op"].as_str() {
+            Some("test") if patched.pointer(path) == Some(&operation["value"]) => {}
+            Some("test") => return Err(format!("the test of {path} failed")),
+            Some("replace") => {
+                *patched.pointer_mut(path).ok_or(format!("{path} does not exist"))? = operation["value"].clone()
+            }
+            _ => return Err("an operation the fake does not support".to_string()),
+        }
+    }
+    Ok(patched)
 }
 
 fn with_name(mut value: Value, name: &str) -> Value {
