@@ -21,6 +21,16 @@ pub const MIN_ACTIVE_DEADLINE_SECONDS: i64 = 60;
 pub const DEFAULT_KEEP_SUCCESSFUL: i32 = 7;
 pub const DEFAULT_KEEP_FAILED: i32 = 3;
 
+/// Condition types of a MySQLBackup besides `Ready`.
+pub mod condition {
+    /// Run: True while it waits to start (the reason names what for), False once its Job runs.
+    pub const PENDING: &str = "Pending";
+    /// Schedule: whether its cron expression and time zone are usable.
+    pub const SCHEDULE_VALID: &str = "ScheduleValid";
+    /// Schedule: whether the newest finished run succeeded.
+    pub const LAST_BACKUP_SUCCEEDED: &str = "LastBackupSucceeded";
+}
+
 /// A backup of a VisitorsApp's database: a single run, or a schedule of runs.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(

@@ -1,71 +1,148 @@
-//! The MySQLBackup reconcile: validate the spec, report it in status and events.
-//! Running backups (Jobs, schedules, retention) comes with the backup controller issue.
+//! The MySQLBackup reconcile pipeline, its error policy and its watches. A MySQLBackup is a
+//! run (validate → resolve → lock → Job → status from the agent's summary, see [`crate::run`])
+//! or a schedule of runs (see [`crate::schedule`]).
 
 use std::sync::Arc;
 
-use controller_common::runner::{Identity, drive, primary_stream, scoped_api};
-use controller_common::{ControllerArgs, ReconcileFailure, Runtime};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
-use kube::runtime::controller::{Action, Controller};
+use controller_common::runner::{Identity, api_in, drive, primary_stream};
+use controller_common::{ReconcileFailure, Runtime};
+use futures::Stream;
+use k8s_openapi::api::batch::v1::Job;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use visitors_api::MySQLBackup;
+use visitors_api::labels::{MANAGED_BY, SCHEDULE_LABEL};
 
-use crate::status;
+use crate::metrics::BackupMetrics;
 
 pub const IDENTITY: Identity = Identity { name: "backup-controller", crd: "mysqlbackups.example.com" };
 
+/// What the controller is configured with beyond the shared flags.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// The image of the agent Jobs.
+    pub agent_image: String,
+    /// The OTLP endpoint handed to the agent, when the controller exports traces.
+    pub otlp_endpoint: Option<String>,
+}
+
 pub struct Context {
     pub runtime: Arc<Runtime>,
+    pub settings: Settings,
+    pub metrics: Arc<BackupMetrics>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API request failed: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("MySQLBackup has no namespace")]
-    NoNamespace,
+    #[error(
+        "MySQLBackup {0:?} has no namespace, but the kind is namespaced; this is a bug in the API server or the CRD"
+    )]
+    NoNamespace(String),
+    #[error("{action} failed: {}", explain(.source))]
+    Kube {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 impl ReconcileFailure for Error {
     fn metric_label(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "Kube",
-            Error::NoNamespace => "NoNamespace",
+            Error::NoNamespace(_) => "NoNamespace",
+            Error::Kube { source: kube::Error::Api(status), .. } if status.code == 403 => "Forbidden",
+            Error::Kube { source: kube::Error::Api(status), .. } if status.code == 409 => "Conflict",
+            Error::Kube { source: kube::Error::Api(status), .. } if status.code == 422 || status.code == 400 => {
+                "Rejected"
+            }
+            Error::Kube { .. } => "Kube",
         }
     }
 }
 
-pub async fn reconcile(backup: Arc<MySQLBackup>, context: Arc<Context>) -> Result<Action, Error> {
-    let runtime = &context.runtime;
-    runtime.instrumented(&*backup, reconcile_backup(&backup, runtime)).await
-}
-
-async fn reconcile_backup(backup: &MySQLBackup, runtime: &Runtime) -> Result<Action, Error> {
-    backup.namespace().ok_or(Error::NoNamespace)?;
-    let validation = backup.spec.validate();
-    let desired = status::desired(backup, &validation, Time(jiff::Timestamp::now()));
-    let wrote = runtime.write_status(backup, backup.status.as_ref(), &desired).await?;
-    Ok(match validation {
-        Ok(()) => runtime.converged(backup),
-        Err(invalid) => {
-            if wrote {
-                runtime.report_invalid_spec(backup, &invalid).await;
-            }
-            runtime.until_spec_changes(backup)
+fn explain(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 && status.message.contains(" cannot ") => format!(
+            "the controller's ServiceAccount lacks a permission ({}); check the Role or ClusterRole from the Helm chart",
+            status.message
+        ),
+        kube::Error::Api(status) => {
+            format!("the API server answered {} {}: {}", status.code, status.reason, status.message)
         }
-    })
+        other => format!("{other} (is the API server reachable?)"),
+    }
 }
 
+/// Wraps a kube error with what was being done.
+pub fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let action = action.into();
+    move |source| Error::Kube { action, source }
+}
+
+pub async fn reconcile(backup: Arc<MySQLBackup>, context: Arc<Context>) -> Result<Action, Error> {
+    let runtime = context.runtime.clone();
+    runtime
+        .instrumented(&*backup, async {
+            let namespace = backup.namespace().ok_or_else(|| Error::NoNamespace(backup.name_any()))?;
+            if backup.spec.is_schedule() {
+                crate::schedule::reconcile(&backup, &namespace, &context).await
+            } else {
+                crate::run::reconcile(&backup, &namespace, &context).await
+            }
+        })
+        .await
+}
+
+/// Counts the failure and retries after the object's backoff; a Warning Event tells the user
+/// (a conflict only means the object changed meanwhile: no Event).
 pub fn error_policy(backup: Arc<MySQLBackup>, error: &Error, context: Arc<Context>) -> Action {
-    context.runtime.failed(&*backup, error)
+    let action = context.runtime.failed(&*backup, error);
+    let reason = error.metric_label();
+    if reason != "Conflict" {
+        let runtime = context.runtime.clone();
+        let note = error.to_string();
+        tokio::spawn(async move { runtime.events.warning(&*backup, reason, "Reconcile", note).await });
+    }
+    action
 }
 
-/// Watches MySQLBackups and reconciles them until `shutdown`.
-pub async fn run(runtime: Arc<Runtime>, args: ControllerArgs, shutdown: CancellationToken) {
-    let api = scoped_api::<MySQLBackup>(runtime.client.clone(), &args);
+/// Selects the Jobs of backup runs.
+pub fn job_selector() -> String {
+    format!("app.kubernetes.io/managed-by={MANAGED_BY},app.kubernetes.io/component=backup")
+}
+
+/// Watches MySQLBackups, their Jobs (a run wakes when its Job changes or is deleted) and the
+/// runs of schedules (a schedule wakes when a run changes or ends), until `shutdown`.
+pub async fn run(runtime: Arc<Runtime>, namespace: Option<&str>, settings: Settings, shutdown: CancellationToken) {
+    let client = runtime.client.clone();
     let (reader, writer) = reflector::store();
-    let controller = Controller::for_stream(primary_stream(api, writer), reader);
-    drive(controller, reconcile, error_policy, Arc::new(Context { runtime }), shutdown).await;
+    let backups = primary_stream(api_in::<MySQLBackup>(client.clone(), namespace), writer);
+    let jobs = owned(watcher(
+        api_in::<PartialObjectMeta<Job>>(client.clone(), namespace),
+        watcher::Config::default().labels(&job_selector()),
+    ));
+    let runs = owned(watcher(
+        api_in::<PartialObjectMeta<MySQLBackup>>(client, namespace),
+        watcher::Config::default().labels(SCHEDULE_LABEL),
+    ));
+    let metrics = Arc::new(BackupMetrics::default());
+    metrics.register(&runtime.metrics);
+    let context = Arc::new(Context { runtime, settings, metrics });
+    let controller = Controller::for_stream(backups, reader)
+        .with_config(ControllerConfig::default().concurrency(16))
+        .owns_stream(jobs)
+        .owns_stream(runs);
+    drive(controller, reconcile, error_policy, context, shutdown).await;
+}
+
+fn owned<K, S>(events: S) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    events.default_backoff().touched_objects()
 }

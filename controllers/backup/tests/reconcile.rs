@@ -1,20 +1,32 @@
-//! MySQLBackup reconciles against the mock API server.
+//! MySQLBackup reconciles against the mock API server, which asserts every request in order.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use backup_controller::controller::{Context, reconcile};
+use backup_controller::controller::{Context, Settings, reconcile};
+use backup_controller::metrics::BackupMetrics;
 use controller_common::Runtime;
 use controller_common::backoff::ObjectBackoff;
 use controller_common::events::Events;
 use controller_common::metrics::Metrics;
-use controller_common::testing::{MockApiServer, mock_client};
+use controller_common::testing::{MockApiServer, Received, mock_client, status_error};
 use http::{Method, StatusCode};
 use kube::runtime::controller::Action;
+use serde_json::{Value, json};
 use visitors_api::MySQLBackup;
+use visitors_api::agent_summary::{AgentSummary, Operation};
 
-const STATUS_PATH: &str = "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly/status";
+const NS: &str = "/namespaces/shop";
+const STATUS_PATH: &str = "/apis/example.com/v1/namespaces/shop/mysqlbackups/b1/status";
 const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/shop/events";
+const JOB_PATH: &str = "/apis/batch/v1/namespaces/shop/jobs/b1-backup";
+const JOBS_PATH: &str = "/apis/batch/v1/namespaces/shop/jobs";
+const APP_PATH: &str = "/apis/example.com/v1/namespaces/shop/visitorsapps/ex";
+const SECRET_PATH: &str = "/api/v1/namespaces/shop/secrets/ex-mysql-credentials";
+const CLAIM_PATH: &str = "/api/v1/namespaces/shop/persistentvolumeclaims/backups";
+const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases/ex-mysql-operations";
+const LEASES_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases";
+const PODS_PATH: &str = "/api/v1/namespaces/shop/pods";
 
 fn context() -> (Arc<Context>, MockApiServer) {
     let (client, server) = mock_client();
@@ -26,13 +38,14 @@ fn context() -> (Arc<Context>, MockApiServer) {
         field_manager: "backup-controller".into(),
         resync: Duration::from_secs(600),
     };
-    (Arc::new(Context { runtime: Arc::new(runtime) }), server)
+    let settings = Settings { agent_image: "registry/visitors-operator:1.0".into(), otlp_endpoint: None };
+    let metrics = Arc::new(BackupMetrics::default());
+    metrics.register(&runtime.metrics);
+    (Arc::new(Context { runtime: Arc::new(runtime), settings, metrics }), server)
 }
 
 /// The stored object with the applied status, as the API server answers a status apply.
-fn with_applied_status(
-    backup: &MySQLBackup,
-) -> impl FnOnce(&controller_common::testing::Received) -> (StatusCode, serde_json::Value) {
+fn with_applied_status(backup: &MySQLBackup) -> impl FnOnce(&Received) -> (StatusCode, Value) {
     let mut stored = serde_json::to_value(backup).unwrap();
     move |received| {
         stored["status"] = received.body["status"].clone();
@@ -41,51 +54,380 @@ fn with_applied_status(
 }
 
 fn backup(app: &str) -> MySQLBackup {
-    let mut backup: MySQLBackup = serde_json::from_value(serde_json::json!({
+    serde_json::from_value(json!({
         "apiVersion": "example.com/v1",
         "kind": "MySQLBackup",
-        "metadata": {"name": "nightly", "namespace": "shop", "uid": "u-1", "generation": 1},
+        "metadata": {"name": "b1", "namespace": "shop", "uid": "u-1", "generation": 1},
         "spec": {
             "source": {"visitorsApp": app},
             "storage": {"persistentVolumeClaim": {"claimName": "backups"}},
         },
     }))
-    .unwrap();
-    backup.status = None;
+    .unwrap()
+}
+
+fn with_status(mut backup: MySQLBackup, status: Value) -> MySQLBackup {
+    backup.status = Some(serde_json::from_value(status).unwrap());
     backup
 }
 
+/// The requeue delay of an action (kube's `Action` only shows it through `Debug`).
+fn delay(action: &Action) -> Duration {
+    let text = format!("{action:?}");
+    let inner = text.split("Some(").nth(1).unwrap_or_else(|| panic!("no requeue in {text}"));
+    let value = inner.trim_end_matches([')', '}', ' ']);
+    let number = |suffix: &str| value.strip_suffix(suffix).and_then(|n| n.parse::<f64>().ok());
+    if let Some(ms) = number("ms") {
+        Duration::from_secs_f64(ms / 1000.0)
+    } else if let Some(us) = number("µs") {
+        Duration::from_secs_f64(us / 1e6)
+    } else if let Some(ns) = number("ns") {
+        Duration::from_secs_f64(ns / 1e9)
+    } else {
+        Duration::from_secs_f64(number("s").unwrap_or_else(|| panic!("cannot read {value}")))
+    }
+}
+
+fn not_found() -> Value {
+    status_error(404, "NotFound", "not found")
+}
+
+fn app() -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "VisitorsApp",
+           "metadata": {"name": "ex", "namespace": "shop", "uid": "app-1"}, "spec": {"size": 1}})
+}
+
+fn secret() -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ex-mysql-credentials", "namespace": "shop"},
+           "data": {"root-password": "c2VjcmV0"}})
+}
+
+fn claim() -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": "backups", "namespace": "shop"}})
+}
+
+fn lease(holder: &str) -> Value {
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+           "metadata": {"name": "ex-mysql-operations", "namespace": "shop", "resourceVersion": "5", "uid": "l-1"},
+           "spec": {"holderIdentity": holder}})
+}
+
+fn job(conditions: Value) -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "b1-backup", "namespace": "shop",
+                        "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MySQLBackup", "name": "b1", "uid": "u-1", "controller": true}]},
+           "spec": {"template": {"spec": {"containers": []}}},
+           "status": {"startTime": "2026-11-23T10:00:00Z", "conditions": conditions}})
+}
+
+fn pod_with_message(message: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [{
+        "metadata": {"name": "b1-backup-x", "namespace": "shop"},
+        "status": {"containerStatuses": [{"name": "agent", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": message}}}]}
+    }]})
+}
+
+fn running_status() -> Value {
+    json!({"phase": "Running", "jobName": "b1-backup", "location": "pvc://backups/shop/ex/b1"})
+}
+
 #[tokio::test]
-async fn invalid_spec_gets_a_condition_and_an_event_and_no_retry() {
+async fn invalid_spec_fails_the_run_with_a_condition_and_an_event_and_no_retry() {
     let (context, mut server) = context();
     let backup = backup("Bad_Name");
     let task = tokio::spawn(reconcile(Arc::new(backup.clone()), context));
 
     let status = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&backup)).await;
     let ready = &status.body["status"]["conditions"][0];
-    assert_eq!(ready["type"], "Ready");
-    assert_eq!(ready["status"], "False");
-    assert_eq!(ready["reason"], "InvalidSpec");
+    assert_eq!(
+        (ready["type"].as_str(), ready["status"].as_str(), ready["reason"].as_str()),
+        (Some("Ready"), Some("False"), Some("InvalidSpec"))
+    );
     assert!(ready["message"].as_str().unwrap().contains("spec.source.visitorsApp"));
+    assert_eq!(status.body["status"]["phase"], "Failed");
     let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
-    assert_eq!(event.body["reason"], "InvalidSpec");
-    assert_eq!(event.body["type"], "Warning");
-    assert!(event.body["note"].as_str().unwrap().contains("spec.source.visitorsApp"));
-
+    assert_eq!((event.body["reason"].as_str(), event.body["type"].as_str()), (Some("InvalidSpec"), Some("Warning")));
     assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
 }
 
 #[tokio::test]
-async fn unchanged_status_is_not_written_again() {
+async fn a_missing_app_is_waited_for_with_a_pending_condition_and_backoff() {
     let (context, mut server) = context();
-    let first = tokio::spawn(reconcile(Arc::new(backup("ex")), context.clone()));
-    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&backup("ex"))).await;
-    assert_eq!(written.body["status"]["phase"], "Pending");
-    assert_eq!(first.await.unwrap().unwrap(), Action::requeue(Duration::from_secs(600)));
+    let backup = backup("ex");
+    let task = tokio::spawn(reconcile(Arc::new(backup.clone()), context.clone()));
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    server.expect(Method::GET, APP_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&backup)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Pending");
+    let pending = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Pending").unwrap();
+    assert_eq!((pending["status"].as_str(), pending["reason"].as_str()), (Some("True"), Some("WaitingForVisitorsApp")));
+    assert!(pending["message"].as_str().unwrap().contains("VisitorsApp ex does not exist"));
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "WaitingForVisitorsApp");
+    let first = delay(&task.await.unwrap().unwrap());
+    assert!(first <= Duration::from_secs(2), "a first wait is short: {first:?}");
 
-    let mut converged = backup("ex");
-    converged.status = Some(serde_json::from_value(written.body["status"].clone()).unwrap());
-    let second = tokio::spawn(reconcile(Arc::new(converged), context));
-    server.expect_no_request(Duration::from_millis(200)).await;
-    assert_eq!(second.await.unwrap().unwrap(), Action::requeue(Duration::from_secs(600)));
+    // Still missing: the same status is not written again, and the wait backs off.
+    let waiting = with_status(backup.clone(), status.clone());
+    for _ in 0..4 {
+        context.runtime.wait_delay(&waiting);
+    }
+    let again = tokio::spawn(reconcile(Arc::new(waiting), context.clone()));
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    server.expect(Method::GET, APP_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    server.expect_no_request(Duration::from_millis(100)).await;
+    let later = delay(&again.await.unwrap().unwrap());
+    assert!(later > first && later <= Duration::from_secs(15), "{later:?} after {first:?}");
+}
+
+#[tokio::test]
+async fn a_ready_run_takes_the_lock_and_starts_one_job() {
+    let (context, mut server) = context();
+    let backup = backup("ex");
+    let task = tokio::spawn(reconcile(Arc::new(backup.clone()), context));
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    server.expect(Method::GET, APP_PATH, StatusCode::OK, app()).await;
+    server.expect(Method::GET, SECRET_PATH, StatusCode::OK, secret()).await;
+    server.expect(Method::GET, CLAIM_PATH, StatusCode::OK, claim()).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    let lease = server.expect_echo(Method::POST, LEASES_PATH).await;
+    assert_eq!(lease.body["spec"]["holderIdentity"], "MySQLBackup/b1/u-1");
+    let created = server.expect_echo(Method::POST, JOBS_PATH).await;
+    let job = &created.body;
+    assert_eq!(job["metadata"]["name"], "b1-backup");
+    assert_eq!(job["spec"]["backoffLimit"], 0);
+    let container = &job["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "registry/visitors-operator:1.0");
+    assert_eq!(container["command"][0], "/usr/local/bin/visitors-agent");
+    assert!(!job.to_string().contains("c2VjcmV0"), "no credential value in the Job");
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "Started");
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&backup)).await;
+    assert_eq!(written.body["status"]["phase"], "Running");
+    assert_eq!(written.body["status"]["jobName"], "b1-backup");
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_run_waits_while_another_holds_the_database() {
+    let (context, mut server) = context();
+    let backup = backup("ex");
+    let task = tokio::spawn(reconcile(Arc::new(backup.clone()), context));
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    server.expect(Method::GET, APP_PATH, StatusCode::OK, app()).await;
+    server.expect(Method::GET, SECRET_PATH, StatusCode::OK, secret()).await;
+    server.expect(Method::GET, CLAIM_PATH, StatusCode::OK, claim()).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLRestore/r1/u-9")).await;
+    let restore = json!({"apiVersion": "example.com/v1", "kind": "MySQLRestore",
+        "metadata": {"name": "r1", "namespace": "shop", "uid": "u-9"}, "spec": {}, "status": {"phase": "Running"}});
+    server.expect(Method::GET, &format!("/apis/example.com/v1{NS}/mysqlrestores/r1"), StatusCode::OK, restore).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&backup)).await;
+    let pending = written.body["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Pending")
+        .unwrap()
+        .clone();
+    assert_eq!(pending["reason"], "WaitingForDatabaseLock");
+    assert!(pending["message"].as_str().unwrap().contains("MySQLRestore r1"), "{pending}");
+    server.expect_echo(Method::POST, EVENTS_PATH).await;
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_completed_job_fills_the_status_from_the_summary_and_frees_the_lock() {
+    let (context, mut server) = context();
+    let running = with_status(backup("ex"), running_status());
+    let task = tokio::spawn(reconcile(Arc::new(running.clone()), context.clone()));
+    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(json!([{"type": "Complete", "status": "True"}]))).await;
+    let summary = AgentSummary {
+        operation: Some(Operation::Backup),
+        ok: true,
+        location: Some("file:///backup/shop/ex/b1".into()),
+        started_at: Some("2026-11-23T10:00:01Z".into()),
+        finished_at: Some("2026-11-23T10:00:31Z".into()),
+        duration_seconds: Some(30.0),
+        tables: Some(2),
+        rows: Some(10),
+        stored_bytes: Some(2048),
+        server_version: Some("11.8.3-MariaDB".into()),
+        manifest_sha256: Some("cd".repeat(32)),
+        ..AgentSummary::default()
+    };
+    let pods = server.expect(Method::GET, PODS_PATH, StatusCode::OK, pod_with_message(&summary.to_line())).await;
+    assert!(pods.uri.contains("labelSelector=batch.kubernetes.io%2Fjob-name%3Db1-backup"), "{}", pods.uri);
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLBackup/b1/u-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, lease("")).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&running)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Succeeded");
+    assert_eq!(
+        (status["sizeBytes"].as_i64(), status["tables"].as_i64(), status["rows"].as_i64()),
+        (Some(2048), Some(2), Some(10))
+    );
+    assert_eq!(status["manifestSha256"], "cd".repeat(32));
+    assert_eq!(status["serverVersion"], "11.8.3-MariaDB");
+    assert_eq!(status["durationSeconds"], 30.0);
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "Succeeded");
+    assert_eq!(task.await.unwrap().unwrap(), Action::requeue(Duration::from_secs(600)));
+    assert!(context.runtime.metrics.encode().contains(r#"visitors_operator_backup_runs_total{result="succeeded"} 1"#));
+
+    // Finished: a later reconcile sends nothing.
+    let done = with_status(backup("ex"), status.clone());
+    let again = tokio::spawn(reconcile(Arc::new(done), context));
+    server.expect_no_request(Duration::from_millis(100)).await;
+    again.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_deadline_is_a_failure_with_its_reason() {
+    let (context, mut server) = context();
+    let running = with_status(backup("ex"), running_status());
+    let task = tokio::spawn(reconcile(Arc::new(running.clone()), context));
+    let failed = json!([{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline"}]);
+    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(failed)).await;
+    server
+        .expect(
+            Method::GET,
+            PODS_PATH,
+            StatusCode::OK,
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}),
+        )
+        .await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLBackup/b1/u-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, lease("")).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&running)).await;
+    assert_eq!(written.body["status"]["phase"], "Failed");
+    let ready =
+        written.body["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
+    assert_eq!(ready["reason"], "DeadlineExceeded");
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(
+        (event.body["reason"].as_str(), event.body["type"].as_str()),
+        (Some("DeadlineExceeded"), Some("Warning"))
+    );
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_deleted_job_fails_the_run_instead_of_running_for_ever() {
+    let (context, mut server) = context();
+    let running = with_status(backup("ex"), running_status());
+    let task = tokio::spawn(reconcile(Arc::new(running.clone()), context));
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&running)).await;
+    assert_eq!(written.body["status"]["phase"], "Failed");
+    assert!(written.body["status"]["error"].as_str().unwrap().contains("was deleted"));
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "JobDeleted");
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_restarted_controller_follows_the_running_job_without_starting_another() {
+    let (context, mut server) = context();
+    // The status write after the Job's creation was lost: the status says nothing yet.
+    let backup = backup("ex");
+    let task = tokio::spawn(reconcile(Arc::new(backup.clone()), context));
+    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(json!([]))).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&backup)).await;
+    assert_eq!(written.body["status"]["phase"], "Running");
+    assert_eq!(written.body["status"]["startTime"], "2026-11-23T10:00:00Z");
+    server.expect_no_request(Duration::from_millis(100)).await;
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_schedule_creates_one_owned_run_for_the_due_fire_time_and_requeues_for_the_next() {
+    let (context, mut server) = context();
+    let mut schedule = backup("ex");
+    schedule.metadata.name = Some("nightly".into());
+    schedule.spec.schedule =
+        Some(visitors_api::backup::BackupSchedule { cron: "* * * * *".into(), ..Default::default() });
+    let long_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(600);
+    schedule.status = Some(visitors_api::MySQLBackupStatus {
+        last_schedule_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(long_ago)),
+        ..Default::default()
+    });
+    let task = tokio::spawn(reconcile(Arc::new(schedule.clone()), context));
+    let runs_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups";
+    let list = server
+        .expect(
+            Method::GET,
+            runs_path,
+            StatusCode::OK,
+            json!({"apiVersion": "example.com/v1", "kind": "MySQLBackupList", "metadata": {}, "items": []}),
+        )
+        .await;
+    assert!(list.uri.contains("labelSelector=example.com%2Fbackup-schedule%3Dnightly"), "{}", list.uri);
+    let created = server.expect_echo(Method::POST, runs_path).await;
+    let run = &created.body;
+    assert!(run["metadata"]["name"].as_str().unwrap().starts_with("nightly-"));
+    assert_eq!(run["metadata"]["labels"]["example.com/backup-schedule"], "nightly");
+    assert_eq!(run["metadata"]["ownerReferences"][0]["name"], "nightly");
+    assert!(run["spec"].get("schedule").is_none(), "a run has no schedule");
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "Created");
+    let status_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly/status";
+    let written = server.expect_with(Method::PATCH, status_path, with_applied_status(&schedule)).await;
+    let status = &written.body["status"];
+    assert!(status["nextScheduleTime"].is_string());
+    assert_eq!(status["activeRun"], run["metadata"]["name"]);
+    let next = delay(&task.await.unwrap().unwrap());
+    assert!(next <= Duration::from_secs(60), "requeued for the next minute: {next:?}");
+}
+
+#[tokio::test]
+async fn a_suspended_schedule_creates_and_touches_nothing() {
+    let (context, mut server) = context();
+    let mut schedule = backup("ex");
+    schedule.metadata.name = Some("nightly".into());
+    schedule.spec.schedule = Some(visitors_api::backup::BackupSchedule {
+        cron: "* * * * *".into(),
+        suspend: Some(true),
+        ..Default::default()
+    });
+    let task = tokio::spawn(reconcile(Arc::new(schedule.clone()), context));
+    let runs_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups";
+    server
+        .expect(
+            Method::GET,
+            runs_path,
+            StatusCode::OK,
+            json!({"apiVersion": "example.com/v1", "kind": "MySQLBackupList", "metadata": {}, "items": []}),
+        )
+        .await;
+    let status_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly/status";
+    let written = server.expect_with(Method::PATCH, status_path, with_applied_status(&schedule)).await;
+    assert!(written.body["status"].get("nextScheduleTime").is_none());
+    server.expect_no_request(Duration::from_millis(100)).await;
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn an_invalid_cron_sets_schedule_valid_false_naming_the_field() {
+    let (context, mut server) = context();
+    let mut schedule = backup("ex");
+    schedule.metadata.name = Some("nightly".into());
+    schedule.spec.schedule =
+        Some(visitors_api::backup::BackupSchedule { cron: "61 * * * *".into(), ..Default::default() });
+    let task = tokio::spawn(reconcile(Arc::new(schedule.clone()), context));
+    let status_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly/status";
+    let written = server.expect_with(Method::PATCH, status_path, with_applied_status(&schedule)).await;
+    let valid = written.body["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "ScheduleValid")
+        .unwrap()
+        .clone();
+    assert_eq!(valid["status"], "False");
+    assert!(valid["message"].as_str().unwrap().contains("spec.schedule.cron"), "{valid}");
+    server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
 }

@@ -24,7 +24,7 @@ type HistogramFamily = Family<ControllerLabels, Histogram, fn() -> Histogram>;
 
 pub struct Metrics {
     controller: ControllerLabels,
-    registry: Registry,
+    registry: std::sync::Mutex<Registry>,
     reconciles: Family<ControllerLabels, Counter>,
     failures: Family<FailureLabels, Counter>,
     duration: HistogramFamily,
@@ -46,7 +46,7 @@ impl Metrics {
         registry.register("reconcile_duration_seconds", "Duration of reconciles", duration.clone());
         Self {
             controller: ControllerLabels { controller: controller.to_string() },
-            registry,
+            registry: std::sync::Mutex::new(registry),
             reconciles,
             failures,
             duration,
@@ -65,10 +65,17 @@ impl Metrics {
         self.failures.get_or_create(&labels).inc();
     }
 
+    /// Adds a controller's own metric (named `visitors_operator_<name>`) to what `/metrics`
+    /// serves.
+    pub fn register(&self, name: &str, help: &str, metric: impl prometheus_client::registry::Metric) {
+        self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).register(name, help, metric);
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("writing to a String cannot fail");
+        let registry = self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("writing to a String cannot fail");
         text
     }
 }

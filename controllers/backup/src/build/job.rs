@@ -1,0 +1,214 @@
+//! The Job that runs one backup: `visitors-agent backup --to <location>` against the app's
+//! MySQL Service, as root, with every credential from a Secret reference.
+
+use controller_common::job::{AgentJob, TRACEPARENT_ENV, env, env_from_secret};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{EnvVar, PersistentVolumeClaimVolumeSource, Volume, VolumeMount};
+use kube::{Resource, ResourceExt};
+use visitors_api::MySQLBackup;
+use visitors_api::labels::names;
+use visitors_api::storage::{PvcStorage, S3Storage};
+use visitors_api::visitors_app::{MYSQL_PORT, secret_keys};
+
+use super::{backup_path, run_labels};
+
+/// Where a backup volume is mounted in the Job.
+pub const VOLUME_MOUNT: &str = "/backup";
+const VOLUME_NAME: &str = "backup";
+
+/// What the backup Job needs beyond the run itself.
+#[derive(Debug, Clone, Default)]
+pub struct JobInputs {
+    /// The agent image.
+    pub image: String,
+    /// The Secret holding the app's MySQL credentials (key `root-password`).
+    pub credentials_secret: String,
+    /// The W3C trace context of the reconcile that starts the Job.
+    pub traceparent: Option<String>,
+    /// The OTLP endpoint the agent sends its spans to.
+    pub otlp_endpoint: Option<String>,
+}
+
+/// The Job's name: derived from the run, so a repeated reconcile finds it instead of starting a
+/// second one.
+pub fn job_name(backup: &MySQLBackup) -> String {
+    names::backup_job(&backup.name_any())
+}
+
+/// The agent's `--to` location of the run.
+pub fn agent_location(backup: &MySQLBackup) -> String {
+    let path = backup_path(backup);
+    match (&backup.spec.storage.s3, &backup.spec.storage.persistent_volume_claim) {
+        (Some(s3), _) => format!("s3://{}/{}", s3.bucket, join(s3.prefix.as_deref(), &path)),
+        (None, Some(pvc)) => format!("file://{VOLUME_MOUNT}/{}", join(pvc.sub_path.as_deref(), &path)),
+        (None, None) => String::new(),
+    }
+}
+
+fn join(root: Option<&str>, path: &str) -> String {
+    [root.unwrap_or(""), path]
+        .iter()
+        .map(|p| p.trim_matches('/'))
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// The Job of run `backup`.
+pub fn backup_job(backup: &MySQLBackup, inputs: &JobInputs) -> Job {
+    let app = &backup.spec.source.visitors_app;
+    let mut args = vec![
+        "backup".to_string(),
+        "--to".into(),
+        agent_location(backup),
+        "--compression".into(),
+        backup.spec.compression().as_str().into(),
+        "--parallelism".into(),
+        backup.spec.parallelism().to_string(),
+    ];
+    args.extend(["--progress-interval".into(), "30".into()]);
+    let mut environment = vec![
+        env("MYSQL_HOST", &names::mysql(app)),
+        env("MYSQL_TCP_PORT", &MYSQL_PORT.to_string()),
+        env("MYSQL_USER", "root"),
+        env_from_secret("MYSQL_PWD", &inputs.credentials_secret, secret_keys::ROOT_PASSWORD),
+    ];
+    let (mut volumes, mut mounts) = (Vec::new(), Vec::new());
+    if let Some(s3) = &backup.spec.storage.s3 {
+        environment.extend(s3_env(s3));
+    }
+    if let Some(pvc) = &backup.spec.storage.persistent_volume_claim {
+        let (volume, mount) = backup_volume(pvc);
+        volumes.push(volume);
+        mounts.push(mount);
+    }
+    if let Some(traceparent) = &inputs.traceparent {
+        environment.push(env(TRACEPARENT_ENV, traceparent));
+    }
+    if let Some(endpoint) = &inputs.otlp_endpoint {
+        environment.push(env(controller_common::telemetry::OTLP_ENDPOINT_ENV, endpoint));
+    }
+    AgentJob {
+        name: job_name(backup),
+        namespace: backup.namespace().unwrap_or_default(),
+        labels: run_labels(backup),
+        owner: backup.controller_owner_ref(&()),
+        image: inputs.image.clone(),
+        args,
+        env: environment,
+        volumes,
+        mounts,
+        active_deadline_seconds: backup.spec.active_deadline_seconds(),
+        resources: None,
+    }
+    .build()
+}
+
+fn s3_env(s3: &S3Storage) -> Vec<EnvVar> {
+    let mut environment = vec![env("AWS_REGION", s3.region())];
+    if let Some(endpoint) = &s3.endpoint {
+        environment.push(env("AWS_ENDPOINT_URL", endpoint));
+    }
+    if s3.force_path_style == Some(true) {
+        environment.push(env("AWS_S3_FORCE_PATH_STYLE", "true"));
+    }
+    if let Some(secret) = &s3.credentials_secret {
+        environment.push(env_from_secret("AWS_ACCESS_KEY_ID", &secret.name, secret.access_key_id_key()));
+        environment.push(env_from_secret("AWS_SECRET_ACCESS_KEY", &secret.name, secret.secret_access_key_key()));
+    }
+    environment
+}
+
+fn backup_volume(pvc: &PvcStorage) -> (Volume, VolumeMount) {
+    let volume = Volume {
+        name: VOLUME_NAME.into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: pvc.claim_name.clone(),
+            read_only: None,
+        }),
+        ..Volume::default()
+    };
+    let mount = VolumeMount { name: VOLUME_NAME.into(), mount_path: VOLUME_MOUNT.into(), ..VolumeMount::default() };
+    (volume, mount)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::fixtures::{run, s3_run};
+    use k8s_openapi::api::core::v1::Container;
+
+    fn inputs() -> JobInputs {
+        JobInputs {
+            image: "registry/visitors-operator:1.0".into(),
+            credentials_secret: "ex-mysql-credentials".into(),
+            traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+            otlp_endpoint: Some("http://jaeger:4318".into()),
+        }
+    }
+
+    fn container(job: &Job) -> &Container {
+        &job.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0]
+    }
+
+    fn env_value<'a>(container: &'a Container, name: &str) -> Option<&'a str> {
+        container.env.as_ref().unwrap().iter().find(|e| e.name == name).and_then(|e| e.value.as_deref())
+    }
+
+    fn secret_ref(container: &Container, name: &str) -> (String, String) {
+        let var = container.env.as_ref().unwrap().iter().find(|e| e.name == name).unwrap();
+        assert_eq!(var.value, None, "{name} must come from a Secret");
+        let selector = var.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
+        (selector.name.clone(), selector.key.clone())
+    }
+
+    #[test]
+    fn pvc_backup_job() {
+        let job = backup_job(&run(), &inputs());
+        assert_eq!(job.metadata.name.as_deref(), Some("b1-backup"));
+        let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("MySQLBackup", "b1", Some(true)));
+        let labels = job.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["example.com/visitors-app"], "ex");
+        assert_eq!(labels["app.kubernetes.io/component"], "backup");
+        let spec = job.spec.as_ref().unwrap();
+        assert_eq!((spec.backoff_limit, spec.active_deadline_seconds), (Some(0), Some(900)));
+        let container = container(&job);
+        assert_eq!(container.image.as_deref(), Some("registry/visitors-operator:1.0"));
+        assert_eq!(container.command.as_ref().unwrap(), &["/usr/local/bin/visitors-agent"]);
+        let args = container.args.as_ref().unwrap().join(" ");
+        assert!(
+            args.contains("backup --to file:///backup/mysql/shop/ex/b1 --compression zstd --parallelism 2"),
+            "{args}"
+        );
+        assert_eq!(env_value(container, "MYSQL_HOST"), Some("ex-mysql"));
+        assert_eq!(env_value(container, "MYSQL_USER"), Some("root"));
+        assert_eq!(secret_ref(container, "MYSQL_PWD"), ("ex-mysql-credentials".into(), "root-password".into()));
+        assert_eq!(env_value(container, "TRACEPARENT"), inputs().traceparent.as_deref());
+        assert_eq!(env_value(container, "OTEL_EXPORTER_OTLP_ENDPOINT"), Some("http://jaeger:4318"));
+        let pod = spec.template.spec.as_ref().unwrap();
+        let volume = pod.volumes.as_ref().unwrap().iter().find(|v| v.name == "backup").unwrap();
+        assert_eq!(volume.persistent_volume_claim.as_ref().unwrap().claim_name, "backups");
+    }
+
+    #[test]
+    fn s3_backup_job_reads_keys_from_the_secret() {
+        let job = backup_job(&s3_run(), &JobInputs { traceparent: None, otlp_endpoint: None, ..inputs() });
+        let container = container(&job);
+        let args = container.args.as_ref().unwrap().join(" ");
+        assert!(args.contains("--to s3://backups/prod/shop/ex/b1"), "{args}");
+        assert_eq!(secret_ref(container, "AWS_ACCESS_KEY_ID"), ("s3-keys".into(), "AWS_ACCESS_KEY_ID".into()));
+        assert_eq!(secret_ref(container, "AWS_SECRET_ACCESS_KEY"), ("s3-keys".into(), "AWS_SECRET_ACCESS_KEY".into()));
+        assert_eq!(env_value(container, "AWS_ENDPOINT_URL"), Some("http://minio:9000"));
+        assert_eq!(env_value(container, "AWS_S3_FORCE_PATH_STYLE"), Some("true"));
+        assert_eq!(env_value(container, "TRACEPARENT"), None);
+        let pod = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        assert!(pod.volumes.as_ref().unwrap().iter().all(|v| v.persistent_volume_claim.is_none()));
+    }
+
+    #[test]
+    fn status_location_and_agent_location_name_the_same_folder() {
+        assert_eq!(run().spec.storage.location(&backup_path(&run())), "pvc://backups/mysql/shop/ex/b1");
+        assert_eq!(agent_location(&s3_run()), s3_run().spec.storage.location(&backup_path(&s3_run())));
+    }
+}

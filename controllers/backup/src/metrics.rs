@@ -1,0 +1,144 @@
+//! The backup controller's own metrics, served with the shared ones at `/metrics`: runs by
+//! result, the last successful backup per source, run duration and size, and schedules whose
+//! last success is overdue (older than twice their interval), for an alert.
+
+use std::sync::atomic::AtomicU64;
+
+use controller_common::metrics::Metrics;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub namespace: String,
+    pub visitors_app: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScheduleLabels {
+    pub namespace: String,
+    pub schedule: String,
+}
+
+type HistogramFamily = Family<ResultLabels, Histogram, fn() -> Histogram>;
+
+pub struct BackupMetrics {
+    runs: Family<ResultLabels, Counter>,
+    last_success: Family<SourceLabels, Gauge<f64, AtomicU64>>,
+    duration: HistogramFamily,
+    size: Family<SourceLabels, Histogram, fn() -> Histogram>,
+    overdue: Family<ScheduleLabels, Gauge>,
+}
+
+fn duration_buckets() -> Histogram {
+    // 1 s to about 9 hours.
+    Histogram::new(exponential_buckets(1.0, 2.0, 16))
+}
+
+fn size_buckets() -> Histogram {
+    // 1 MiB to 16 TiB.
+    Histogram::new(exponential_buckets(1024.0 * 1024.0, 4.0, 13))
+}
+
+impl Default for BackupMetrics {
+    fn default() -> Self {
+        Self {
+            runs: Family::default(),
+            last_success: Family::default(),
+            duration: Family::new_with_constructor(duration_buckets),
+            size: Family::new_with_constructor(size_buckets),
+            overdue: Family::default(),
+        }
+    }
+}
+
+impl BackupMetrics {
+    /// Adds these metrics to the controller's `/metrics`.
+    pub fn register(&self, metrics: &Metrics) {
+        metrics.register("backup_runs", "Backup runs that ended, by result (succeeded, failed)", self.runs.clone());
+        metrics.register(
+            "backup_last_success_timestamp_seconds",
+            "Completion time of the newest successful backup run, per VisitorsApp",
+            self.last_success.clone(),
+        );
+        metrics.register("backup_duration_seconds", "Wall time of backup runs, by result", self.duration.clone());
+        metrics.register("backup_size_bytes", "Stored bytes of successful backup runs", self.size.clone());
+        metrics.register(
+            "backup_schedule_overdue",
+            "1 when a schedule's last successful run is older than twice its interval",
+            self.overdue.clone(),
+        );
+    }
+
+    /// Records a run that ended.
+    pub fn run_ended(
+        &self,
+        source: SourceLabels,
+        succeeded: bool,
+        completed_at: f64,
+        duration: Option<f64>,
+        size: Option<i64>,
+    ) {
+        let result = ResultLabels { result: if succeeded { "succeeded" } else { "failed" }.into() };
+        self.runs.get_or_create(&result).inc();
+        if let Some(duration) = duration {
+            self.duration.get_or_create(&result).observe(duration);
+        }
+        if succeeded {
+            let gauge = self.last_success.get_or_create(&source);
+            if completed_at > gauge.get() {
+                gauge.set(completed_at);
+            }
+            if let Some(size) = size {
+                self.size.get_or_create(&source).observe(size as f64);
+            }
+        }
+    }
+
+    /// Sets whether a schedule's last success is overdue.
+    pub fn schedule_overdue(&self, schedule: ScheduleLabels, overdue: bool) {
+        self.overdue.get_or_create(&schedule).set(i64::from(overdue));
+    }
+
+    /// Forgets a deleted schedule.
+    pub fn schedule_deleted(&self, schedule: &ScheduleLabels) {
+        self.overdue.remove(schedule);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_durations_sizes_and_overdue_schedules_are_exported() {
+        let shared = Metrics::new("backup-controller");
+        let backup = BackupMetrics::default();
+        backup.register(&shared);
+        let source = SourceLabels { namespace: "shop".into(), visitors_app: "ex".into() };
+        backup.run_ended(source.clone(), true, 1_800_000_000.0, Some(42.0), Some(5 << 20));
+        backup.run_ended(source.clone(), true, 1_700_000_000.0, Some(40.0), Some(5 << 20));
+        backup.run_ended(source, false, 1_800_000_100.0, Some(3.0), None);
+        let schedule = ScheduleLabels { namespace: "shop".into(), schedule: "nightly".into() };
+        backup.schedule_overdue(schedule, true);
+        let text = shared.encode();
+        for expected in [
+            r#"visitors_operator_backup_runs_total{result="succeeded"} 2"#,
+            r#"visitors_operator_backup_runs_total{result="failed"} 1"#,
+            r#"visitors_operator_backup_last_success_timestamp_seconds{namespace="shop",visitors_app="ex"} 1800000000"#,
+            r#"visitors_operator_backup_duration_seconds_count{result="succeeded"} 2"#,
+            r#"visitors_operator_backup_size_bytes_count{namespace="shop",visitors_app="ex"} 2"#,
+            r#"visitors_operator_backup_schedule_overdue{namespace="shop",schedule="nightly"} 1"#,
+        ] {
+            assert!(text.contains(expected), "missing {expected} in\n{text}");
+        }
+    }
+}
