@@ -20,10 +20,11 @@ use crate::events::Events;
 use crate::metrics::Metrics;
 use crate::telemetry::reconcile_span;
 
-/// The longest a waiting object sleeps between looks. Waiting is not failing: something outside
-/// the controller (a pod, an endpoint, a Job) will be ready soon, and not every such change
-/// wakes the object through a watch, so a wait never backs off to the failure cap.
-pub const MAX_WAIT: Duration = Duration::from_secs(15);
+/// The longest a waiting object sleeps between looks: about a minute, so that an object
+/// waiting for long costs about one reconcile a minute. Waiting is not failing: the wait never
+/// backs off to the failure cap. What an owned-object watch reports (a workload becoming
+/// ready) is not waited for this way at all: see [`Runtime::watching`].
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// An error a reconcile can fail with; `metric_label` is its kind in the failure metric (a
 /// short fixed word, never a message, to keep the metric's cardinality bounded).
@@ -50,11 +51,19 @@ impl Runtime {
         Action::requeue(self.resync)
     }
 
-    /// The object waits for something outside the controller (a pod to become ready, a Job to
-    /// finish): look again after its next backoff delay, at most [`MAX_WAIT`]. Owned-object
-    /// watches usually wake it sooner.
+    /// The object waits for something outside the controller that no watch reports (a
+    /// database answering a query, a Secret being fixed): look again after its next backoff
+    /// delay, which keeps growing up to [`MAX_WAIT`]. Owned-object watches may wake it sooner.
     pub fn waiting<K: Resource>(&self, object: &K) -> Action {
         Action::requeue(self.wait_delay(object))
+    }
+
+    /// The object waits for a change an owned-object watch reports (a StatefulSet or a
+    /// Deployment becoming ready, a Job finishing): no timer wakes it, the watch does; the
+    /// resync is the safety net. Its backoff is kept, so a wait for something no watch sees
+    /// that follows goes on growing where it was.
+    pub fn watching<K: Resource>(&self, _object: &K) -> Action {
+        Action::requeue(self.resync)
     }
 
     /// The next delay of a waiting object, advancing its backoff.
@@ -192,16 +201,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn waits_back_off_but_never_past_the_wait_cap() {
+    async fn waits_back_off_to_about_a_minute_but_never_past_it() {
         let runtime = runtime_with_cap(Duration::from_secs(300));
         let app = app("uid-3");
-        let waits: Vec<Duration> = (0..12).map(|_| runtime.wait_delay(&app)).collect();
+        let waits: Vec<Duration> = (0..14).map(|_| runtime.wait_delay(&app)).collect();
         assert!(waits[0] < Duration::from_millis(300), "waits start small: {waits:?}");
-        assert_eq!(waits[11], MAX_WAIT, "long waits are capped: {waits:?}");
+        assert!(waits.windows(2).all(|w| w[1] >= w[0] || w[1] == MAX_WAIT), "waits keep growing: {waits:?}");
+        assert!(waits[9] > Duration::from_secs(15), "a long wait costs less than one look in 15 s: {waits:?}");
+        assert_eq!(MAX_WAIT, Duration::from_secs(60));
+        assert_eq!(waits[13], MAX_WAIT, "long waits are capped: {waits:?}");
         assert_eq!(runtime.waiting(&app), Action::requeue(MAX_WAIT));
         // A failing object keeps backing off past the wait cap, up to the failure cap.
         let retries: Vec<Duration> = (0..3).map(|_| runtime.retry_delay(&app)).collect();
         assert!(retries[2] > MAX_WAIT, "{retries:?}");
+    }
+
+    #[tokio::test]
+    async fn what_a_watch_reports_is_not_polled() {
+        let runtime = runtime();
+        let app = app("uid-4");
+        runtime.waiting(&app);
+        assert_eq!(runtime.watching(&app), Action::requeue(runtime.resync), "only the resync, as a safety net");
+        assert_eq!(runtime.backoff.tracked(), 1, "the wait's backoff goes on where it was");
     }
 
     #[tokio::test]

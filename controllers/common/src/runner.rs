@@ -147,6 +147,21 @@ where
     }
 }
 
+/// Reconciles that may run at once. Reconciles spend their time waiting on the API server (and
+/// the visitors controller on a database check of up to a few seconds): 64 keep a burst of new
+/// objects moving while slow ones wait, and still bound the load on the API server.
+pub const CONCURRENCY: u16 = 64;
+/// Triggers of one object closer together than this make one reconcile (trailing edge): the
+/// burst of watch events a reconcile's own applies cause (children created, their statuses
+/// filled in) costs one more reconcile instead of one per event, and leaves room in the queue
+/// for new objects.
+pub const DEBOUNCE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The controller configuration every controller shares: see [`CONCURRENCY`], [`DEBOUNCE`].
+pub fn controller_config() -> kube::runtime::controller::Config {
+    kube::runtime::controller::Config::default().concurrency(CONCURRENCY).debounce(DEBOUNCE)
+}
+
 /// Runs `controller` until `shutdown`, letting in-flight reconciles finish. Failures were
 /// already logged and counted by the error policy.
 pub async fn drive<K, C, F, E>(

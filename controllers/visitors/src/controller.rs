@@ -5,7 +5,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use controller_common::apply::{apply, apply_status};
-use controller_common::runner::{Identity, api_in, drive, primary_stream, trim_for_cache};
+use controller_common::runner::{Identity, api_in, controller_config, drive, primary_stream, trim_for_cache};
 use controller_common::{ReconcileFailure, Runtime};
 use futures::{FutureExt, Stream};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -199,7 +199,14 @@ impl<'a> Reconciler<'a> {
             // The status names every failed child; the error policy backs off and tells.
             return Err(first);
         }
-        Ok(if ready { self.ctx.runtime.converged(self.app) } else { self.ctx.runtime.waiting(self.app) })
+        let runtime = &self.ctx.runtime;
+        Ok(match (ready, observed.waits_for_the_query()) {
+            (true, _) => runtime.converged(self.app),
+            // No watch sees the database start answering: poll, backing off to about a minute.
+            (false, true) => runtime.waiting(self.app),
+            // Workloads becoming ready wake the app through the owned-object watches.
+            (false, false) => runtime.watching(self.app),
+        })
     }
 
     // ----- lifecycle -----
@@ -657,7 +664,7 @@ impl Watches {
         let services = owned(watcher(api_in::<PartialObjectMeta<Service>>(client, namespace), children));
         let ctx = Arc::new(Context { runtime, probe, stores: self.stores });
         let controller = Controller::for_stream(apps, app_reader)
-            .with_config(ControllerConfig::default().concurrency(16))
+            .with_config(controller_config())
             .owns_stream(statefulsets)
             .owns_stream(deployments)
             .owns_stream(services);
@@ -678,4 +685,40 @@ where
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
     events.default_backoff().touched_objects()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::fixtures::book_app;
+    use futures::StreamExt;
+    use k8s_openapi::api::apps::v1::StatefulSetStatus;
+    use kube::runtime::controller::trigger_owners;
+
+    /// What the StatefulSet watch reports when the MySQL pod becomes ready: a status change
+    /// only (no new generation), which must still wake the app.
+    fn became_ready() -> StatefulSet {
+        let app = book_app();
+        let mut sts = build::mysql::statefulset(&app, "ex-mysql-credentials", None);
+        sts.metadata.generation = Some(1);
+        sts.status = Some(StatefulSetStatus {
+            observed_generation: Some(1),
+            replicas: 1,
+            ready_replicas: Some(1),
+            ..Default::default()
+        });
+        sts
+    }
+
+    #[tokio::test]
+    async fn a_child_status_change_wakes_its_app_through_the_owned_watch() {
+        let events = futures::stream::iter([
+            Ok(watcher::Event::Apply(became_ready())),
+            Ok(watcher::Event::Delete(became_ready())),
+        ]);
+        let requests: Vec<_> = trigger_owners::<VisitorsApp, _>(owned(events), (), ()).collect().await;
+        let woken: Vec<String> = requests.into_iter().map(|r| r.expect("no watch error").obj_ref.to_string()).collect();
+        assert_eq!(woken.len(), 2, "both the status change and the deletion wake the owner: {woken:?}");
+        assert!(woken.iter().all(|r| r.starts_with("VisitorsApp.v1.example.com/ex.shop")), "{woken:?}");
+    }
 }

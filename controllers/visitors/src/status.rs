@@ -115,6 +115,14 @@ pub struct Observed {
     pub failed_children: Vec<String>,
 }
 
+impl Observed {
+    /// The app waits for the controller's own `SELECT 1`, which no watch reports: it has to be
+    /// polled. Everything else it can wait for (pods, rollouts) shows in a workload's status.
+    pub fn waits_for_the_query(&self) -> bool {
+        matches!(self.database, Database::QueryFailed(_))
+    }
+}
+
 /// The `Ready` reason while a child cannot be applied or repaired.
 pub const CHILD_APPLY_FAILED: &str = "ChildApplyFailed";
 

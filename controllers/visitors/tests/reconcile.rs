@@ -52,8 +52,11 @@ async fn first_creation_builds_the_database_and_frontend_then_waits() {
     let (status, reason, _) = ready_condition(&h);
     assert_eq!((status.as_str(), reason.as_str()), ("False", "WaitingForMysqlPod"));
     assert_eq!(h.app().status.unwrap().observed_generation, Some(1));
-    assert_ne!(action, Action::requeue(RESYNC), "a waiting app is looked at again after its backoff");
-    assert_ne!(action, Action::await_change());
+    assert_eq!(
+        action,
+        Action::requeue(RESYNC),
+        "the MySQL pod becoming ready wakes the app through the StatefulSet watch: no timer but the resync"
+    );
 
     let events = h.api.events();
     assert!(
@@ -100,6 +103,48 @@ async fn waiting_for_mysql_then_rolling_out_the_backend() {
     assert_eq!(status.frontend_image.as_deref(), Some("jdob/visitors-webui:1.0.0"));
     assert_eq!(status.backend_ready_replicas, Some(1));
     assert!(h.api.events().iter().any(|(type_, reason, _)| type_ == "Normal" && reason == "Ready"));
+}
+
+#[tokio::test]
+async fn a_database_that_does_not_answer_is_polled_with_a_backoff_growing_to_a_minute() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.reconcile().await.unwrap();
+    h.mysql_pod_ready();
+    h.probe.fail_with("connection refused");
+
+    let delays: Vec<std::time::Duration> = {
+        let mut delays = Vec::new();
+        for _ in 0..12 {
+            delays.push(requeue_delay(&h.reconcile().await.unwrap()));
+        }
+        delays
+    };
+    assert!(delays[0] < std::time::Duration::from_secs(2), "the first look comes soon: {delays:?}");
+    assert!(delays.windows(2).all(|w| w[1] >= w[0]), "the delay keeps growing: {delays:?}");
+    assert_eq!(delays[11], std::time::Duration::from_secs(60), "to about a minute, then stays: {delays:?}");
+    assert_eq!(h.probe.calls.load(std::sync::atomic::Ordering::SeqCst), 12);
+
+    h.probe.succeed();
+    let action = h.reconcile().await.unwrap();
+    assert_eq!(action, Action::requeue(RESYNC), "waiting for the backend rollout is the watch's job");
+    assert_eq!(condition_reason(&h, BACKEND_READY), "RollingOut");
+}
+
+/// The delay of a requeue, read from the Action's Debug text (kube keeps it private), for
+/// example `Action { requeue_after: Some(1.5s) }`.
+fn requeue_delay(action: &Action) -> std::time::Duration {
+    let text = format!("{action:?}");
+    let inner = text.split("Some(").nth(1).and_then(|t| t.split(')').next()).expect("a requeue");
+    let (number, unit) = inner.split_at(inner.find(|c: char| c.is_alphabetic() || c == 'µ').expect("a unit"));
+    let seconds_per_unit = match unit {
+        "s" => 1.0,
+        "ms" => 1e-3,
+        "µs" => 1e-6,
+        "ns" => 1e-9,
+        other => panic!("unit {other} in {text}"),
+    };
+    std::time::Duration::from_secs_f64(number.parse::<f64>().expect("a number") * seconds_per_unit)
 }
 
 #[tokio::test]
