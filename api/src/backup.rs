@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -54,6 +55,20 @@ pub mod condition {
         json_path = ".status.lastScheduleTime",
         description = "Last fire time of a schedule"
     ),
+    printcolumn(
+        name = "Next",
+        type_ = "date",
+        json_path = ".status.nextScheduleTime",
+        description = "Next fire time of a schedule"
+    ),
+    printcolumn(
+        name = "LastBackup",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"LastBackupSucceeded\")].reason",
+        description = "Whether the newest finished run of a schedule succeeded"
+    ),
+    printcolumn(name = "Active", type_ = "string", json_path = ".status.activeRun", priority = 1),
+    printcolumn(name = "LastSuccessful", type_ = "string", json_path = ".status.lastSuccessfulRun", priority = 1),
     printcolumn(name = "Error", type_ = "string", json_path = ".status.error", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -84,6 +99,9 @@ pub struct MySQLBackupSpec {
     /// retention): `Retain` (default) keeps the files, `Delete` removes them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<DeletionPolicy>,
+    /// CPU and memory requests and limits of the backup Job's agent container. Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
 }
 
 /// The database to back up.
@@ -400,6 +418,7 @@ mod tests {
             parallelism: None,
             active_deadline_seconds: None,
             deletion_policy: None,
+            resources: None,
         }
     }
 

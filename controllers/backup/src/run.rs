@@ -142,7 +142,8 @@ impl Run<'_> {
             Err(source) => return Err(Error::Kube { action: format!("creating Job {job_name}"), source }),
         }
         self.publish(status::running(self.backup, job_name, self.location(), None, now())).await?;
-        Ok(self.ctx.runtime.waiting(self.backup))
+        // The Job watch wakes the run when the Job changes, ends or disappears.
+        Ok(self.ctx.runtime.watching(self.backup))
     }
 
     /// Everything the Job needs that the run does not hold: the app, its credentials Secret,
@@ -244,7 +245,7 @@ impl Run<'_> {
         if state == JobState::Active {
             let started = job::started_at(job);
             self.publish(status::running(self.backup, &job_name, self.location(), started, now())).await?;
-            return Ok(self.ctx.runtime.waiting(self.backup));
+            return Ok(self.ctx.runtime.watching(self.backup));
         }
         let pods = self.pods(&job_name).await?;
         let deadline = self.backup.spec.active_deadline_seconds();

@@ -35,6 +35,12 @@ pub fn job_name(backup: &MySQLBackup) -> String {
     names::backup_job(&backup.name_any())
 }
 
+/// The app's MySQL client Service by its namespace-qualified name (what cluster DNS, and the
+/// test cluster's hosts file, resolve).
+pub fn mysql_host(backup: &MySQLBackup) -> String {
+    format!("{}.{}.svc", names::mysql(&backup.spec.source.visitors_app), backup.namespace().unwrap_or_default())
+}
+
 /// The agent's `--to` location of the run.
 pub fn agent_location(backup: &MySQLBackup) -> String {
     let path = backup_path(backup);
@@ -56,7 +62,6 @@ fn join(root: Option<&str>, path: &str) -> String {
 
 /// The Job of run `backup`.
 pub fn backup_job(backup: &MySQLBackup, inputs: &JobInputs) -> Job {
-    let app = &backup.spec.source.visitors_app;
     let mut args = vec![
         "backup".to_string(),
         "--to".into(),
@@ -68,7 +73,7 @@ pub fn backup_job(backup: &MySQLBackup, inputs: &JobInputs) -> Job {
     ];
     args.extend(["--progress-interval".into(), "30".into()]);
     let mut environment = vec![
-        env("MYSQL_HOST", &names::mysql(app)),
+        env("MYSQL_HOST", &mysql_host(backup)),
         env("MYSQL_TCP_PORT", &MYSQL_PORT.to_string()),
         env("MYSQL_USER", "root"),
         env_from_secret("MYSQL_PWD", &inputs.credentials_secret, secret_keys::ROOT_PASSWORD),
@@ -99,7 +104,7 @@ pub fn backup_job(backup: &MySQLBackup, inputs: &JobInputs) -> Job {
         volumes,
         mounts,
         active_deadline_seconds: backup.spec.active_deadline_seconds(),
-        resources: None,
+        resources: backup.spec.resources.clone(),
     }
     .build()
 }
@@ -164,7 +169,9 @@ mod tests {
 
     #[test]
     fn pvc_backup_job() {
-        let job = backup_job(&run(), &inputs());
+        let mut run = run();
+        run.spec.resources = serde_json::from_value(serde_json::json!({"limits": {"memory": "512Mi"}})).unwrap();
+        let job = backup_job(&run, &inputs());
         assert_eq!(job.metadata.name.as_deref(), Some("b1-backup"));
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("MySQLBackup", "b1", Some(true)));
@@ -181,8 +188,9 @@ mod tests {
             args.contains("backup --to file:///backup/mysql/shop/ex/b1 --compression zstd --parallelism 2"),
             "{args}"
         );
-        assert_eq!(env_value(container, "MYSQL_HOST"), Some("ex-mysql"));
+        assert_eq!(env_value(container, "MYSQL_HOST"), Some("ex-mysql.shop.svc"));
         assert_eq!(env_value(container, "MYSQL_USER"), Some("root"));
+        assert_eq!(container.resources, run.spec.resources, "resources from the spec");
         assert_eq!(secret_ref(container, "MYSQL_PWD"), ("ex-mysql-credentials".into(), "root-password".into()));
         assert_eq!(env_value(container, "TRACEPARENT"), inputs().traceparent.as_deref());
         assert_eq!(env_value(container, "OTEL_EXPORTER_OTLP_ENDPOINT"), Some("http://jaeger:4318"));
