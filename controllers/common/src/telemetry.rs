@@ -3,6 +3,8 @@
 //! by OTLP/HTTP (which Jaeger reads natively) and the trace id is recorded on the span, so it
 //! appears on every log line written inside it.
 
+use std::io::IsTerminal;
+
 use kube::{Resource, ResourceExt};
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
@@ -52,9 +54,12 @@ pub fn init(service: &str, format: LogFormat) -> Result<Telemetry, TelemetryErro
         None => None,
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    let colour = use_colour(std::io::stdout().is_terminal(), std::env::var_os("NO_COLOR").as_deref());
     let logs = match format {
-        LogFormat::Json => tracing_subscriber::fmt::layer().json().flatten_event(true).with_current_span(true).boxed(),
-        LogFormat::Text => tracing_subscriber::fmt::layer().boxed(),
+        LogFormat::Json => {
+            tracing_subscriber::fmt::layer().json().flatten_event(true).with_current_span(true).with_ansi(false).boxed()
+        }
+        LogFormat::Text => tracing_subscriber::fmt::layer().with_ansi(colour).boxed(),
     };
     let traces = provider.as_ref().map(|p| otel_layer(p, &service));
     Registry::default()
@@ -64,6 +69,13 @@ pub fn init(service: &str, format: LogFormat) -> Result<Telemetry, TelemetryErro
         .try_init()
         .map_err(|_| TelemetryError::AlreadyInstalled)?;
     Ok(Telemetry { provider })
+}
+
+/// Whether text logs get ANSI colours: only on a terminal (a pod's log file, a pipe or a file
+/// would be full of escape sequences otherwise), and never when `NO_COLOR` is set to anything
+/// (<https://no-color.org>).
+pub fn use_colour(stdout_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stdout_is_terminal && no_color.is_none_or(|value| value.is_empty())
 }
 
 /// A tracer provider that batches spans to `endpoint` (the collector's base URL, for example
@@ -112,4 +124,18 @@ pub fn trace_id(span: &tracing::Span) -> Option<opentelemetry::TraceId> {
     let context = span.context();
     let span_context = context.span().span_context().clone();
     span_context.is_valid().then(|| span_context.trace_id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn colours_only_on_a_terminal_without_no_color() {
+        assert!(use_colour(true, None));
+        assert!(!use_colour(false, None), "a pipe or a pod's log file gets no escape sequences");
+        assert!(!use_colour(true, Some(OsStr::new("1"))), "NO_COLOR turns colours off");
+        assert!(use_colour(true, Some(OsStr::new(""))), "an empty NO_COLOR does not");
+    }
 }
