@@ -88,7 +88,10 @@ pub async fn run(options: &BackupOptions) -> Result<BackupReport> {
     }
     let run_id = run_id();
     if !storage.create(LOCK_FILE, Bytes::from(run_id.clone())).await? {
-        return Err(AgentError::BackupLocked { location: options.to.trim_end_matches('/').to_string() });
+        return Err(AgentError::BackupLocked {
+            location: options.to.trim_end_matches('/').to_string(),
+            holder: lock_holder(&storage).await,
+        });
     }
     let written: Written = Arc::default();
     let result = back_up(options, &storage, &written).await;
@@ -108,6 +111,23 @@ fn run_id() -> String {
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
         .unwrap_or_else(|| "unknown-host".into());
     format!("host={host} pid={} started={}\n", std::process::id(), jiff::Timestamp::now())
+}
+
+/// Who holds the lock, as its content says ("held by host ... pid ... started ...").
+async fn lock_holder(storage: &Storage) -> String {
+    match storage.read(LOCK_FILE).await {
+        Ok(content) => {
+            let text = String::from_utf8_lossy(&content);
+            let field = |key: &str| {
+                text.split_whitespace()
+                    .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
+                    .map(|value| visitors_api::text::truncate_on_char_boundary(value.to_string(), 100))
+                    .unwrap_or_else(|| "unknown".into())
+            };
+            format!("held by host {} process {} started {}", field("host"), field("pid"), field("started"))
+        }
+        Err(_) => "the lock could not be read".into(),
+    }
 }
 
 /// Removes the lock if it is still ours.

@@ -59,9 +59,9 @@ pub enum AgentError {
     BackupExists { location: String },
 
     #[error(
-        "another backup is writing to this location, or one died there: inspect and remove {location}/.backup.lock"
+        "another backup is writing to this location, or one died there ({holder}): inspect and remove {location}/.backup.lock"
     )]
-    BackupLocked { location: String },
+    BackupLocked { location: String, holder: String },
 
     #[error(
         "the backup at {location} is incomplete: manifest.json is missing, so the backup never finished; use another backup"
@@ -104,8 +104,23 @@ pub enum AgentError {
     #[error("{0}: not supported by this agent version")]
     UnsupportedTables(String),
 
-    #[error("{error}; {databases}; rerun with --drop-existing")]
-    PartiallyRestored { databases: String, error: Box<AgentError> },
+    #[error(
+        "{error}; restored before the failure: {restored} (the database that failed and those after it were left as they were)"
+    )]
+    PartiallyRestored { restored: String, error: Box<AgentError> },
+
+    #[error(
+        "{error}; the tables of database {database} were restored, but its views, routines or triggers are incomplete: fix the cause and restore again with --drop-existing"
+    )]
+    ObjectsIncomplete { database: String, error: Box<AgentError> },
+
+    #[error("another restore of database {database} is running on this server: wait for it to end")]
+    RestoreRunning { database: String },
+
+    #[error(
+        "the server has {available_mib} MiB free, and restoring database {database} needs about {needed_mib} MiB beside what it holds: free space on the server or restore fewer databases (--database)"
+    )]
+    InsufficientSpace { database: String, needed_mib: u64, available_mib: u64 },
 
     #[error("verification failed: {0}")]
     VerifyMismatch(String),
@@ -145,7 +160,9 @@ impl AgentError {
             Self::LocalInfileDisabled => "localInfileDisabled",
             Self::MissingPrivilege { .. } => "missingPrivilege",
             Self::UnsupportedTables(_) => "unsupportedTables",
-            Self::PartiallyRestored { error, .. } => error.kind(),
+            Self::PartiallyRestored { error, .. } | Self::ObjectsIncomplete { error, .. } => error.kind(),
+            Self::RestoreRunning { .. } => "restoreRunning",
+            Self::InsufficientSpace { .. } => "insufficientSpace",
             Self::VerifyMismatch(_) => "verifyMismatch",
             Self::Internal(_) => "internal",
         }

@@ -1,5 +1,6 @@
 //! Integration tests of the agent against real servers (see support.rs).
 
+mod atomic;
 mod consistency;
 mod failures;
 mod manifest;

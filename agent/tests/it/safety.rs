@@ -122,18 +122,17 @@ async fn a_chunk_whose_rows_raise_warnings_is_rolled_back_and_named() {
     restore_opts.drop_existing = true;
     restore_opts.parallelism = 1;
     match visitors_agent::restore::run(&restore_opts).await {
-        Err(error @ AgentError::PartiallyRestored { .. }) => {
+        Err(error @ AgentError::BadChunk { .. }) => {
             let text = error.to_string();
             let chunk = &table.chunks[0].file.path;
             assert!(text.contains(chunk.as_str()), "{text}");
-            assert!(text.contains("`w`.`t`"), "{text}");
-            assert!(text.contains("1265"), "{text}");
-            assert!(text.contains("database w was dropped and is partially restored"), "{text}");
-            assert!(text.contains("rerun with --drop-existing"), "{text}");
+            assert!(text.contains(".`t` raised Warning 1265"), "{text}");
+            assert!(text.contains("nothing of it was kept"), "{text}");
         }
         other => panic!("expected a refused chunk, got {:?}", other.err()),
     }
-    assert_eq!(server.sql("SELECT COUNT(*) FROM w.t"), "0\n", "the chunk was rolled back");
+    assert_eq!(server.sql("SELECT COUNT(*) FROM w.t"), "50\n", "the target was left as it was");
+    assert_eq!(server.sql("SHOW DATABASES LIKE 'visitors\\_%'"), "", "the staging schema was dropped");
 }
 
 fn hex_sha256(data: &[u8]) -> String {
@@ -172,11 +171,15 @@ async fn a_held_lock_refuses_a_second_backup_to_the_same_location() {
     server.sql("CREATE DATABASE l; CREATE TABLE l.t (id INT PRIMARY KEY); INSERT INTO l.t VALUES (1);");
     let dir = tempfile::tempdir().unwrap();
     let location = file_location(dir.path());
-    std::fs::write(dir.path().join(LOCK_FILE), "host=other pid=1\n").unwrap();
+    std::fs::write(dir.path().join(LOCK_FILE), "host=other-host pid=4242 started=2026-11-23T10:00:00Z\n").unwrap();
     match backup::run(&small_backup(&server, &location)).await {
         Err(error @ AgentError::BackupLocked { .. }) => {
             let text = error.to_string();
             assert!(text.contains("another backup is writing to this location"), "{text}");
+            assert!(
+                text.contains("held by host other-host process 4242 started 2026-11-23T10:00:00Z"),
+                "the holder is named: {text}"
+            );
             assert!(text.contains(&format!("{location}/.backup.lock")), "{text}");
         }
         other => panic!("expected the lock to refuse the backup, got {:?}", other.err()),

@@ -1,0 +1,194 @@
+//! Loading a database's chunks into its staging schema with `LOAD DATA LOCAL INFILE`,
+//! `parallelism` connections at once, largest chunks first; one transaction per chunk.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use futures::future::join_all;
+use futures::{StreamExt, TryStreamExt};
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+
+use super::{RestoreOptions, session_setup};
+use crate::error::{AgentError, Result};
+use crate::format::{ChunkEntry, Compression, DatabaseEntry, load_data_sql, quote_ident};
+use crate::mysql::Connector;
+use crate::progress::Progress;
+use crate::storage::Storage;
+
+struct LoadTask {
+    target: String,
+    columns: Vec<String>,
+    chunk: ChunkEntry,
+}
+
+struct LoadContext {
+    connector: Connector,
+    storage: Storage,
+    compression: Compression,
+    progress: Arc<Progress>,
+    queue: Mutex<VecDeque<LoadTask>>,
+}
+
+/// Loads every chunk of `database` into the same tables of `schema`; returns the rows loaded.
+pub(super) async fn load_database(
+    connector: &Connector,
+    storage: &Storage,
+    database: &DatabaseEntry,
+    schema: &str,
+    compression: Compression,
+    options: &RestoreOptions,
+) -> Result<u64> {
+    let mut tasks = Vec::new();
+    for table in &database.tables {
+        let target = format!("{}.{}", quote_ident(schema), quote_ident(&table.name));
+        for chunk in &table.chunks {
+            tasks.push(LoadTask { target: target.clone(), columns: table.columns.clone(), chunk: chunk.clone() });
+        }
+    }
+    tasks.sort_by_key(|task| std::cmp::Reverse(task.chunk.data_bytes));
+    let rows = tasks.iter().map(|t| t.chunk.rows).sum();
+    let expected = tasks.iter().map(|t| t.chunk.data_bytes).sum();
+    let workers = options.parallelism.max(1).min(tasks.len());
+    let progress = Progress::new("restore", expected);
+    let reporter = progress.report_every(options.progress_interval);
+    let context = Arc::new(LoadContext {
+        connector: connector.clone(),
+        storage: storage.clone(),
+        compression,
+        progress: progress.clone(),
+        queue: Mutex::new(tasks.into()),
+    });
+    let workers = (0..workers).map(|_| tokio::spawn(load_worker(context.clone(), options.clone())));
+    let outcomes = join_all(workers).await;
+    if let Some(reporter) = reporter {
+        reporter.abort();
+    }
+    for outcome in outcomes {
+        outcome??;
+    }
+    tracing::info!("{}: {}", database.name, progress.final_line());
+    Ok(rows)
+}
+
+async fn load_worker(context: Arc<LoadContext>, options: RestoreOptions) -> Result<()> {
+    let mut conn = context.connector.connect().await?;
+    session_setup(&context.connector, &mut conn, &options).await?;
+    loop {
+        let task = context.queue.lock().unwrap().pop_front();
+        let Some(task) = task else { break };
+        if let Err(error) = load_chunk(&context, &mut conn, &task).await {
+            // Others stop at their next chunk. The connection is dropped, not reused: the
+            // server rolls back what the chunk loaded when it goes away.
+            context.queue.lock().unwrap().clear();
+            return Err(error);
+        }
+    }
+    let _ = conn.disconnect().await;
+    Ok(())
+}
+
+/// Loads one chunk in one transaction: it is committed only when every row loaded without a
+/// warning, as many rows as the manifest says, from bytes that match the manifest.
+async fn load_chunk(context: &LoadContext, conn: &mut Conn, task: &LoadTask) -> Result<()> {
+    let path = &task.chunk.file.path;
+    context.connector.execute(conn, "START TRANSACTION", &format!("loading {path}")).await?;
+    let loaded = load_in_transaction(context, conn, task).await?;
+    context.connector.execute(conn, "COMMIT", &format!("committing {path}")).await?;
+    context.progress.add(loaded, 0);
+    Ok(())
+}
+
+async fn load_in_transaction(context: &LoadContext, conn: &mut Conn, task: &LoadTask) -> Result<u64> {
+    let path = &task.chunk.file.path;
+    let progress = context.progress.clone();
+    // A failure of the chunk's own bytes (changed since the check, unreadable) ends the load
+    // with a driver error; it is kept here to name it as what it is.
+    let stream_failure: Arc<Mutex<Option<String>>> = Arc::default();
+    let seen_failure = stream_failure.clone();
+    let data = context
+        .storage
+        .decompressed(&task.chunk.file, context.compression)
+        .await?
+        .inspect_ok(move |piece| progress.add(0, piece.len() as u64))
+        .inspect_err(move |error| {
+            seen_failure.lock().unwrap().get_or_insert_with(|| error.to_string());
+        })
+        .boxed();
+    // The handler must be Sync; the stream is only Send, so it travels inside a Mutex.
+    let data = std::sync::Mutex::new(Some(data));
+    conn.set_infile_handler(async move {
+        let stream = data.lock().unwrap().take().expect("the infile handler runs once");
+        Ok(stream)
+    });
+    let sql = load_data_sql(&task.target, &task.columns, path);
+    let during = format!("loading {path}");
+    let loaded = conn.query_drop(sql).await;
+    if let Some(reason) = stream_failure.lock().unwrap().take() {
+        return Err(AgentError::BadChunk { file: path.clone(), reason: format!("{reason}; nothing of it was kept") });
+    }
+    loaded.map_err(|e| context.connector.error(&during, e))?;
+    let loaded = conn.affected_rows();
+    if conn.get_warnings() > 0
+        && let Some((level, code, message)) = first_warning(context, conn, path, &task.columns).await?
+    {
+        return Err(AgentError::BadChunk {
+            file: path.clone(),
+            reason: format!("loading it into {} raised {level} {code}: {message}; nothing of it was kept", task.target),
+        });
+    }
+    if loaded != task.chunk.rows {
+        return Err(AgentError::BadChunk {
+            file: path.clone(),
+            reason: format!(
+                "{loaded} rows loaded into {}, the manifest says {} (a duplicate key?); nothing of it was kept",
+                task.target, task.chunk.rows
+            ),
+        });
+    }
+    Ok(loaded)
+}
+
+/// The first warning of a load that changed data (level `Warning` or `Error`; `Note`s are
+/// logged only): a value the server had to adjust is not restored as it was backed up.
+/// A warning about a column that is not loaded (a generated column, computed from the loaded
+/// ones exactly as on the source) does not change stored data and is logged only.
+async fn first_warning(
+    context: &LoadContext,
+    conn: &mut Conn,
+    path: &str,
+    loaded_columns: &[String],
+) -> Result<Option<(String, u32, String)>> {
+    let warnings: Vec<(String, u32, String)> =
+        conn.query("SHOW WARNINGS").await.map_err(|e| context.connector.error("reading the load's warnings", e))?;
+    let mut first = None;
+    for (level, code, message) in warnings {
+        let about_unloaded_column = warned_column(&message).is_some_and(|c| !loaded_columns.contains(&c));
+        if level.eq_ignore_ascii_case("Note") || about_unloaded_column {
+            tracing::info!("{path}: {level} {code}: {message}");
+        } else if first.is_none() {
+            first = Some((level, code, message));
+        }
+    }
+    Ok(first)
+}
+
+/// The column a server warning names ("... for column 'c' at row 1").
+fn warned_column(message: &str) -> Option<String> {
+    let rest = &message[message.find("column '")? + "column '".len()..];
+    let end = rest.rfind("' at row").or_else(|| rest.rfind('\''))?;
+    Some(rest[..end].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::warned_column;
+
+    #[test]
+    fn warnings_name_their_column() {
+        let column = |m: &str| warned_column(m);
+        assert_eq!(column("Out of range value for column 'doubled' at row 1").as_deref(), Some("doubled"));
+        assert_eq!(column("Data truncated for column 'it''s' at row 12").as_deref(), Some("it''s"));
+        assert_eq!(column("Duplicate entry '1' for key 'PRIMARY'"), None);
+    }
+}
