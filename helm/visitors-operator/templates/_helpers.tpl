@@ -118,6 +118,11 @@ Verbs are exactly what the controller uses; no wildcards.
 - apiGroups: ["example.com"]
   resources: ["visitorsapps"]
   verbs: ["get", "list", "watch"]
+# The per-database lock reads the run holding it, to tell a stale holder from an active one;
+# the holder may be a restore.
+- apiGroups: ["example.com"]
+  resources: ["mysqlrestores"]
+  verbs: ["get"]
 {{- include "visitors-operator.jobRules" . }}
 {{- else if eq .key "restore" }}
 - apiGroups: ["example.com"]
