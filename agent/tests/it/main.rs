@@ -1,6 +1,7 @@
 //! Integration tests of the agent against real servers (see support.rs).
 
 mod atomic;
+mod by_hand;
 mod consistency;
 mod failures;
 mod manifest;

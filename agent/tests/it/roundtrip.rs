@@ -5,7 +5,7 @@ use crate::support::MariaDb;
 use crate::{back_up, file_location, restore, restore_options, small_backup};
 use visitors_agent::format::Compression;
 
-const SCHEMA: &str = r#"
+pub const SCHEMA: &str = r#"
 CREATE DATABASE shop CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;
 USE shop;
 CREATE TABLE every_type (
@@ -56,7 +56,7 @@ CREATE TABLE `other db`.empty_table (id INT PRIMARY KEY);
 ANALYZE TABLE shop.numbers;
 "#;
 
-const TABLES: [&str; 7] = [
+pub const TABLES: [&str; 7] = [
     "shop.every_type",
     "shop.numbers",
     "shop.no_key",
@@ -67,7 +67,7 @@ const TABLES: [&str; 7] = [
 ];
 
 /// Everything a table holds, as the client prints it, and its definition.
-fn table_state(server: &MariaDb, table: &str) -> (String, String, String) {
+pub fn table_state(server: &MariaDb, table: &str) -> (String, String, String) {
     let rows = server.sql(&format!("SELECT * FROM {table} ORDER BY 1"));
     let checksum = server.sql(&format!("CHECKSUM TABLE {table}"));
     let create = server.sql(&format!("SHOW CREATE TABLE {table}"));
@@ -136,45 +136,4 @@ async fn gzip_and_uncompressed_backups_restore_too() {
         restore(&restore_opts).await;
         assert_eq!(server.sql("CHECKSUM TABLE g.t"), before);
     }
-}
-
-/// The format contract: with only zstd and the mariadb client, the commands of
-/// docs/backup-format.md restore a backup.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backup_restores_by_hand_with_zstd_and_the_mariadb_client() {
-    let Some(source) = MariaDb::start() else { return };
-    let Some(target) = MariaDb::start() else { return };
-    if std::process::Command::new("zstd").arg("--version").output().is_err() {
-        assert!(std::env::var("VISITORS_REQUIRE_MARIADB").is_err(), "zstd is required");
-        eprintln!("SKIPPED: zstd is not installed");
-        return;
-    }
-    source.sql(SCHEMA);
-    let dir = tempfile::tempdir().unwrap();
-    let report = back_up(&small_backup(&source, &file_location(dir.path()))).await;
-    let client = target.client_shell_prefix();
-    let mut script = String::from("set -e\n");
-    for database in &report.manifest.databases {
-        let db = format!("'{}'", database.name);
-        script.push_str(&format!("{client} < '{}'\n", database.schema.path));
-        for table in &database.tables {
-            script.push_str(&format!("{client} {db} < '{}'\n", table.schema.path));
-            for chunk in &table.chunks {
-                script.push_str(&format!(
-                    "zstd -dc '{}' | {client} --local-infile=1 {db} -e \"SET foreign_key_checks = 0, time_zone = '+00:00', sql_mode = 'NO_AUTO_VALUE_ON_ZERO'; {}\"\n",
-                    chunk.file.path,
-                    table.load_sql.replace('`', "\\`")
-                ));
-            }
-        }
-        for file in [&database.views, &database.routines, &database.triggers].into_iter().flatten() {
-            script.push_str(&format!("{client} {db} < '{}'\n", file.path));
-        }
-    }
-    let output = std::process::Command::new("bash").arg("-c").arg(&script).current_dir(dir.path()).output().unwrap();
-    assert!(output.status.success(), "{}\n{script}", String::from_utf8_lossy(&output.stderr));
-    for table in TABLES {
-        assert_eq!(table_state(&source, table), table_state(&target, table), "{table} differs after a restore by hand");
-    }
-    assert_eq!(target.sql("SELECT COUNT(*) FROM shop.a_customer_totals"), "50\n");
 }
