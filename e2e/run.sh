@@ -57,6 +57,13 @@ start_local_cluster() {
     for binary in kube-apiserver kube-controller-manager; do
         [ -x "$KUBE_BIN_DIR/$binary" ] || skip "no $binary in KUBE_BIN_DIR=$KUBE_BIN_DIR (build them from Kubernetes' source; see e2e/README.md)"
     done
+    # One run at a time per cluster: a second run would wipe the first one's cluster.
+    mkdir -p "$(dirname "$TEST_CLUSTER_STATE")"
+    exec 9>"$TEST_CLUSTER_STATE.lock"
+    if ! flock -n 9; then
+        echo "e2e: waiting for another e2e run on $TEST_CLUSTER_STATE to finish"
+        flock 9
+    fi
     local bin_dir=${CARGO_TARGET_DIR:-target}/debug
     step "building the binaries the node runs ($bin_dir)"
     cargo build --locked --bin visitors-controller --bin backup-controller --bin restore-controller --bin visitors-agent
