@@ -70,7 +70,8 @@ start_local_cluster() {
     step "starting the test cluster (state: $TEST_CLUSTER_STATE)"
     # A cluster left by an interrupted run would hold other pods and volumes: start afresh.
     "$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true
-    "$CLUSTER_SH" start --bin-dir "$bin_dir"
+    # The cluster outlives this run (--keep): its processes must not inherit the lock.
+    "$CLUSTER_SH" start --bin-dir "$bin_dir" 9>&-
     eval "$("$CLUSTER_SH" env)"
     export KUBECONFIG
 }
