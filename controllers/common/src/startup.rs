@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::client::ClientBuilder;
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, Config};
 
@@ -43,12 +44,16 @@ pub fn install_crypto_provider() {
 }
 
 /// Connects to the cluster given by KUBECONFIG, ~/.kube/config or the in-cluster environment,
-/// and checks that its API server answers.
+/// and checks that its API server answers. Requests made during a reconcile get their own
+/// trace spans ([`crate::telemetry::request_spans`]).
 pub async fn connect() -> Result<Client, StartupError> {
     install_crypto_provider();
     let config = Config::infer().await.map_err(|e| StartupError::NoCluster(e.to_string()))?;
     let url = config.cluster_url.to_string();
-    let client = Client::try_from(config).map_err(|e| StartupError::BadConfig(e.to_string()))?;
+    let client = ClientBuilder::try_from(config)
+        .map_err(|e| StartupError::BadConfig(e.to_string()))?
+        .with_layer(&crate::telemetry::request_spans())
+        .build();
     let version = client
         .apiserver_version()
         .await

@@ -1,7 +1,9 @@
 //! Logs and traces. Every reconcile is one span (`reconcile`) carrying the object's kind,
 //! namespace, name and generation; when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are sent
 //! by OTLP/HTTP (which Jaeger reads natively) and the trace id is recorded on the span, so it
-//! appears on every log line written inside it.
+//! appears on every log line written inside it. Each Kubernetes API request made during a
+//! reconcile is a child span (`kube.request`, see [`request_spans`]), and so is the visitors
+//! controller's database check (`db.check`).
 
 use std::io::IsTerminal;
 
@@ -10,6 +12,8 @@ use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::Resource as OtelResource;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use tower_http::classify::{ServerErrorsAsFailures, ServerErrorsFailureClass, SharedClassifier};
+use tower_http::trace::{MakeSpan, OnFailure, OnResponse, TraceLayer};
 use tracing_opentelemetry::{OpenTelemetryLayer, OpenTelemetrySpanExt};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -119,6 +123,95 @@ where
     span
 }
 
+/// The tower layer that gives each Kubernetes API request made inside a span (a reconcile) a
+/// child span `kube.request`: `http.method`, `url.path` (never the query), `http.status_code`,
+/// and the OpenTelemetry name `<METHOD> <resource>` (`PATCH statefulsets`), so that a trace
+/// shows where a reconcile's time went. Requests outside any span (watches, the Lease) get none:
+/// they would be thousands of one-span traces.
+pub type RequestSpanLayer =
+    TraceLayer<SharedClassifier<ServerErrorsAsFailures>, RequestSpan, (), RecordStatus, (), (), RecordFailure>;
+
+/// See [`RequestSpanLayer`]; add it with `kube::client::ClientBuilder::with_layer`.
+pub fn request_spans() -> RequestSpanLayer {
+    TraceLayer::new_for_http()
+        .make_span_with(RequestSpan)
+        .on_request(())
+        .on_response(RecordStatus)
+        .on_body_chunk(())
+        .on_eos(())
+        .on_failure(RecordFailure)
+}
+
+/// Makes the span of one API request, a child of the current span.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestSpan;
+
+impl<B> MakeSpan<B> for RequestSpan {
+    fn make_span(&mut self, request: &http::Request<B>) -> tracing::Span {
+        if tracing::Span::current().is_none() {
+            return tracing::Span::none();
+        }
+        let path = request.uri().path();
+        tracing::info_span!(
+            "kube.request",
+            "otel.name" = format!("{} {}", request.method(), resource_of(path)),
+            "otel.kind" = "client",
+            "otel.status_code" = tracing::field::Empty,
+            "http.method" = %request.method(),
+            "url.path" = path,
+            "http.status_code" = tracing::field::Empty,
+        )
+    }
+}
+
+/// Records the answer's status code; a 4xx or 5xx marks the span as an error.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecordStatus;
+
+impl<B> OnResponse<B> for RecordStatus {
+    fn on_response(self, response: &http::Response<B>, _latency: std::time::Duration, span: &tracing::Span) {
+        let status = response.status();
+        span.record("http.status_code", i64::from(status.as_u16()));
+        if status.is_client_error() || status.is_server_error() {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+}
+
+/// Marks a request that got no answer (or a 5xx) as an error.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecordFailure;
+
+impl OnFailure<ServerErrorsFailureClass> for RecordFailure {
+    fn on_failure(&mut self, class: ServerErrorsFailureClass, _latency: std::time::Duration, span: &tracing::Span) {
+        span.record("otel.status_code", "ERROR");
+        if let ServerErrorsFailureClass::StatusCode(status) = class {
+            span.record("http.status_code", i64::from(status.as_u16()));
+        }
+    }
+}
+
+/// The resource (and subresource) a Kubernetes API path names, without namespaces and object
+/// names: `/apis/apps/v1/namespaces/shop/statefulsets/ex-mysql/status` → `statefulsets/status`.
+pub fn resource_of(path: &str) -> String {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let after_version = match segments.first() {
+        Some(&"api") => 2,
+        Some(&"apis") => 3,
+        _ => return path.to_string(),
+    };
+    let rest = segments.get(after_version..).unwrap_or_default();
+    let rest = match rest {
+        ["namespaces", _, more @ ..] if !more.is_empty() => more,
+        other => other,
+    };
+    match rest {
+        [resource] | [resource, _] => resource.to_string(),
+        [resource, _, subresource, ..] => format!("{resource}/{subresource}"),
+        [] => path.to_string(),
+    }
+}
+
 /// The OpenTelemetry trace id of `span`, when it is being exported.
 pub fn trace_id(span: &tracing::Span) -> Option<opentelemetry::TraceId> {
     let context = span.context();
@@ -130,6 +223,20 @@ pub fn trace_id(span: &tracing::Span) -> Option<opentelemetry::TraceId> {
 mod tests {
     use super::*;
     use std::ffi::OsStr;
+
+    #[test]
+    fn request_spans_are_named_by_resource_not_by_object() {
+        assert_eq!(resource_of("/apis/apps/v1/namespaces/shop/statefulsets/ex-mysql/status"), "statefulsets/status");
+        assert_eq!(resource_of("/apis/apps/v1/namespaces/shop/statefulsets/ex-mysql"), "statefulsets");
+        assert_eq!(resource_of("/api/v1/namespaces/shop/secrets/ex-mysql-credentials"), "secrets");
+        assert_eq!(resource_of("/api/v1/namespaces/shop/services"), "services");
+        assert_eq!(resource_of("/api/v1/namespaces/shop"), "namespaces");
+        assert_eq!(
+            resource_of("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/x"),
+            "customresourcedefinitions"
+        );
+        assert_eq!(resource_of("/version"), "/version");
+    }
 
     #[test]
     fn colours_only_on_a_terminal_without_no_color() {

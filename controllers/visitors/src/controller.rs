@@ -20,6 +20,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use visitors_api::conditions::{self, READY};
 use visitors_api::labels::{APP_NAME, MANAGED_BY, names};
 use visitors_api::visitors_app::{DeletionPolicy, secret_keys};
@@ -562,7 +563,18 @@ impl<'a> Reconciler<'a> {
             user: credentials.username.clone(),
             password: credentials.password.clone(),
         };
-        match probe.select_one(&target).await {
+        // Host and port only: the target's credentials never reach a span.
+        let span = tracing::info_span!(
+            "db.check",
+            "db.system" = "mysql",
+            "db.query.text" = "SELECT 1",
+            "server.address" = %target.host,
+            "server.port" = target.port,
+            "db.check.result" = tracing::field::Empty,
+        );
+        let result = probe.select_one(&target).instrument(span.clone()).await;
+        span.record("db.check.result", result.as_ref().err().map_or("connected", String::as_str));
+        match result {
             Ok(()) => Database::Connected,
             Err(why) => {
                 tracing::info!(%why, "database not answering yet");

@@ -21,7 +21,7 @@ use controller_common::metrics::Metrics;
 use futures::future::BoxFuture;
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use kube::client::Body;
+use kube::client::{Body, ClientBuilder};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
@@ -81,7 +81,8 @@ impl FakeApi {
                 send.send_response(response);
             }
         });
-        Client::new(service, NAMESPACE)
+        // With the production request spans, so that traces can be checked too.
+        ClientBuilder::new(service, NAMESPACE).with_layer(&controller_common::telemetry::request_spans()).build()
     }
 
     // ----- test controls -----
