@@ -431,3 +431,119 @@ async fn an_invalid_cron_sets_schedule_valid_false_naming_the_field() {
     server.expect_echo(Method::POST, EVENTS_PATH).await;
     assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
 }
+
+const RUNS_PATH: &str = "/apis/example.com/v1/namespaces/shop/mysqlbackups";
+const SCHEDULE_STATUS_PATH: &str = "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly/status";
+
+fn schedule(cron: &str, extra: Value, last_schedule: jiff::Timestamp) -> MySQLBackup {
+    let mut schedule = backup("ex");
+    schedule.metadata.name = Some("nightly".into());
+    let mut spec = json!({"cron": cron});
+    spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    schedule.spec.schedule = Some(serde_json::from_value(spec).unwrap());
+    schedule.status = Some(visitors_api::MySQLBackupStatus {
+        last_schedule_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(last_schedule)),
+        ..Default::default()
+    });
+    schedule
+}
+
+fn scheduled_run(name: &str, status: Value) -> Value {
+    json!({
+        "apiVersion": "example.com/v1", "kind": "MySQLBackup",
+        "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"),
+                     "labels": {"example.com/backup-schedule": "nightly"},
+                     "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MySQLBackup", "name": "nightly", "uid": "u-1", "controller": true}]},
+        "spec": {"source": {"visitorsApp": "ex"}, "storage": {"persistentVolumeClaim": {"claimName": "backups"}}},
+        "status": status,
+    })
+}
+
+fn run_list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "MySQLBackupList", "metadata": {}, "items": items})
+}
+
+fn minutes_ago(minutes: i64) -> jiff::Timestamp {
+    jiff::Timestamp::now() - jiff::SignedDuration::from_mins(minutes)
+}
+
+#[tokio::test]
+async fn forbid_skips_a_fire_time_while_a_run_is_active_and_says_so() {
+    let (context, mut server) = context();
+    let schedule = schedule("* * * * *", json!({}), minutes_ago(10));
+    let task = tokio::spawn(reconcile(Arc::new(schedule.clone()), context));
+    let active = scheduled_run("nightly-1", json!({"phase": "Running", "jobName": "nightly-1-backup"}));
+    server.expect(Method::GET, RUNS_PATH, StatusCode::OK, run_list(vec![active])).await;
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "Skipped");
+    assert!(event.body["note"].as_str().unwrap().contains("nightly-1 is still active"), "{}", event.body);
+    let written = server.expect_with(Method::PATCH, SCHEDULE_STATUS_PATH, with_applied_status(&schedule)).await;
+    assert_eq!(written.body["status"]["activeRun"], "nightly-1");
+    let last: jiff::Timestamp = written.body["status"]["lastScheduleTime"].as_str().unwrap().parse().unwrap();
+    assert!(last > minutes_ago(2), "the skipped fire time is not tried again: {last}");
+    server.expect_no_request(Duration::from_millis(100)).await;
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn replace_stops_the_active_run_before_starting_the_new_one() {
+    let (context, mut server) = context();
+    let schedule = schedule("* * * * *", json!({"concurrencyPolicy": "Replace"}), minutes_ago(10));
+    let task = tokio::spawn(reconcile(Arc::new(schedule.clone()), context));
+    let active = scheduled_run("nightly-1", json!({"phase": "Running", "jobName": "nightly-1-backup"}));
+    server.expect(Method::GET, RUNS_PATH, StatusCode::OK, run_list(vec![active])).await;
+    let deleted = server
+        .expect(Method::DELETE, "/apis/batch/v1/namespaces/shop/jobs/nightly-1-backup", StatusCode::OK, json!({}))
+        .await;
+    assert_eq!(deleted.body["propagationPolicy"], "Background");
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "Replaced");
+    let created = server.expect_echo(Method::POST, RUNS_PATH).await;
+    assert!(created.body["metadata"]["name"].as_str().unwrap().starts_with("nightly-"));
+    server.expect_echo(Method::POST, EVENTS_PATH).await;
+    server.expect_with(Method::PATCH, SCHEDULE_STATUS_PATH, with_applied_status(&schedule)).await;
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn retention_deletes_runs_beyond_the_limits_but_never_the_newest_success() {
+    let (context, mut server) = context();
+    let schedule = schedule("0 0 1 1 *", json!({"retention": {"keepSuccessful": 2, "keepFailed": 1}}), minutes_ago(0));
+    let task = tokio::spawn(reconcile(Arc::new(schedule.clone()), context));
+    let done = |name: &str, phase: &str, at: &str| {
+        scheduled_run(
+            name,
+            json!({"phase": phase, "completionTime": at, "error": (phase == "Failed").then_some("boom")}),
+        )
+    };
+    let runs = vec![
+        done("nightly-1", "Succeeded", "2026-01-01T00:00:00Z"),
+        done("nightly-2", "Succeeded", "2026-01-02T00:00:00Z"),
+        done("nightly-3", "Failed", "2026-01-03T00:00:00Z"),
+        done("nightly-4", "Succeeded", "2026-01-04T00:00:00Z"),
+        done("nightly-5", "Failed", "2026-01-05T00:00:00Z"),
+    ];
+    server.expect(Method::GET, RUNS_PATH, StatusCode::OK, run_list(runs)).await;
+    let mut deleted = Vec::new();
+    for _ in 0..2 {
+        let deleted_status =
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 200});
+        let request = server.next_request(StatusCode::OK, deleted_status).await;
+        assert_eq!(request.method, Method::DELETE, "{request:?}");
+        deleted.push(request.path().rsplit('/').next().unwrap().to_string());
+        let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+        assert_eq!(event.body["reason"], "RetentionDeleted");
+    }
+    deleted.sort();
+    assert_eq!(deleted, ["nightly-1", "nightly-3"]);
+    let written = server.expect_with(Method::PATCH, SCHEDULE_STATUS_PATH, with_applied_status(&schedule)).await;
+    let status = &written.body["status"];
+    assert_eq!(
+        (status["lastSuccessfulRun"].as_str(), status["lastFailedRun"].as_str()),
+        (Some("nightly-4"), Some("nightly-5"))
+    );
+    let last =
+        status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "LastBackupSucceeded").unwrap().clone();
+    assert_eq!(last["status"], "False", "the newest finished run failed: {last}");
+    task.await.unwrap().unwrap();
+}

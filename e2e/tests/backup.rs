@@ -1,0 +1,296 @@
+//! MySQLBackup scenarios on a real cluster: the Jobs run the agent against the app's real
+//! MariaDB. On-demand backups to a volume (verified by `visitors-agent verify` in a Job), two
+//! runs of one app serialised by the database lock, a failure with the agent's error, and a
+//! schedule every minute with retention and suspend.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use visitors_api::MySQLBackup;
+use visitors_api::VisitorsApp;
+use visitors_api::backup::{BackupPhase, condition};
+use visitors_api::conditions;
+use visitors_e2e::{TestNamespace, app_ready_at_generation, cluster, create_book_app, wait_for};
+
+const APP: &str = "ex";
+const CLAIM: &str = "backups";
+
+/// A namespace with the book's app Ready, rows written into its database, and a claim for
+/// backups.
+async fn ready_app_with_rows(client: &Client, prefix: &str) -> TestNamespace {
+    let namespace = TestNamespace::create(client, prefix).await;
+    eprintln!("namespace {}", namespace.name);
+    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace.name);
+    create_book_app(&apps, APP).await;
+    wait_for("the app to become Ready", || app_ready_at_generation(&apps, APP, 1)).await;
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": CLAIM},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &namespace.name)
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("create the backup claim");
+    let sql = "CREATE TABLE IF NOT EXISTS visitors.e2e_rows (id INT PRIMARY KEY, note VARCHAR(64)); \
+               INSERT INTO visitors.e2e_rows SELECT seq, CONCAT('row ', seq) FROM seq_1_to_500;";
+    run_job(client, &namespace.name, "seed", mariadb_job(&namespace.name, "seed", sql)).await;
+    namespace
+}
+
+/// A Job that runs one SQL script with the `mariadb` client as root.
+fn mariadb_job(namespace: &str, name: &str, sql: &str) -> Value {
+    json!({
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "sql", "image": "mariadb:11",
+                "command": ["mariadb", "-h", format!("ex-mysql.{namespace}.svc"), "-uroot", "-e", sql],
+                "env": [{"name": "MYSQL_PWD", "valueFrom": {"secretKeyRef": {"name": "ex-mysql-credentials", "key": "root-password"}}}],
+            }],
+        }}},
+    })
+}
+
+/// Creates a Job and waits for it to complete; fails naming its state otherwise.
+async fn run_job(client: &Client, namespace: &str, name: &str, job: Value) {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("create the Job");
+    wait_for(&format!("Job {name} to complete"), || async {
+        let job = jobs.get(name).await.map_err(|e| e.to_string())?;
+        let conditions = job.status.and_then(|s| s.conditions).unwrap_or_default();
+        if conditions.iter().any(|c| c.type_ == "Complete" && c.status == "True") {
+            return Ok(());
+        }
+        if let Some(failed) = conditions.iter().find(|c| c.type_ == "Failed" && c.status == "True") {
+            panic!("Job {name} failed: {:?} {:?}", failed.reason, failed.message);
+        }
+        Err("not complete yet".to_string())
+    })
+    .await
+}
+
+fn backup_object(name: &str, extra: Value) -> MySQLBackup {
+    let mut spec = json!({
+        "source": {"visitorsApp": APP},
+        "storage": {"persistentVolumeClaim": {"claimName": CLAIM}},
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    serde_json::from_value(
+        json!({"apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": name}, "spec": spec}),
+    )
+    .unwrap()
+}
+
+/// Waits for run `name` to end, and returns it.
+async fn finished(backups: &Api<MySQLBackup>, name: &str) -> MySQLBackup {
+    wait_for(&format!("run {name} to finish"), || async {
+        let backup = backups.get(name).await.map_err(|e| e.to_string())?;
+        let status = backup.status.clone().unwrap_or_default();
+        match status.phase {
+            Some(BackupPhase::Succeeded | BackupPhase::Failed) => Ok(backup),
+            phase => {
+                let conditions: Vec<String> = status
+                    .conditions
+                    .iter()
+                    .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+                    .collect();
+                Err(format!("phase {phase:?}, {}", conditions.join("; ")))
+            }
+        }
+    })
+    .await
+}
+
+fn assert_succeeded(backup: &MySQLBackup) {
+    let status = backup.status.clone().unwrap();
+    assert_eq!(status.phase, Some(BackupPhase::Succeeded), "{} failed: {:?}", backup.name_any(), status.error);
+    assert!(status.size_bytes.unwrap_or(0) > 0, "{status:?}");
+    assert!(status.tables.unwrap_or(0) >= 1, "{status:?}");
+    assert!(status.rows.unwrap_or(0) >= 500, "{status:?}");
+    let sha = status.manifest_sha256.clone().unwrap_or_default();
+    assert!(sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit()), "{sha}");
+    assert!(status.server_version.is_some() && status.start_time.is_some() && status.completion_time.is_some());
+    assert!(status.duration_seconds.is_some());
+}
+
+async fn events_of(client: &Client, namespace: &str, name: &str) -> Vec<Event> {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let listed = events.list(&ListParams::default()).await.expect("list events");
+    listed.items.into_iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)).collect()
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn on_demand_backups_to_a_volume_succeed_one_at_a_time_and_verify() {
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-backup").await;
+    let ns = namespace.name.clone();
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+
+    // Two runs of one app at once: the database lock lets one run, the other waits and says so.
+    backups.create(&PostParams::default(), &backup_object("first", json!({}))).await.expect("create run first");
+    backups.create(&PostParams::default(), &backup_object("second", json!({}))).await.expect("create run second");
+    let waited = wait_for("one run to wait for the database lock", || async {
+        for name in ["first", "second"] {
+            let backup = backups.get(name).await.map_err(|e| e.to_string())?;
+            let pending =
+                backup.status.as_ref().and_then(|s| conditions::find(&s.conditions, condition::PENDING).cloned());
+            if let Some(pending) = pending.filter(|c| c.reason == "WaitingForDatabaseLock") {
+                return Ok((name, pending.message));
+            }
+            if backup.status.as_ref().and_then(|s| s.phase) == Some(BackupPhase::Succeeded) {
+                // Both may finish before a poll sees the wait; the Event still tells.
+                let events = events_of(&client, &ns, name).await;
+                if let Some(event) = events.iter().find(|e| e.reason.as_deref() == Some("WaitingForDatabaseLock")) {
+                    return Ok((name, event.note.clone().unwrap_or_default()));
+                }
+            }
+        }
+        Err("neither run reports WaitingForDatabaseLock".to_string())
+    })
+    .await;
+    eprintln!("{} waited: {}", waited.0, waited.1);
+    assert!(waited.1.contains("MySQLBackup"), "{}", waited.1);
+
+    for name in ["first", "second"] {
+        let backup = finished(&backups, name).await;
+        assert_succeeded(&backup);
+        let job = backup.status.as_ref().unwrap().job_name.clone().unwrap();
+        assert_eq!(job, format!("{name}-backup"));
+        assert!(events_of(&client, &ns, name).await.iter().any(|e| e.reason.as_deref() == Some("Succeeded")));
+    }
+    let first = backups.get("first").await.unwrap().status.unwrap();
+    let second = backups.get("second").await.unwrap().status.unwrap();
+    let (a, b) = (first.completion_time.unwrap().0, second.start_time.unwrap().0);
+    let (c, d) = (second.completion_time.unwrap().0, first.start_time.unwrap().0);
+    assert!(a <= b || c <= d, "the two runs overlapped");
+
+    // The stored backup is whole: visitors-agent verify accepts it.
+    let location = format!("file:///backup/{ns}/{APP}/first");
+    let verify = json!({
+        "metadata": {"name": "verify"},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "agent", "image": "localhost/visitors-operator:dev",
+                "command": ["/usr/local/bin/visitors-agent"], "args": ["verify", "--from", location],
+                "volumeMounts": [{"name": "backup", "mountPath": "/backup"}],
+            }],
+            "volumes": [{"name": "backup", "persistentVolumeClaim": {"claimName": CLAIM}}],
+        }}},
+    });
+    run_job(&client, &ns, "verify", verify).await;
+    namespace.delete().await;
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn wrong_credentials_fail_the_run_with_the_agents_error_and_the_schedule_says_so() {
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-backup-fail").await;
+    let ns = namespace.name.clone();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let patch = json!({"stringData": {"root-password": "not-the-password"}});
+    secrets
+        .patch("ex-mysql-credentials", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("break the Secret");
+
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    let schedule = backup_object("every-minute", json!({"schedule": {"cron": "* * * * *"}}));
+    backups.create(&PostParams::default(), &schedule).await.expect("create the schedule");
+    let failed_run = wait_for("the schedule to report a failed run", || async {
+        let schedule = backups.get("every-minute").await.map_err(|e| e.to_string())?;
+        let status = schedule.status.unwrap_or_default();
+        let last = conditions::find(&status.conditions, condition::LAST_BACKUP_SUCCEEDED).cloned();
+        match (last, status.last_failed_run) {
+            (Some(last), Some(run)) if last.status == "False" => Ok((run, last.message)),
+            (last, _) => Err(format!("LastBackupSucceeded: {last:?}")),
+        }
+    })
+    .await;
+    eprintln!("{}: {}", failed_run.0, failed_run.1);
+    let run = backups.get(&failed_run.0).await.unwrap();
+    let status = run.status.clone().unwrap();
+    assert_eq!(status.phase, Some(BackupPhase::Failed));
+    let error = status.error.unwrap_or_default();
+    assert!(error.contains("wrongCredentials"), "the agent's error: {error}");
+    assert!(!error.contains("not-the-password"), "no secret in status");
+    assert_eq!(status.manifest_sha256, None, "a failed backup has no manifest");
+    let ready = conditions::find(&status.conditions, conditions::READY).unwrap();
+    assert_eq!(ready.reason, "AgentFailed");
+    let events = events_of(&client, &ns, &failed_run.0).await;
+    assert!(events.iter().any(|e| e.reason.as_deref() == Some("AgentFailed") && e.type_.as_deref() == Some("Warning")));
+    // No hot loop: the failed run is left alone (its resourceVersion stays put).
+    let before = run.resource_version();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(backups.get(&failed_run.0).await.unwrap().resource_version(), before);
+    namespace.delete().await;
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn a_schedule_every_minute_keeps_two_successful_runs_and_suspend_stops_it() {
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-backup-schedule").await;
+    let ns = namespace.name.clone();
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    let schedule = backup_object(
+        "minutely",
+        json!({"schedule": {"cron": "* * * * *", "retention": {"keepSuccessful": 2}}, "compression": "gzip"}),
+    );
+    backups.create(&PostParams::default(), &schedule).await.expect("create the schedule");
+
+    let runs = ListParams::default().labels("example.com/backup-schedule=minutely");
+    let seen = std::sync::Mutex::new(BTreeSet::new());
+    wait_for("four fire times with retention applied", || async {
+        let listed = backups.list(&runs).await.map_err(|e| e.to_string())?;
+        let mut seen = seen.lock().unwrap();
+        seen.extend(listed.items.iter().map(|r| r.name_any()));
+        let finished = listed
+            .items
+            .iter()
+            .filter(|r| r.status.as_ref().and_then(|s| s.phase) == Some(BackupPhase::Succeeded))
+            .count();
+        if seen.len() >= 4 && finished == 2 && listed.items.len() == 2 {
+            Ok(())
+        } else {
+            Err(format!("runs seen {seen:?}, now {} of which {finished} succeeded", listed.items.len()))
+        }
+    })
+    .await;
+    let status = backups.get("minutely").await.unwrap().status.unwrap();
+    let kept: BTreeSet<String> = backups.list(&runs).await.unwrap().items.iter().map(|r| r.name_any()).collect();
+    let seen = seen.into_inner().unwrap();
+    let newest_seen = seen.iter().max().cloned();
+    assert!(kept.iter().max() == newest_seen.as_ref(), "the newest run is kept: {kept:?} of {seen:?}");
+    assert_eq!(status.last_successful_run.as_ref(), kept.iter().max(), "the newest successful run is kept");
+    assert!(conditions::is_true(&status.conditions, condition::LAST_BACKUP_SUCCEEDED));
+    assert!(status.next_schedule_time.is_some());
+
+    backups
+        .patch("minutely", &PatchParams::default(), &Patch::Merge(json!({"spec": {"schedule": {"suspend": true}}})))
+        .await
+        .expect("suspend the schedule");
+    wait_for("the schedule to be suspended", || async {
+        let status = backups.get("minutely").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        let ready = conditions::find(&status.conditions, conditions::READY).cloned();
+        if ready.as_ref().is_some_and(|c| c.reason == "Suspended") { Ok(()) } else { Err(format!("{ready:?}")) }
+    })
+    .await;
+    let before: BTreeSet<String> = backups.list(&runs).await.unwrap().items.iter().map(|r| r.name_any()).collect();
+    tokio::time::sleep(Duration::from_secs(75)).await;
+    let after: BTreeSet<String> = backups.list(&runs).await.unwrap().items.iter().map(|r| r.name_any()).collect();
+    assert_eq!(before, after, "a suspended schedule creates no runs");
+    namespace.delete().await;
+}
