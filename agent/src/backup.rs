@@ -22,7 +22,7 @@ use crate::format::{
 };
 use crate::mysql::catalog::{self, TableInfo};
 use crate::mysql::connection::describe_server;
-use crate::mysql::{ConnectionSettings, Connector, snapshot};
+use crate::mysql::{ConnectionSettings, Connector, snapshot, users};
 use crate::progress::Progress;
 use crate::storage::{FileWriter, S3Settings, Storage};
 
@@ -43,7 +43,22 @@ pub struct BackupOptions {
     pub split_bytes: u64,
     /// Record `CHECKSUM TABLE` of every table, read inside the snapshot.
     pub table_checksums: bool,
+    /// Also back up the accounts that hold privileges on the databases, with those grants.
+    pub users: bool,
     pub progress_interval: Duration,
+    /// Called once the catalog is read, before the snapshot opens (tests use it to try DDL).
+    #[doc(hidden)]
+    pub after_catalog: Option<Hook>,
+}
+
+/// A callback for tests.
+#[derive(Clone)]
+pub struct Hook(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
 }
 
 impl BackupOptions {
@@ -59,7 +74,9 @@ impl BackupOptions {
             chunk_bytes: 64 * 1024 * 1024,
             split_bytes: 128 * 1024 * 1024,
             table_checksums: false,
+            users: false,
             progress_interval: Duration::from_secs(10),
+            after_catalog: None,
         }
     }
 
@@ -165,23 +182,44 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
     let mut coordinator = connector.connect().await?;
     connector.execute(&mut coordinator, "SET NAMES utf8mb4", "preparing the session").await?;
     let (flavour, version) = describe_server(&connector, &mut coordinator).await?;
+    let mariadb = flavour == "mariadb";
+    // A lock that cannot be had in 10 s (a long DDL or another backup holds it) fails the
+    // backup with the server's lock wait timeout error instead of blocking writes for long.
+    connector.execute(&mut coordinator, "SET SESSION lock_wait_timeout = 10", "preparing the session").await?;
+    // From here to the open snapshot no DDL runs: the catalog read is the one the rows match.
+    let ddl = snapshot::block_ddl(&mut coordinator, mariadb).await;
     let names = catalog::databases(&connector, &mut coordinator, &options.databases).await?;
     let unsupported = catalog::unsupported_tables(&connector, &mut coordinator, &names).await?;
     if !unsupported.is_empty() {
         return Err(catalog::unsupported_error(&unsupported));
     }
-    // A lock that cannot be had in 10 s (a long DDL or another backup holds it) fails the
-    // backup with the server's lock wait timeout error instead of blocking writes for long.
-    connector.execute(&mut coordinator, "SET SESSION lock_wait_timeout = 10", "preparing the session").await?;
-    let mut plans = Vec::with_capacity(names.len());
+    let mut catalogs = Vec::with_capacity(names.len());
     for name in names {
-        plans.push(plan_database(&connector, &mut coordinator, storage, written, name).await?);
+        catalogs.push(read_database(&connector, &mut coordinator, name).await?);
+    }
+    let users = match options.users {
+        true => Some(
+            users::read(&connector, &mut coordinator, &catalogs.iter().map(|c| c.name.clone()).collect::<Vec<_>>())
+                .await?,
+        ),
+        false => None,
+    };
+    if let Some(hook) = &options.after_catalog {
+        (hook.0)();
     }
 
     let parallelism = options.parallelism.max(1);
-    let snapshot = snapshot::open(&connector, &mut coordinator, parallelism, flavour == "mariadb").await?;
+    let snapshot = snapshot::open(&connector, &mut coordinator, parallelism, mariadb, ddl).await?;
     let _ = coordinator.disconnect().await;
-    tracing::info!("snapshot open for {parallelism} workers ({})", snapshot.method);
+    tracing::info!("snapshot open for {parallelism} workers ({}, DDL blocked: {ddl:?})", snapshot.method);
+    let mut plans = Vec::with_capacity(catalogs.len());
+    for catalog in catalogs {
+        plans.push(store_database(storage, written, catalog).await?);
+    }
+    let users = match users {
+        Some(statements) => store_optional(storage, written, layout::USERS, "users and grants", &statements).await?,
+        None => None,
+    };
     let results = dump_all(connector, storage, written, options, &plans, snapshot.workers).await?;
 
     let manifest = Manifest {
@@ -196,6 +234,7 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
         compression: options.compression,
         data_format: DATA_FORMAT.into(),
         databases: assemble(plans, results),
+        users,
     };
     write_manifest(storage, written, manifest).await
 }
@@ -255,21 +294,42 @@ async fn write_manifest(storage: &Storage, written: &Written, manifest: Manifest
     Ok(BackupReport { manifest, manifest_sha256, manifest_bytes })
 }
 
-/// Reads a database's catalog and stores its schema, view, routine and trigger files.
-async fn plan_database(
-    connector: &Connector,
-    conn: &mut Conn,
-    storage: &Storage,
-    written: &Written,
+/// A database's catalog, read while DDL is blocked, before anything is stored.
+struct DatabaseCatalog {
     name: String,
-) -> Result<DatabasePlan> {
+    create: String,
+    tables: Vec<(TableInfo, String)>,
+    views: Vec<(String, Vec<String>)>,
+    routines: Vec<String>,
+    triggers: Vec<String>,
+}
+
+async fn read_database(connector: &Connector, conn: &mut Conn, name: String) -> Result<DatabaseCatalog> {
     let create = catalog::create_database_sql(connector, conn, &name).await?;
-    let schema =
-        store_sql(storage, written, &layout::database_schema(&name), &format!("database {name}"), &[create]).await?;
-    let tables = catalog::tables(connector, conn, &name).await?;
-    let mut entries = Vec::with_capacity(tables.len());
-    for table in &tables {
+    let mut tables = Vec::new();
+    for table in catalog::tables(connector, conn, &name).await? {
         let create = catalog::create_table_sql(connector, conn, &name, &table.name).await?;
+        tables.push((table, create));
+    }
+    Ok(DatabaseCatalog {
+        create,
+        tables,
+        views: catalog::views(connector, conn, &name).await?,
+        routines: catalog::routines(connector, conn, &name).await?,
+        triggers: catalog::triggers(connector, conn, &name).await?,
+        name,
+    })
+}
+
+/// Stores a database's schema, view, routine and trigger files.
+async fn store_database(storage: &Storage, written: &Written, catalog: DatabaseCatalog) -> Result<DatabasePlan> {
+    let name = catalog.name;
+    let schema =
+        store_sql(storage, written, &layout::database_schema(&name), &format!("database {name}"), &[catalog.create])
+            .await?;
+    let mut entries = Vec::with_capacity(catalog.tables.len());
+    let mut tables = Vec::with_capacity(catalog.tables.len());
+    for (table, create) in catalog.tables {
         let statements = ["SET NAMES utf8mb4".to_string(), create];
         let header = format!("table {}.{}", quote_ident(&name), quote_ident(&table.name));
         let file = store_sql(storage, written, &layout::table_schema(&name, &table.name), &header, &statements).await?;
@@ -283,19 +343,17 @@ async fn plan_database(
             checksum: None,
             chunks: Vec::new(),
         });
+        tables.push(table);
     }
-    let views = catalog::views(connector, conn, &name).await?;
-    let view_names = views.iter().map(|(view, _)| view.clone()).collect();
-    let view_statements: Vec<String> = views.into_iter().flat_map(|(_, statements)| statements).collect();
+    let view_names = catalog.views.iter().map(|(view, _)| view.clone()).collect();
+    let view_statements: Vec<String> = catalog.views.into_iter().flat_map(|(_, statements)| statements).collect();
     let views =
         store_optional(storage, written, &layout::views(&name), &format!("views of {name}"), &view_statements).await?;
-    let routine_statements = catalog::routines(connector, conn, &name).await?;
     let routines =
-        store_optional(storage, written, &layout::routines(&name), &format!("routines of {name}"), &routine_statements)
+        store_optional(storage, written, &layout::routines(&name), &format!("routines of {name}"), &catalog.routines)
             .await?;
-    let trigger_statements = catalog::triggers(connector, conn, &name).await?;
     let triggers =
-        store_optional(storage, written, &layout::triggers(&name), &format!("triggers of {name}"), &trigger_statements)
+        store_optional(storage, written, &layout::triggers(&name), &format!("triggers of {name}"), &catalog.triggers)
             .await?;
     let entry = DatabaseEntry { name: name.clone(), schema, tables: entries, views, view_names, routines, triggers };
     Ok(DatabasePlan { name, tables, entry })

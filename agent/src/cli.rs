@@ -118,6 +118,9 @@ pub struct BackupArgs {
     /// Record CHECKSUM TABLE of every table (read in the snapshot) for `verify --checksum`.
     #[arg(long)]
     pub table_checksums: bool,
+    /// Also back up the accounts with privileges on the databases, and those grants (users.sql).
+    #[arg(long)]
+    pub users: bool,
     /// Seconds between progress lines on stderr (0: none).
     #[arg(long, default_value_t = 10)]
     pub progress_interval: u64,
@@ -141,6 +144,9 @@ pub struct RestoreArgs {
     /// Drop each database of the backup that exists on the server, then restore it.
     #[arg(long)]
     pub drop_existing: bool,
+    /// Recreate the accounts and grants of a backup taken with --users (existing accounts are kept).
+    #[arg(long)]
+    pub users: bool,
     /// Keep the restore out of the binary log (sql_log_bin=0; needs the privilege).
     #[arg(long)]
     pub skip_binlog: bool,
@@ -282,6 +288,7 @@ async fn run_backup(args: BackupArgs) -> Result<AgentSummary> {
     options.chunk_bytes = args.chunk_bytes.unwrap_or(args.chunk_mib * 1024 * 1024).max(1);
     options.split_bytes = args.split_bytes.unwrap_or(args.split_mib * 1024 * 1024);
     options.table_checksums = args.table_checksums;
+    options.users = args.users;
     options.progress_interval = Duration::from_secs(args.progress_interval);
     let report = backup::run(&options).await?;
     let mut summary = manifest_summary(&report.manifest, &args.to);
@@ -297,6 +304,7 @@ async fn run_restore(args: RestoreArgs) -> Result<AgentSummary> {
     options.expect_manifest_sha256 = sha256_arg(args.expect_manifest_sha256)?;
     options.parallelism = positive(args.parallelism, "--parallelism")?;
     options.drop_existing = args.drop_existing;
+    options.users = args.users;
     options.skip_binlog = args.skip_binlog;
     options.progress_interval = Duration::from_secs(args.progress_interval);
     let report = restore::run(&options).await?;
@@ -399,6 +407,9 @@ pub fn describe(manifest: &Manifest) -> String {
             if database.routines.is_some() { "yes" } else { "none" },
             if database.triggers.is_some() { "yes" } else { "none" }
         ));
+    }
+    if manifest.users.is_some() {
+        out.push_str("users and grants: yes (restore --users)\n");
     }
     out
 }

@@ -67,6 +67,10 @@ pub struct Manifest {
     pub compression: Compression,
     pub data_format: String,
     pub databases: Vec<DatabaseEntry>,
+    /// `users.sql`: the accounts with privileges on the databases and those grants
+    /// (`backup --users`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub users: Option<FileEntry>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -156,6 +160,7 @@ impl Manifest {
             }
             files.extend(database.views.iter().chain(&database.routines).chain(&database.triggers));
         }
+        files.extend(&self.users);
         files
     }
 
@@ -238,6 +243,8 @@ fn file_entry_problem(file: &FileEntry) -> Option<String> {
 /// safe path segment.
 pub mod layout {
     use super::Compression;
+
+    pub const USERS: &str = "users.sql";
 
     pub fn database_schema(database: &str) -> String {
         format!("{}/database.sql", segment(database))
@@ -410,6 +417,7 @@ mod tests {
                 routines: None,
                 triggers: None,
             }],
+            users: None,
         }
     }
 

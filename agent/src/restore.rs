@@ -33,6 +33,8 @@ pub struct RestoreOptions {
     /// Replace what each database of the backup holds on the server (every table, view,
     /// routine and trigger), instead of refusing to overwrite a table or view.
     pub drop_existing: bool,
+    /// Recreate the accounts and grants of a backup taken with `--users`.
+    pub users: bool,
     /// Keep the restore out of the binary log (`sql_log_bin = 0`; needs the privilege).
     pub skip_binlog: bool,
     pub progress_interval: Duration,
@@ -48,6 +50,7 @@ impl RestoreOptions {
             databases: Vec::new(),
             parallelism: 2,
             drop_existing: false,
+            users: false,
             skip_binlog: false,
             progress_interval: Duration::from_secs(10),
         }
@@ -64,6 +67,9 @@ pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
     let storage = Storage::open(&options.from, &options.s3, false)?;
     let manifest = load_manifest(&storage, options.expect_manifest_sha256.as_deref()).await?;
     let databases = select_databases(&manifest, &options.databases)?;
+    if options.users && manifest.users.is_none() {
+        return Err(AgentError::Usage("the backup holds no users: it was taken without --users".into()));
+    }
     verify_files(&storage, &manifest, options.parallelism.max(2)).await?;
     tracing::info!("all {} files of the backup match the manifest", manifest.files().len());
 
@@ -99,7 +105,29 @@ pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
             }
         }
     }
+    if let Some(file) = manifest.users.as_ref().filter(|_| options.users) {
+        restore_users(&connector, &storage, file, options)
+            .await
+            .map_err(|error| AgentError::PartiallyRestored { restored: restored.join(", "), error: Box::new(error) })?;
+    }
     Ok(RestoreReport { manifest, tables, rows })
+}
+
+/// Creates the backup's accounts that do not exist and grants them their privileges.
+async fn restore_users(
+    connector: &Connector,
+    storage: &Storage,
+    file: &FileEntry,
+    options: &RestoreOptions,
+) -> Result<()> {
+    let mut conn = connector.connect().await?;
+    session_setup(connector, &mut conn, options).await?;
+    for statement in file_statements(storage, file).await? {
+        connector.execute(&mut conn, &statement, "recreating users and grants").await?;
+    }
+    let _ = conn.disconnect().await;
+    tracing::info!("users and grants recreated");
+    Ok(())
 }
 
 /// Refuses the restore before anything is written: an object of the backup that exists on

@@ -4,5 +4,6 @@
 pub mod catalog;
 pub mod connection;
 pub mod snapshot;
+pub mod users;
 
 pub use connection::{ConnectionSettings, Connector};

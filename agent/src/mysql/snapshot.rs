@@ -3,6 +3,10 @@
 //! position, then released. On MariaDB the block is `BACKUP STAGE BLOCK_COMMIT`, which waits
 //! only for commits in flight (not for long queries, as `FLUSH TABLES WITH READ LOCK` does);
 //! elsewhere, or without the privilege for it, `FLUSH TABLES WITH READ LOCK`.
+//!
+//! Before the catalog is read, DDL is blocked ([`block_ddl`]: `BACKUP STAGE BLOCK_DDL` on
+//! MariaDB, `LOCK INSTANCE FOR BACKUP` on MySQL 8) until the snapshot is open, so no table can
+//! be created, altered or dropped between the catalog the backup describes and the rows it reads.
 
 use futures::future::try_join_all;
 use mysql_async::Conn;
@@ -31,21 +35,76 @@ const WORKER_SETUP: [&str; 3] = [
     "SET SESSION net_write_timeout = 3600",
 ];
 
+/// How DDL is kept out from the catalog read to the snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DdlBlock {
+    /// MariaDB: `BACKUP STAGE START` + `BACKUP STAGE BLOCK_DDL`.
+    BackupStage,
+    /// MySQL 8: `LOCK INSTANCE FOR BACKUP`.
+    LockInstance,
+    /// Not available (no privilege, older server): DDL during the backup is not supported.
+    None,
+}
+
+/// Blocks DDL on the server for as long as `coordinator`'s session holds the block (released
+/// by [`open`] once the snapshot is open, or when the connection ends).
+pub async fn block_ddl(coordinator: &mut Conn, mariadb: bool) -> DdlBlock {
+    if mariadb {
+        let staged = async {
+            coordinator.query_drop("BACKUP STAGE START").await?;
+            coordinator.query_drop("BACKUP STAGE BLOCK_DDL").await
+        }
+        .await;
+        match staged {
+            Ok(()) => return DdlBlock::BackupStage,
+            Err(error) => {
+                tracing::warn!("BACKUP STAGE BLOCK_DDL unavailable ({error}); DDL during the backup is not blocked");
+                let _ = coordinator.query_drop("BACKUP STAGE END").await;
+            }
+        }
+        return DdlBlock::None;
+    }
+    match coordinator.query_drop("LOCK INSTANCE FOR BACKUP").await {
+        Ok(()) => DdlBlock::LockInstance,
+        Err(error) => {
+            tracing::warn!("LOCK INSTANCE FOR BACKUP unavailable ({error}); DDL during the backup is not blocked");
+            DdlBlock::None
+        }
+    }
+}
+
 pub async fn open(
     connector: &Connector,
     coordinator: &mut Conn,
     worker_count: usize,
     mariadb: bool,
+    ddl: DdlBlock,
 ) -> Result<Snapshot> {
     let mut workers = try_join_all((0..worker_count).map(|_| open_worker(connector))).await?;
-    let method = block_commits(connector, coordinator, mariadb).await?;
+    let method = match ddl {
+        DdlBlock::BackupStage => {
+            let during = "blocking commits for a consistent snapshot";
+            connector.execute(coordinator, "BACKUP STAGE BLOCK_COMMIT", during).await?;
+            BACKUP_STAGE
+        }
+        DdlBlock::LockInstance | DdlBlock::None => {
+            block_commits(connector, coordinator, mariadb && ddl == DdlBlock::None).await?
+        }
+    };
     let started = start_transactions(connector, &mut workers).await;
     let position = if started.is_ok() { read_position(coordinator, mariadb).await } else { None };
     let released = release(connector, coordinator, method).await;
+    let unlocked = match ddl {
+        DdlBlock::LockInstance => connector.execute(coordinator, "UNLOCK INSTANCE", "releasing the DDL block").await,
+        _ => Ok(()),
+    };
     started?;
     released?;
+    unlocked?;
     Ok(Snapshot { workers, method, position })
 }
+
+const BACKUP_STAGE: &str = "backup-stage-block-commit";
 
 async fn open_worker(connector: &Connector) -> Result<Conn> {
     let mut conn = connector.connect().await?;
@@ -63,7 +122,7 @@ async fn block_commits(connector: &Connector, coordinator: &mut Conn, mariadb: b
         }
         .await;
         match staged {
-            Ok(()) => return Ok("backup-stage-block-commit"),
+            Ok(()) => return Ok(BACKUP_STAGE),
             Err(error) => {
                 tracing::warn!("BACKUP STAGE unavailable ({error}); using FLUSH TABLES WITH READ LOCK");
                 let _ = coordinator.query_drop("BACKUP STAGE END").await;
@@ -94,7 +153,7 @@ async fn start_transactions(connector: &Connector, workers: &mut [Conn]) -> Resu
 }
 
 async fn release(connector: &Connector, coordinator: &mut Conn, method: &str) -> Result<()> {
-    let sql = if method == "backup-stage-block-commit" { "BACKUP STAGE END" } else { "UNLOCK TABLES" };
+    let sql = if method == BACKUP_STAGE { "BACKUP STAGE END" } else { "UNLOCK TABLES" };
     connector.execute(coordinator, sql, "releasing the snapshot lock").await
 }
 

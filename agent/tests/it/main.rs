@@ -3,6 +3,7 @@
 mod atomic;
 mod by_hand;
 mod consistency;
+mod ddl_users;
 mod failures;
 mod manifest;
 mod refusal;
