@@ -13,7 +13,8 @@
 #       (an image of this checkout the cluster can pull) it installs the chart first; without,
 #       the suite must already be installed (see e2e/README.md).
 #
-# FILTER: test name filters passed to the test binaries (e.g. `visitors::` or `drift`).
+# --test FILE: only the scenarios of e2e/tests/FILE.rs (repeatable).
+# FILTER: test name filters passed to the test binaries (e.g. `drift`).
 # Logs of a failed run (controllers, Jobs, MariaDB, the control plane) are copied to
 # target/e2e-logs/<time>/ (--local only: on another cluster use kubectl logs).
 set -euo pipefail
@@ -26,14 +27,16 @@ TEST_THREADS=${E2E_TEST_THREADS:-2}
 # Where the tests' OTLP receiver listens, and where the chart points the controllers (--local).
 OTLP_LISTEN=${E2E_OTLP_LISTEN:-127.0.0.1:14318}
 
-local_cluster=0 keep=0 filters=()
-for arg in "$@"; do
-    case $arg in
+local_cluster=0 keep=0 filters=() test_files=()
+while [ $# -gt 0 ]; do
+    case $1 in
         --local) local_cluster=1 ;;
         --keep) keep=1 ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-        *) filters+=("$arg") ;;
+        --test) test_files+=(--test "$2"); shift ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        *) filters+=("$1") ;;
     esac
+    shift
 done
 
 skip() { echo "e2e skipped: $*"; exit 0; }
@@ -133,13 +136,15 @@ export E2E_RELEASE_NAMESPACE=$NAMESPACE E2E_RELEASE=$RELEASE
 
 step "running the scenarios"
 status=0
-cargo test --locked -p visitors-e2e -- --ignored --test-threads="$TEST_THREADS" "${filters[@]}" 2>&1 | tee "$results" || status=$?
+# --no-fail-fast: every scenario file runs, so the table is complete.
+cargo test --locked --no-fail-fast -p visitors-e2e "${test_files[@]}" -- --ignored --test-threads="$TEST_THREADS" "${filters[@]}" 2>&1 |
+    tee "$results" || status=$?
 
 echo
 echo "e2e results:"
-printf '  %-70s %s\n' "scenario" "result"
-grep -E '^test [^ ]+ \.\.\. ' "$results" | sed -E 's/^test ([^ ]+) \.\.\. (.*)$/\1 \2/' |
-    while read -r name result; do printf '  %-70s %s\n' "$name" "$result"; done
+# "Running tests/visitors.rs (...)" names the file of the "test NAME ... RESULT" lines after it.
+awk '/^ *Running tests\// { file = $2; sub(/^tests\//, "", file); sub(/\.rs$/, "", file) }
+     /^test [^ ]+ \.\.\. / { printf "  %-90s %s\n", file "::" $2, $4 }' "$results"
 if [ "$status" != 0 ]; then
     keep_logs
     exit "$status"
