@@ -13,6 +13,7 @@ use futures::future::join_all;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
 use sha2::{Digest, Sha256};
+use tracing::Instrument;
 
 use crate::error::{AgentError, Result};
 use crate::format::{
@@ -262,7 +263,9 @@ async fn dump_all(
         queue: Mutex::new(tasks),
         failed: AtomicBool::new(false),
     });
-    let outcomes = join_all(workers.into_iter().map(|conn| tokio::spawn(run_worker(context.clone(), conn)))).await;
+    let outcomes =
+        join_all(workers.into_iter().map(|conn| tokio::spawn(run_worker(context.clone(), conn).in_current_span())))
+            .await;
     if let Some(reporter) = reporter {
         reporter.abort();
     }
@@ -524,8 +527,16 @@ async fn run_worker(context: Arc<DumpContext>, mut conn: Conn) -> Result<Vec<Tas
         let task = context.queue.lock().unwrap().pop_front();
         let Some(task) = task else { break };
         let outcome = match task {
-            Task::Range(range) => dump_range(&context, &mut conn, &range).await,
-            Task::Checksum { database, table } => checksum(&context, &mut conn, database, table).await,
+            Task::Range(range) => {
+                let (database, table) = context.names(range.database, range.table);
+                let span = tracing::info_span!("dump", database = %database, table = %table, range = range.range);
+                dump_range(&context, &mut conn, &range).instrument(span).await
+            }
+            Task::Checksum { database, table } => {
+                let (database_name, table_name) = context.names(database, table);
+                let span = tracing::info_span!("checksum", database = %database_name, table = %table_name);
+                checksum(&context, &mut conn, database, table).instrument(span).await
+            }
         };
         match outcome {
             Ok(result) => results.push(result),

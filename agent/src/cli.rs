@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
+use tracing::Instrument;
 use visitors_api::agent_summary::{AgentSummary, Operation};
 use visitors_api::text::truncate_on_char_boundary;
 
@@ -28,6 +29,8 @@ Environment:
   AWS_ENDPOINT_URL        S3-compatible endpoint, http:// allowed (optional)
   AWS_S3_FORCE_PATH_STYLE true to address buckets by path (always so with a custom endpoint)
   RUST_LOG                log filter (default info), logs and progress go to stderr
+  OTEL_EXPORTER_OTLP_ENDPOINT  export spans over OTLP/HTTP to this collector (optional)
+  TRACEPARENT             W3C trace context the spans continue (optional)
 
 Exit status: 0 on full success, 1 on any failure (the summary's error says why), 2 on bad usage.";
 
@@ -240,7 +243,21 @@ pub async fn main() -> i32 {
     };
     let started = Instant::now();
     let started_at = jiff::Timestamp::now();
-    let mut summary = match run(cli.command).await {
+    let span = tracing::info_span!(
+        "agent",
+        "otel.name" = operation_name(&cli.command),
+        "otel.status_code" = tracing::field::Empty,
+        "error.kind" = tracing::field::Empty,
+        location = %location,
+    );
+    crate::telemetry::continue_trace(&span);
+    let outcome = run(cli.command).instrument(span.clone()).await;
+    if let Err(error) = &outcome {
+        span.record("otel.status_code", "ERROR");
+        span.record("error.kind", error.kind());
+    }
+    drop(span);
+    let mut summary = match outcome {
         Ok(summary) => summary,
         Err(error) => {
             let line = error.one_line();
@@ -267,6 +284,15 @@ pub async fn main() -> i32 {
         eprintln!("warning: cannot write the summary to {}: {error}", path.display());
     }
     if summary.ok { 0 } else { 1 }
+}
+
+fn operation_name(command: &Command) -> &'static str {
+    match command {
+        Command::Backup(_) => "backup",
+        Command::Restore(_) => "restore",
+        Command::Verify(_) => "verify",
+        Command::Inspect(_) => "inspect",
+    }
 }
 
 async fn run(command: Command) -> Result<AgentSummary> {

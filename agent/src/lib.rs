@@ -4,7 +4,8 @@
 //! - [`backup`], [`restore`], [`verify`]: the operations;
 //! - [`mysql`]: connections, catalog, the shared snapshot;
 //! - [`storage`]: directories and S3 buckets through `object_store`;
-//! - [`format`]: the backup format (see docs/backup-format.md).
+//! - [`format`]: the backup format (see docs/backup-format.md);
+//! - [`telemetry`]: logs, and spans in the caller's trace.
 
 pub mod backup;
 pub mod cli;
@@ -14,6 +15,7 @@ pub mod mysql;
 pub mod progress;
 pub mod restore;
 pub mod storage;
+pub mod telemetry;
 pub mod verify;
 
 pub use error::{AgentError, Result};

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
+use tracing::Instrument;
 
 use crate::error::{AgentError, Result};
 use crate::format::{DatabaseEntry, FileEntry, Manifest, quote_ident, read_statements};
@@ -93,7 +94,8 @@ pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
             options,
             checksums_comparable,
         };
-        match context.run().await {
+        let span = tracing::info_span!("restore.database", database = %database.name);
+        match context.run().instrument(span).await {
             Ok(loaded) => {
                 restored.push(database.name.clone());
                 tables += database.tables.len() as u64;

@@ -8,6 +8,7 @@ use futures::future::join_all;
 use futures::{StreamExt, TryStreamExt};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
+use tracing::Instrument;
 
 use super::{RestoreOptions, session_setup};
 use crate::error::{AgentError, Result};
@@ -18,6 +19,7 @@ use crate::storage::Storage;
 
 struct LoadTask {
     target: String,
+    table: String,
     columns: Vec<String>,
     chunk: ChunkEntry,
 }
@@ -43,7 +45,12 @@ pub(super) async fn load_database(
     for table in &database.tables {
         let target = format!("{}.{}", quote_ident(schema), quote_ident(&table.name));
         for chunk in &table.chunks {
-            tasks.push(LoadTask { target: target.clone(), columns: table.columns.clone(), chunk: chunk.clone() });
+            tasks.push(LoadTask {
+                target: target.clone(),
+                table: table.name.clone(),
+                columns: table.columns.clone(),
+                chunk: chunk.clone(),
+            });
         }
     }
     tasks.sort_by_key(|task| std::cmp::Reverse(task.chunk.data_bytes));
@@ -59,7 +66,7 @@ pub(super) async fn load_database(
         progress: progress.clone(),
         queue: Mutex::new(tasks.into()),
     });
-    let workers = (0..workers).map(|_| tokio::spawn(load_worker(context.clone(), options.clone())));
+    let workers = (0..workers).map(|_| tokio::spawn(load_worker(context.clone(), options.clone()).in_current_span()));
     let outcomes = join_all(workers).await;
     if let Some(reporter) = reporter {
         reporter.abort();
@@ -77,7 +84,9 @@ async fn load_worker(context: Arc<LoadContext>, options: RestoreOptions) -> Resu
     loop {
         let task = context.queue.lock().unwrap().pop_front();
         let Some(task) = task else { break };
-        if let Err(error) = load_chunk(&context, &mut conn, &task).await {
+        let span =
+            tracing::info_span!("load", table = %task.table, chunk = %task.chunk.file.path, rows = task.chunk.rows);
+        if let Err(error) = load_chunk(&context, &mut conn, &task).instrument(span).await {
             // Others stop at their next chunk. The connection is dropped, not reused: the
             // server rolls back what the chunk loaded when it goes away.
             context.queue.lock().unwrap().clear();

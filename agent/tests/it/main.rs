@@ -11,6 +11,7 @@ mod roundtrip;
 mod s3;
 mod safety;
 mod support;
+mod telemetry;
 
 use std::path::Path;
 
