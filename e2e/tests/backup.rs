@@ -7,16 +7,19 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use visitors_api::MySQLBackup;
 use visitors_api::VisitorsApp;
 use visitors_api::backup::{BackupPhase, condition};
 use visitors_api::conditions;
-use visitors_e2e::{TestNamespace, app_ready_at_generation, cluster, create_book_app, wait_for};
+use visitors_e2e::{
+    TestNamespace, app_ready_at_generation, cluster, controller_metrics, controller_name, create_book_app,
+    metric_value, release_namespace, wait_for,
+};
 
 const APP: &str = "ex";
 const CLAIM: &str = "backups";
@@ -292,5 +295,68 @@ async fn a_schedule_every_minute_keeps_two_successful_runs_and_suspend_stops_it(
     tokio::time::sleep(Duration::from_secs(75)).await;
     let after: BTreeSet<String> = backups.list(&runs).await.unwrap().items.iter().map(|r| r.name_any()).collect();
     assert_eq!(before, after, "a suspended schedule creates no runs");
+    namespace.delete().await;
+}
+
+/// Waits until run `name` is Running with its agent pod started, and returns the pod's name.
+async fn running_pod(client: &Client, namespace: &str, backups: &Api<MySQLBackup>, name: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    wait_for(&format!("run {name} to be Running with its pod"), || async {
+        let phase = backups.get(name).await.map_err(|e| e.to_string())?.status.and_then(|s| s.phase);
+        let selector = format!("batch.kubernetes.io/job-name={name}-backup");
+        let listed = pods.list(&ListParams::default().labels(&selector)).await.map_err(|e| e.to_string())?;
+        let running =
+            listed.items.iter().find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+        match (phase, running) {
+            (Some(BackupPhase::Running), Some(pod)) => Ok(pod.name_any()),
+            (phase, _) => Err(format!("phase {phase:?}, {} pods", listed.items.len())),
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn chaos_a_controller_restart_harms_no_backup_and_a_killed_pod_fails_the_run() {
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-backup-chaos").await;
+    let ns = namespace.name.clone();
+    // About 200 MiB of rows, so that a backup runs long enough to be interrupted.
+    let big = "CREATE TABLE visitors.big (id INT PRIMARY KEY, a CHAR(32), b CHAR(32), c CHAR(32)); \
+               INSERT INTO visitors.big SELECT seq, MD5(seq), MD5(seq + 1), MD5(seq + 2) FROM seq_1_to_2000000;";
+    run_job(&client, &ns, "big", mariadb_job(&ns, "big", big)).await;
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+
+    // The backup controller's pod is deleted while a backup runs: the Job runs on, and the
+    // new controller finishes the run.
+    backups.create(&PostParams::default(), &backup_object("survives", json!({}))).await.expect("create run");
+    running_pod(&client, &ns, &backups, "survives").await;
+    let controllers: Api<Pod> = Api::namespaced(client.clone(), &release_namespace());
+    let selector = "app.kubernetes.io/component=backup-controller";
+    for pod in controllers.list(&ListParams::default().labels(selector)).await.unwrap().items {
+        controllers.delete(&pod.name_any(), &DeleteParams::default()).await.expect("delete the controller pod");
+    }
+    eprintln!("deleted the pods of {}", controller_name("backup"));
+    let survived = finished(&backups, "survives").await;
+    assert_succeeded(&survived);
+    assert!(survived.status.unwrap().rows.unwrap_or(0) >= 2_000_000);
+
+    // The Job's pod is deleted mid-run: the run fails with a reason, and the next run succeeds.
+    backups.create(&PostParams::default(), &backup_object("killed", json!({}))).await.expect("create run");
+    let pod = running_pod(&client, &ns, &backups, "killed").await;
+    Api::<Pod>::namespaced(client.clone(), &ns).delete(&pod, &DeleteParams::default()).await.expect("delete the pod");
+    let killed = finished(&backups, "killed").await;
+    let status = killed.status.clone().unwrap();
+    assert_eq!(status.phase, Some(BackupPhase::Failed), "{status:?}");
+    let ready = conditions::find(&status.conditions, conditions::READY).unwrap();
+    eprintln!("killed run: {} {}", ready.reason, ready.message);
+    assert!(["AgentFailed", "PodLost", "PodEvicted", "JobFailed"].contains(&ready.reason.as_str()), "{ready:?}");
+    assert!(events_of(&client, &ns, "killed").await.iter().any(|e| e.type_.as_deref() == Some("Warning")));
+
+    backups.create(&PostParams::default(), &backup_object("after", json!({}))).await.expect("create run");
+    assert_succeeded(&finished(&backups, "after").await);
+    let metrics = controller_metrics(&client, "backup").await.expect("the backup controller's metrics");
+    let succeeded = metric_value(&metrics, "visitors_operator_backup_runs_total", r#"result="succeeded""#);
+    assert!(succeeded.unwrap_or(0.0) >= 1.0, "{metrics}");
     namespace.delete().await;
 }
