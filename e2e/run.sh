@@ -26,6 +26,8 @@ NAMESPACE=${NAMESPACE:-visitors-operator-system}
 TEST_THREADS=${E2E_TEST_THREADS:-2}
 # Where the tests' OTLP receiver listens, and where the chart points the controllers (--local).
 OTLP_LISTEN=${E2E_OTLP_LISTEN:-127.0.0.1:14318}
+# The controllers' metrics ports on the emulated node, where every pod shares the host's ports.
+VISITORS_PORT=18080 BACKUP_PORT=18081 RESTORE_PORT=18082
 
 local_cluster=0 keep=0 filters=() test_files=()
 while [ $# -gt 0 ]; do
@@ -86,9 +88,9 @@ local_values() {
 {"image": {"repository": "localhost/visitors-operator", "tag": "dev", "pullPolicy": "Never"},
  "logFormat": "text", "logLevel": "info,kube=warn",
  "tracing": {"otlpEndpoint": "http://$OTLP_LISTEN"},
- "visitors": {"replicas": 1, "metricsPort": 18080},
- "backup": {"replicas": 1, "metricsPort": 18081},
- "restore": {"replicas": 1, "metricsPort": 18082}}
+ "visitors": {"replicas": 1, "metricsPort": $VISITORS_PORT},
+ "backup": {"replicas": 1, "metricsPort": $BACKUP_PORT},
+ "restore": {"replicas": 1, "metricsPort": $RESTORE_PORT}}
 EOF
 }
 
@@ -125,6 +127,7 @@ if [ "$local_cluster" = 1 ]; then
     start_local_cluster
     install_suite "$(local_values)"
     export E2E_NODE_LOGS="$TEST_CLUSTER_STATE/run/node/logs" E2E_OTLP_LISTEN=$OTLP_LISTEN
+    export E2E_METRICS_PORTS=visitors=$VISITORS_PORT,backup=$BACKUP_PORT,restore=$RESTORE_PORT
 else
     config="${KUBECONFIG:-$HOME/.kube/config}"
     [ -f "${config%%:*}" ] || skip "no cluster given (use --local, set KUBECONFIG, or create ~/.kube/config)"

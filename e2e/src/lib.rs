@@ -109,16 +109,50 @@ pub fn controller_name(key: &str) -> String {
     format!("{}-{key}-controller", release())
 }
 
-/// The text a controller serves at `/metrics`, read through the API server's Service proxy
-/// (so it works wherever the test runs, without a port-forward).
+/// The text a controller serves at `/metrics`. On the test cluster's node the controllers
+/// listen on the host, on the ports of `E2E_METRICS_PORTS` (`visitors=18080,...`, set by
+/// `e2e/run.sh --local`; a Service cannot reach them there, as Endpoints refuse loopback
+/// addresses); elsewhere it is read through the API server's Service proxy.
 pub async fn controller_metrics(client: &Client, key: &str) -> Result<String, String> {
+    if let Some(port) = local_metrics_port(key) {
+        return http_get(&format!("http://127.0.0.1:{port}/metrics")).await;
+    }
     let path = format!(
         "/api/v1/namespaces/{}/services/{}-metrics:metrics/proxy/metrics",
         release_namespace(),
         controller_name(key)
     );
     let request = http::Request::get(&path).body(Vec::new()).map_err(|e| e.to_string())?;
-    client.request_text(request).await.map_err(|e| format!("GET {path}: {e}"))
+    tokio::time::timeout(HTTP_TIMEOUT, client.request_text(request))
+        .await
+        .map_err(|_| format!("GET {path}: no answer in {HTTP_TIMEOUT:?}"))?
+        .map_err(|e| format!("GET {path}: {e}"))
+}
+
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn local_metrics_port(key: &str) -> Option<u16> {
+    let ports = std::env::var("E2E_METRICS_PORTS").ok()?;
+    ports.split(',').filter_map(|pair| pair.split_once('=')).find(|(k, _)| *k == key).and_then(|(_, p)| p.parse().ok())
+}
+
+/// A plain HTTP/1.0 GET of a local `http://` URL (a controller's metrics server), bounded in time.
+pub async fn http_get(url: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("{url}: only http:// URLs"))?;
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(host).await.map_err(|e| format!("{url}: {e}"))?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.map_err(|e| format!("{url}: {e}"))?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.map_err(|e| format!("{url}: {e}"))?;
+        Ok::<_, String>(response)
+    };
+    let response = tokio::time::timeout(HTTP_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("{url}: no answer in {HTTP_TIMEOUT:?}"))??;
+    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).ok_or_else(|| format!("{url}: no body"))
 }
 
 /// The value of the sample `name{labels}` in Prometheus text, e.g.

@@ -82,8 +82,11 @@ async fn run(client: &Client, options: &Options) -> Result<serde_json::Value, St
         .map(|name| {
             let apps = apps.clone();
             async move {
-                let spec = VisitorsAppSpec { size: 1, title: Some("Custom Dashboard Title".into()), ..Default::default() };
-                apps.create(&PostParams::default(), &VisitorsApp::new(&name, spec)).await.map_err(|e| format!("{name}: {e}"))
+                let spec =
+                    VisitorsAppSpec { size: 1, title: Some("Custom Dashboard Title".into()), ..Default::default() };
+                apps.create(&PostParams::default(), &VisitorsApp::new(&name, spec))
+                    .await
+                    .map_err(|e| format!("{name}: {e}"))
             }
         })
         .buffer_unordered(CREATE_CONCURRENCY)
@@ -141,7 +144,8 @@ async fn create_namespace(client: &Client, name: &str) -> Result<(), String> {
 /// The apps that lack `observedGeneration` 1, their StatefulSet or either Deployment.
 async fn not_yet_reconciled(client: &Client, namespace: &str, names: &[String]) -> Result<Vec<String>, String> {
     let list = ListParams::default();
-    let apps = Api::<VisitorsApp>::namespaced(client.clone(), namespace).list(&list).await.map_err(|e| e.to_string())?;
+    let apps =
+        Api::<VisitorsApp>::namespaced(client.clone(), namespace).list(&list).await.map_err(|e| e.to_string())?;
     let observed: HashSet<String> = apps
         .items
         .iter()
@@ -177,19 +181,7 @@ async fn not_yet_reconciled(client: &Client, namespace: &str, names: &[String]) 
 }
 
 async fn reconciles(metrics_url: &str) -> Result<f64, String> {
-    let text = http_get(metrics_url).await?;
+    let text = visitors_e2e::http_get(metrics_url).await?;
     visitors_e2e::metric_value(&text, "visitors_operator_reconciles_total", r#"controller="visitors-controller""#)
         .ok_or_else(|| format!("no visitors_operator_reconciles_total at {metrics_url}"))
-}
-
-/// A plain HTTP/1.0 GET of a local URL (the controller's metrics server).
-async fn http_get(url: &str) -> Result<String, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.strip_prefix("http://").ok_or_else(|| format!("{url}: only http:// URLs"))?;
-    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
-    let mut stream = tokio::net::TcpStream::connect(host).await.map_err(|e| format!("{url}: {e}"))?;
-    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes()).await.map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
-    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).ok_or_else(|| format!("{url}: no body"))
 }
