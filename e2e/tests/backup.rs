@@ -55,7 +55,7 @@ fn mariadb_job(namespace: &str, name: &str, sql: &str) -> Value {
             "restartPolicy": "Never",
             "containers": [{
                 "name": "sql", "image": "mariadb:11",
-                "command": ["mariadb", "-h", format!("ex-mysql.{namespace}.svc"), "-uroot", "-e", sql],
+                "command": ["mariadb", "-h", format!("ex-mysql.{namespace}.svc"), "-uroot", "visitors", "-e", sql],
                 "env": [{"name": "MYSQL_PWD", "valueFrom": {"secretKeyRef": {"name": "ex-mysql-credentials", "key": "root-password"}}}],
             }],
         }}},
