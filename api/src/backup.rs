@@ -57,7 +57,7 @@ pub mod condition {
     ),
     printcolumn(
         name = "Next",
-        type_ = "date",
+        type_ = "string",
         json_path = ".status.nextScheduleTime",
         description = "Next fire time of a schedule"
     ),

@@ -350,7 +350,7 @@ async fn chaos_a_controller_restart_harms_no_backup_and_a_killed_pod_fails_the_r
     assert_eq!(status.phase, Some(BackupPhase::Failed), "{status:?}");
     let ready = conditions::find(&status.conditions, conditions::READY).unwrap();
     eprintln!("killed run: {} {}", ready.reason, ready.message);
-    assert!(["AgentFailed", "PodLost", "PodEvicted", "JobFailed"].contains(&ready.reason.as_str()), "{ready:?}");
+    assert!(["AgentFailed", "PodDeleted", "PodLost"].contains(&ready.reason.as_str()), "{ready:?}");
     assert!(events_of(&client, &ns, "killed").await.iter().any(|e| e.type_.as_deref() == Some("Warning")));
 
     backups.create(&PostParams::default(), &backup_object("after", json!({}))).await.expect("create run");

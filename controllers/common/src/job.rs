@@ -247,6 +247,9 @@ fn failure(
     if let Some(message) = pods.iter().find_map(out_of_memory) {
         return failed("OutOfMemory", message, None);
     }
+    if let Some(message) = pods.iter().find_map(deleted) {
+        return failed("PodDeleted", message, None);
+    }
     if let Some(message) = pods.iter().find_map(exit_without_summary) {
         return failed("AgentFailed", message, None);
     }
@@ -306,6 +309,13 @@ fn disruption(pod: &Pod) -> Option<(&'static str, String)> {
     }
     (status.reason.as_deref() == Some("Evicted"))
         .then(|| ("PodEvicted", format!("pod {name} was evicted: {}", status.message.clone().unwrap_or_default())))
+}
+
+/// A pod someone deleted while the agent ran (the Job controller counts it failed at once).
+fn deleted(pod: &Pod) -> Option<String> {
+    pod.metadata.deletion_timestamp.as_ref()?;
+    let name = pod.metadata.name.as_deref().unwrap_or("the pod");
+    Some(format!("pod {name} was deleted before the agent finished"))
 }
 
 fn out_of_memory(pod: &Pod) -> Option<String> {
@@ -500,6 +510,12 @@ mod tests {
         assert_eq!(reason_of(failed("BackoffLimitExceeded"), &[kubelet_evicted]).0, "PodEvicted");
 
         assert_eq!(reason_of(failed("BackoffLimitExceeded"), &[exited(137, "OOMKilled", None)]).0, "OutOfMemory");
+        let mut deleted = pod(None);
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()));
+        let (reason, message) = reason_of(failed("BackoffLimitExceeded"), &[deleted]);
+        assert_eq!(reason, "PodDeleted");
+        assert!(message.contains("run-backup-x was deleted"), "{message}");
         assert_eq!(reason_of(failed("BackoffLimitExceeded"), &[]).0, "PodLost");
         let (reason, message) = reason_of(failed("BackoffLimitExceeded"), &[exited(2, "Error", None)]);
         assert_eq!(reason, "AgentFailed");
