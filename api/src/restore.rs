@@ -118,6 +118,12 @@ pub struct MySQLRestoreStatus {
     /// Wall time of the restore in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_seconds: Option<f64>,
+    /// The `MySQLBackup` run restored, when the source names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_name: Option<String>,
+    /// When the restored backup run completed (the point in time the database is back at).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_completion_time: Option<Time>,
     /// Where the restored backup was read from, for example `s3://bucket/prefix/ns/app/run`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<String>,
@@ -133,6 +139,24 @@ pub struct MySQLRestoreStatus {
     /// Why the restore failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+impl MySQLRestore {
+    /// Whether this restore keeps its app's backend stopped now: it asks to quiesce, is not
+    /// being deleted, and holds the database (from `Quiescing` until it ends). A restore that
+    /// still waits for its backup or for the database lock does not stop the app.
+    pub fn quiesces_app(&self) -> bool {
+        let holding = matches!(
+            self.status.as_ref().and_then(|s| s.phase),
+            Some(RestorePhase::Quiescing | RestorePhase::Running | RestorePhase::Verifying)
+        );
+        self.spec.quiesce() && self.metadata.deletion_timestamp.is_none() && holding
+    }
+
+    /// Whether the restore has ended for good.
+    pub fn has_ended(&self) -> bool {
+        matches!(self.status.as_ref().and_then(|s| s.phase), Some(RestorePhase::Succeeded | RestorePhase::Failed))
+    }
 }
 
 impl MySQLRestoreSpec {
@@ -201,6 +225,32 @@ mod tests {
         let mut spec = from_backup("nightly-1");
         spec.source.storage = Some(BackupStorage::default());
         assert_eq!(spec.validate().unwrap_err().first_field(), "spec.source");
+    }
+
+    #[test]
+    fn only_a_restore_holding_the_database_quiesces_its_app() {
+        let mut restore = MySQLRestore::new("r1", from_backup("nightly-1"));
+        let with_phase = |restore: &mut MySQLRestore, phase| {
+            restore.status = Some(MySQLRestoreStatus { phase: Some(phase), ..Default::default() });
+        };
+        assert!(!restore.quiesces_app(), "no phase yet");
+        for (phase, quiesces) in [
+            (RestorePhase::Pending, false),
+            (RestorePhase::Quiescing, true),
+            (RestorePhase::Running, true),
+            (RestorePhase::Verifying, true),
+            (RestorePhase::Succeeded, false),
+            (RestorePhase::Failed, false),
+        ] {
+            with_phase(&mut restore, phase);
+            assert_eq!(restore.quiesces_app(), quiesces, "{phase:?}");
+        }
+        with_phase(&mut restore, RestorePhase::Running);
+        restore.spec.quiesce = Some(false);
+        assert!(!restore.quiesces_app(), "quiesce: false");
+        restore.spec.quiesce = None;
+        restore.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::from_second(1_800_000_000).unwrap()));
+        assert!(!restore.quiesces_app(), "being deleted");
     }
 
     #[test]
