@@ -3,7 +3,9 @@
 # controller's, not a thousand databases'). For each N: a fresh control plane, the release
 # build of visitors-controller as a local process, N book VisitorsApps created at once;
 # reports seconds until every app has observedGeneration 1 and its children, reconciles per
-# waiting app per minute over an idle window, and the controller's peak RSS.
+# waiting app per minute over an idle window, and the controller's peak RSS. Without a node no
+# database becomes ready, so every app waits, and the backend (gated on the database) is not
+# created: "its children" are the MySQL StatefulSet, Services, Secret and frontend Deployment.
 #
 #   bench/controllers/scale.sh [N ...]          default: 100 1000
 #

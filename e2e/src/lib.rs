@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use visitors_api::VisitorsApp;
@@ -193,4 +194,10 @@ pub async fn create_book_app(apps: &Api<VisitorsApp>, name: &str) -> VisitorsApp
         visitors_api::VisitorsAppSpec { size: 1, title: Some("Custom Dashboard Title".into()), ..Default::default() },
     );
     apps.create(&PostParams::default(), &book).await.expect("create the book's VisitorsApp")
+}
+
+/// Whether the API server reports `crd` as established (its kind is served).
+pub fn is_established(crd: &CustomResourceDefinition) -> bool {
+    let conditions = crd.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"))
 }

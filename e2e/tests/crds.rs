@@ -5,7 +5,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use visitors_e2e::{TestNamespace, cluster, repo_root};
+use visitors_e2e::{TestNamespace, cluster, is_established, repo_root};
 
 const CRDS: [&str; 3] = ["visitorsapps.example.com", "mysqlbackups.example.com", "mysqlrestores.example.com"];
 
@@ -36,13 +36,7 @@ async fn crds_are_established() {
     let crds: Api<CustomResourceDefinition> = Api::all(client);
     for name in CRDS {
         let crd = crds.get(name).await.unwrap_or_else(|e| panic!("{name} is not installed: {e}"));
-        let established = crd
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        assert!(established, "{name} is not established");
+        assert!(is_established(&crd), "{name} is not established");
     }
 }
 

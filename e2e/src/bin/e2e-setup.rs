@@ -78,13 +78,7 @@ async fn apply_crd(client: &Client, crd: CustomResourceDefinition) -> Result<(),
     let deadline = tokio::time::Instant::now() + ESTABLISH_TIMEOUT;
     loop {
         let current = api.get(&name).await.map_err(|e| format!("reading CRD {name}: {e}"))?;
-        let established = current
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
+        if visitors_e2e::is_established(&current) {
             println!("CRD {name}: established");
             return Ok(());
         }
