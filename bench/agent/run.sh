@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Benchmark of visitors-agent against mariadb-dump and mydumper/myloader (issue 4).
+# Benchmark of visitors-agent against mariadb-dump and mydumper/myloader (issues 4 and 9).
 #
-# Starts its own throwaway MariaDB server, generates a dataset (one large table holding 80% of
-# the data and 50 small tables), then on the same server and data:
+# Starts its own throwaway MariaDB server and, for each dataset of --datasets, generates it (one
+# large table holding 80% of the data and 50 small tables), then on the same server and data:
 #   backup:  visitors-agent backup | mariadb-dump --single-transaction --quick | zstd | mydumper -c
 #   restore: visitors-agent restore | zstd -dc dump | mariadb                         | myloader
 # and reports wall time, throughput (MiB/s of table data = SUM(DATA_LENGTH) after ANALYZE),
-# server CPU seconds (from /proc of mariadbd) and the agent's peak memory (/usr/bin/time -v).
+# server CPU seconds (from /proc of mariadbd), the client side's CPU seconds (the agent, or the
+# dump/load programs with zstd; user+system from /usr/bin/time -v) and the agent's peak memory.
 #
-# Usage: bench/agent/run.sh [--size-mib N] [--threads N] [--levels "1 3"] [--agent PATH] [--keep]
+# Datasets: "compressible" (generated text that zstd -1 shrinks about 4:1) and "realistic"
+# (random-looking identifiers, hashes, amounts and times that it shrinks about 2.5:1, like the
+# production-like data of issue 9).
+#
+# Usage: bench/agent/run.sh [--size-mib N] [--threads N] [--levels "1 3"] [--datasets "compressible realistic"]
+#                           [--agent PATH] [--keep]
 # Backups run at each zstd level of --levels (agent and mariadb-dump at the same level);
 # restores use the backups of the first level.
 # Needs: mariadb-server mariadb-client zstd mydumper time (Debian packages), and a release
@@ -18,6 +24,7 @@ set -euo pipefail
 SIZE_MIB=1024
 THREADS=2
 LEVELS="1 3"
+DATASETS="compressible realistic"
 AGENT=""
 KEEP=0
 while [[ $# -gt 0 ]]; do
@@ -25,6 +32,7 @@ while [[ $# -gt 0 ]]; do
     --size-mib) SIZE_MIB="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
     --levels) LEVELS="$2"; shift 2 ;;
+    --datasets) DATASETS="$2"; shift 2 ;;
     --agent) AGENT="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -69,44 +77,62 @@ root_sql "CREATE USER 'bench'@'%' IDENTIFIED BY '$MYSQL_PWD'; GRANT ALL ON *.* T
 TCP=(-h 127.0.0.1 -P "$PORT" -u bench)
 AGENT_TCP=(--host 127.0.0.1 --port "$PORT" --user bench)
 
-# ---- dataset ---------------------------------------------------------------------------
+# ---- datasets --------------------------------------------------------------------------
 ROW_BYTES=230   # InnoDB bytes per row of the tables below, measured
 BIG_ROWS=$(( SIZE_MIB * 1024 * 1024 * 8 / 10 / ROW_BYTES ))
 SMALL_ROWS=$(( SIZE_MIB * 1024 * 1024 * 2 / 10 / 50 / ROW_BYTES ))
 COLUMNS="id BIGINT PRIMARY KEY, account INT NOT NULL, code CHAR(40) NOT NULL, note VARCHAR(255) NOT NULL,
   amount DECIMAL(12,2) NOT NULL, created DATETIME(3) NOT NULL"
-ROW="seq, seq % 100003, SHA1(seq), CONCAT(MD5(seq), ' ', REPEAT(CHAR(97 + seq % 26), seq % 100), ' ', MD5(seq + 1)),
-  (seq % 1000000) / 100, '2020-01-01' + INTERVAL seq SECOND"
-echo "generating ~${SIZE_MIB} MiB: big (${BIG_ROWS} rows) + 50 small tables (${SMALL_ROWS} rows each)" >&2
-gen_start=$(date +%s)
-root_sql "CREATE DATABASE bench; CREATE TABLE bench.big ($COLUMNS, KEY (account));"
-for (( from = 1; from <= BIG_ROWS; from += 250000 )); do
-  to=$(( from + 249999 < BIG_ROWS ? from + 249999 : BIG_ROWS ))
-  root_sql "INSERT INTO bench.big SELECT $ROW FROM seq_${from}_to_${to}"
-done
-for i in $(seq 1 50); do
-  root_sql "CREATE TABLE bench.small_$i ($COLUMNS); INSERT INTO bench.small_$i SELECT $ROW FROM seq_1_to_${SMALL_ROWS};"
-done
-root_sql "$(for t in big $(seq -f 'small_%g' 1 50); do echo "ANALYZE TABLE bench.$t;"; done)" >/dev/null
-DATA_BYTES=$(root_sql "SELECT SUM(DATA_LENGTH) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'bench'")
-DATA_MIB=$(awk "BEGIN { printf \"%.0f\", $DATA_BYTES / 1048576 }")
-echo "generated ${DATA_MIB} MiB of table data in $(( $(date +%s) - gen_start ))s" >&2
-CHECKSUM_BEFORE=$(root_sql "CHECKSUM TABLE bench.big, bench.small_50")
+# The row expression of each dataset, over seq. "realistic" takes its values from RAND(seed), so
+# every run generates the same data.
+row_of() {
+  case "$1" in
+    compressible) echo "seq, seq % 100003, SHA1(seq), CONCAT(MD5(seq), ' ', REPEAT(CHAR(97 + seq % 26), seq % 100), ' ', MD5(seq + 1)),
+      (seq % 1000000) / 100, '2020-01-01' + INTERVAL seq SECOND" ;;
+    realistic) echo "seq, FLOOR(RAND(seq) * 2000000000), SHA1(RAND(seq + 1)),
+      CONCAT(ELT(1 + FLOOR(RAND(seq + 2) * 6), 'paid', 'refunded', 'pending', 'failed', 'disputed', 'settled'), ' ',
+        ELT(1 + FLOOR(RAND(seq + 10) * 4), 'card payment', 'bank transfer', 'direct debit', 'voucher'), ' ',
+        LEFT(MD5(RAND(seq + 3)), 8 + FLOOR(RAND(seq + 4) * 24)), ' ', CONV(FLOOR(RAND(seq + 5) * 1e15), 10, 36), ' ',
+        LEFT(TO_BASE64(SHA2(RAND(seq + 6), 256)), FLOOR(RAND(seq + 7) * 24))),
+      ROUND(RAND(seq + 8) * 100000, 2), '2020-01-01' + INTERVAL FLOOR(RAND(seq + 9) * 150000000) SECOND" ;;
+    *) echo "unknown dataset $1" >&2; exit 2 ;;
+  esac
+}
+generate() {
+  local row; row=$(row_of "$1")
+  echo "generating the $1 dataset, ~${SIZE_MIB} MiB: big (${BIG_ROWS} rows) + 50 small tables (${SMALL_ROWS} rows each)" >&2
+  local gen_start; gen_start=$(date +%s)
+  root_sql "DROP DATABASE IF EXISTS bench; CREATE DATABASE bench; CREATE TABLE bench.big ($COLUMNS, KEY (account));"
+  for (( from = 1; from <= BIG_ROWS; from += 250000 )); do
+    to=$(( from + 249999 < BIG_ROWS ? from + 249999 : BIG_ROWS ))
+    root_sql "INSERT INTO bench.big SELECT $row FROM seq_${from}_to_${to}"
+  done
+  for i in $(seq 1 50); do
+    root_sql "CREATE TABLE bench.small_$i ($COLUMNS); INSERT INTO bench.small_$i SELECT $row FROM seq_1_to_${SMALL_ROWS};"
+  done
+  root_sql "$(for t in big $(seq -f 'small_%g' 1 50); do echo "ANALYZE TABLE bench.$t;"; done)" >/dev/null
+  DATA_BYTES=$(root_sql "SELECT SUM(DATA_LENGTH) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'bench'")
+  DATA_MIB=$(awk "BEGIN { printf \"%.0f\", $DATA_BYTES / 1048576 }")
+  echo "generated ${DATA_MIB} MiB of table data in $(( $(date +%s) - gen_start ))s" >&2
+  CHECKSUM_BEFORE=$(root_sql "CHECKSUM TABLE bench.big, bench.small_50")
+}
 
 # ---- measurement helpers ---------------------------------------------------------------
 TICKS=$(getconf CLK_TCK)
 server_cpu() { awk -v t="$TICKS" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$SERVER_PID/stat"; }
 RESULTS="$WORK/results.md"
-printf '| step | tool | wall s | MiB/s | server CPU s | agent peak RSS MiB | stored MiB |\n|---|---|---|---|---|---|---|\n' > "$RESULTS"
+: > "$RESULTS"
 # measure STEP TOOL STORED_PATH COMMAND...: runs the command, appends a result row.
 measure() {
   local step="$1" tool="$2" stored="$3"; shift 3
   sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
-  local cpu0 t0 t1 cpu1 rss="-" size="-"
+  local cpu0 t0 t1 cpu1 rss="-" size="-" client
+  rm -rf "$stored"
   cpu0=$(server_cpu); t0=$(date +%s.%N)
   /usr/bin/time -v -o "$WORK/time.txt" "$@" > "$WORK/out.txt" 2> "$WORK/err.txt" || {
     echo "$tool $step failed:" >&2; tail -5 "$WORK/err.txt" >&2; exit 1; }
   t1=$(date +%s.%N); cpu1=$(server_cpu)
+  client=$(awk '/User time|System time/ { s += $NF } END { printf "%.1f", s }' "$WORK/time.txt")
   if [[ "$tool" == visitors-agent* ]]; then
     rss=$(awk '/Maximum resident set size/ { printf "%.0f", $6 / 1024 }' "$WORK/time.txt")
   fi
@@ -114,7 +140,8 @@ measure() {
   local wall; wall=$(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }")
   local rate; rate=$(awk "BEGIN { printf \"%.1f\", $DATA_MIB / ($t1 - $t0) }")
   local cpu; cpu=$(awk "BEGIN { printf \"%.1f\", $cpu1 - $cpu0 }")
-  printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$step" "${tool//|/\\|}" "$wall" "$rate" "$cpu" "$rss" "$size" | tee -a "$RESULTS" >&2
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$step" "${tool//|/\\|}" "$wall" "$rate" "$cpu" "$client" "$rss" "$size" \
+    | tee -a "$RESULTS" >&2
 }
 drop_bench() { root_sql "DROP DATABASE IF EXISTS bench"; }
 check_restored() {
@@ -122,31 +149,45 @@ check_restored() {
   [[ "$after" == "$CHECKSUM_BEFORE" ]] || { echo "restored data differs after $1" >&2; exit 1; }
 }
 
-# ---- backups ---------------------------------------------------------------------------
-for LEVEL in $LEVELS; do
-  measure backup "visitors-agent (zstd -$LEVEL, $THREADS workers)" "$WORK/agent-$LEVEL" \
-    "$AGENT" backup --to "file://$WORK/agent-$LEVEL" "${AGENT_TCP[@]}" --database bench --parallelism "$THREADS" \
-    --compression zstd --compression-level "$LEVEL" --progress-interval 0
-  measure backup "mariadb-dump --single-transaction --quick | zstd -$LEVEL" "$WORK/dump-$LEVEL.sql.zst" \
-    bash -c "mariadb-dump ${TCP[*]} --single-transaction --quick --databases bench | zstd -q -$LEVEL -o '$WORK/dump-$LEVEL.sql.zst'"
-done
-FIRST_LEVEL="${LEVELS%% *}"
-measure backup "mydumper -t $THREADS -c --rows 500000 (gzip)" "$WORK/mydumper" \
-  mydumper "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -c --rows 500000 -B bench -o "$WORK/mydumper"
+run_dataset() {
+  generate "$1"
+  {
+    echo
+    echo "Dataset $1: ${DATA_MIB} MiB of table data (SUM(DATA_LENGTH)), big: ${BIG_ROWS} rows, 50 x ${SMALL_ROWS} rows"
+    echo
+    echo '| step | tool | wall s | MiB/s | server CPU s | client CPU s | agent peak RSS MiB | stored MiB |'
+    echo '|---|---|---|---|---|---|---|---|'
+  } >> "$RESULTS"
+  # ---- backups ---------------------------------------------------------------------------
+  for LEVEL in $LEVELS; do
+    measure backup "visitors-agent (zstd -$LEVEL, $THREADS workers)" "$WORK/agent-$LEVEL" \
+      "$AGENT" backup --to "file://$WORK/agent-$LEVEL" "${AGENT_TCP[@]}" --database bench --parallelism "$THREADS" \
+      --compression zstd --compression-level "$LEVEL" --progress-interval 0
+    measure backup "mariadb-dump --single-transaction --quick | zstd -$LEVEL" "$WORK/dump-$LEVEL.sql.zst" \
+      bash -c "mariadb-dump ${TCP[*]} --single-transaction --quick --databases bench | zstd -q -$LEVEL -o '$WORK/dump-$LEVEL.sql.zst'"
+  done
+  FIRST_LEVEL="${LEVELS%% *}"
+  measure backup "mydumper -t $THREADS -c --rows 500000 (gzip)" "$WORK/mydumper" \
+    mydumper "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -c --rows 500000 -B bench -o "$WORK/mydumper"
 
-# ---- restores --------------------------------------------------------------------------
-drop_bench
-measure restore "visitors-agent ($THREADS workers)" "" \
-  "$AGENT" restore --from "file://$WORK/agent-$FIRST_LEVEL" "${AGENT_TCP[@]}" --parallelism "$THREADS" --progress-interval 0
-check_restored "visitors-agent restore"
-drop_bench
-measure restore "zstd -dc | mariadb" "" bash -c "zstd -dc '$WORK/dump-$FIRST_LEVEL.sql.zst' | mariadb ${TCP[*]}"
-check_restored "mariadb"
-drop_bench
-measure restore "myloader -t $THREADS" "" myloader "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -d "$WORK/mydumper" -o
-check_restored "myloader"
+  # ---- restores --------------------------------------------------------------------------
+  drop_bench
+  measure restore "visitors-agent ($THREADS workers)" "" \
+    "$AGENT" restore --from "file://$WORK/agent-$FIRST_LEVEL" "${AGENT_TCP[@]}" --parallelism "$THREADS" --progress-interval 0
+  check_restored "visitors-agent restore"
+  drop_bench
+  measure restore "zstd -dc | mariadb" "" bash -c "zstd -dc '$WORK/dump-$FIRST_LEVEL.sql.zst' | mariadb ${TCP[*]}"
+  check_restored "mariadb"
+  drop_bench
+  measure restore "myloader -t $THREADS" "" myloader "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -d "$WORK/mydumper" -o
+  check_restored "myloader"
+}
+
+for DATASET in $DATASETS; do
+  run_dataset "$DATASET"
+done
 
 echo
-echo "Dataset: ${DATA_MIB} MiB of table data (SUM(DATA_LENGTH)), big: ${BIG_ROWS} rows, 50 x ${SMALL_ROWS} rows;" \
-  "threads ${THREADS}, zstd levels ${LEVELS}, $(mariadbd --version | awk '{print $3}'), $(nproc) cores"
+echo "Threads ${THREADS}, zstd levels ${LEVELS}, $(mariadbd --version | awk '{print $3}'), $(nproc) cores," \
+  "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 cat "$RESULTS"
