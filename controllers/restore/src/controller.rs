@@ -1,71 +1,186 @@
-//! The MySQLRestore reconcile: validate the spec, report it in status and events.
-//! Running restores (quiesce, Job, verify) comes with the restore controller issue.
+//! The MySQLRestore reconcile pipeline (see [`crate::run`]), its error policy and its watches:
+//! the restores, their Jobs, and the backend Deployments they wait on while quiescing.
 
 use std::sync::Arc;
 
-use controller_common::runner::{Identity, drive, primary_stream, scoped_api};
-use controller_common::{ControllerArgs, ReconcileFailure, Runtime};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector;
+use controller_common::finalizer::{FinalizerError, reconcile_with_finalizer};
+use controller_common::runner::{Identity, api_in, drive, primary_stream};
+use controller_common::{ReconcileFailure, Runtime};
+use futures::Stream;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use visitors_api::MySQLRestore;
-
-use crate::status;
+use visitors_api::labels::MANAGED_BY;
 
 pub const IDENTITY: Identity = Identity { name: "restore-controller", crd: "mysqlrestores.example.com" };
+/// Held on a restore until its Job is stopped and its database lock released.
+pub const FINALIZER: &str = "example.com/restore-cleanup";
+
+/// What the controller is configured with beyond the shared flags.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// The image of the agent Jobs.
+    pub agent_image: String,
+    /// The OTLP endpoint handed to the agent, when the controller exports traces.
+    pub otlp_endpoint: Option<String>,
+}
 
 pub struct Context {
     pub runtime: Arc<Runtime>,
+    pub settings: Settings,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API request failed: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("MySQLRestore has no namespace")]
-    NoNamespace,
+    #[error(
+        "MySQLRestore {0:?} has no namespace, but the kind is namespaced; this is a bug in the API server or the CRD"
+    )]
+    NoNamespace(String),
+    #[error("{action} failed: {}", explain(.source))]
+    Kube {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the finalizer {FINALIZER} could not be handled: {0}")]
+    Finalizer(String),
 }
 
 impl ReconcileFailure for Error {
     fn metric_label(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "Kube",
-            Error::NoNamespace => "NoNamespace",
+            Error::NoNamespace(_) => "NoNamespace",
+            Error::Finalizer(_) => "Finalizer",
+            Error::Kube { source: kube::Error::Api(status), .. } if status.code == 403 => "Forbidden",
+            Error::Kube { source: kube::Error::Api(status), .. } if status.code == 409 => "Conflict",
+            Error::Kube { source: kube::Error::Api(status), .. } if status.code == 422 || status.code == 400 => {
+                "Rejected"
+            }
+            Error::Kube { .. } => "Kube",
         }
     }
 }
 
-pub async fn reconcile(restore: Arc<MySQLRestore>, context: Arc<Context>) -> Result<Action, Error> {
-    let runtime = &context.runtime;
-    runtime.instrumented(&*restore, reconcile_restore(&restore, runtime)).await
-}
-
-async fn reconcile_restore(restore: &MySQLRestore, runtime: &Runtime) -> Result<Action, Error> {
-    restore.namespace().ok_or(Error::NoNamespace)?;
-    let validation = restore.spec.validate();
-    let desired = status::desired(restore, &validation, Time(jiff::Timestamp::now()));
-    let wrote = runtime.write_status(restore, restore.status.as_ref(), &desired).await?;
-    Ok(match validation {
-        Ok(()) => runtime.converged(restore),
-        Err(invalid) => {
-            if wrote {
-                runtime.report_invalid_spec(restore, &invalid).await;
-            }
-            runtime.until_spec_changes(restore)
+fn explain(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 && status.message.contains(" cannot ") => format!(
+            "the controller's ServiceAccount lacks a permission ({}); check the Role or ClusterRole from the Helm chart",
+            status.message
+        ),
+        kube::Error::Api(status) => {
+            format!("the API server answered {} {}: {}", status.code, status.reason, status.message)
         }
-    })
+        other => format!("{other} (is the API server reachable?)"),
+    }
 }
 
+/// Wraps a kube error with what was being done.
+pub fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let action = action.into();
+    move |source| Error::Kube { action, source }
+}
+
+pub async fn reconcile(restore: Arc<MySQLRestore>, context: Arc<Context>) -> Result<Action, Error> {
+    let runtime = context.runtime.clone();
+    runtime
+        .instrumented(&*restore, async {
+            let namespace = restore.namespace().ok_or_else(|| Error::NoNamespace(restore.name_any()))?;
+            let api: Api<MySQLRestore> = Api::namespaced(runtime.client.clone(), &namespace);
+            let (live, deleted) = (context.clone(), context.clone());
+            let (live_ns, deleted_ns) = (namespace.clone(), namespace.clone());
+            reconcile_with_finalizer(
+                &api,
+                FINALIZER,
+                restore.clone(),
+                |restore| async move { crate::run::reconcile(&restore, &live_ns, &live).await },
+                |restore| async move { crate::run::clean_up(&restore, &deleted_ns, &deleted).await },
+            )
+            .await
+            .map_err(|error| match error {
+                FinalizerError::Reconcile(error) => error,
+                FinalizerError::Add(source) => {
+                    Error::Kube { action: format!("adding the finalizer {FINALIZER}"), source }
+                }
+                FinalizerError::Remove(source) => {
+                    Error::Kube { action: format!("removing the finalizer {FINALIZER}"), source }
+                }
+                other => Error::Finalizer(other.to_string()),
+            })
+        })
+        .await
+}
+
+/// Counts the failure and retries after the object's backoff; a Warning Event tells the user
+/// (a conflict only means the object changed meanwhile: no Event).
 pub fn error_policy(restore: Arc<MySQLRestore>, error: &Error, context: Arc<Context>) -> Action {
-    context.runtime.failed(&*restore, error)
+    let action = context.runtime.failed(&*restore, error);
+    let reason = error.metric_label();
+    if reason != "Conflict" {
+        let runtime = context.runtime.clone();
+        let note = error.to_string();
+        tokio::spawn(async move { runtime.events.warning(&*restore, reason, "Reconcile", note).await });
+    }
+    action
 }
 
-/// Watches MySQLRestores and reconciles them until `shutdown`.
-pub async fn run(runtime: Arc<Runtime>, args: ControllerArgs, shutdown: CancellationToken) {
-    let api = scoped_api::<MySQLRestore>(runtime.client.clone(), &args);
+/// Selects the Jobs of restores.
+pub fn job_selector() -> String {
+    format!("app.kubernetes.io/managed-by={MANAGED_BY},app.kubernetes.io/component=restore")
+}
+
+/// Selects the backend Deployments of VisitorsApps.
+pub fn backend_selector() -> String {
+    format!("app.kubernetes.io/managed-by={MANAGED_BY},app.kubernetes.io/component=backend")
+}
+
+/// The restores a backend Deployment concerns: those of its app (its `instance` label) that
+/// have not ended.
+pub fn restores_of_backend(restores: &Store<MySQLRestore>, deployment: &Deployment) -> Vec<ObjectRef<MySQLRestore>> {
+    let Some(app) = deployment.labels().get("app.kubernetes.io/instance").cloned() else { return Vec::new() };
+    let namespace = deployment.namespace();
+    restores
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace() == namespace && r.spec.target.visitors_app == app && !r.has_ended())
+        .map(|r| ObjectRef::from_obj(&*r))
+        .collect()
+}
+
+/// Watches MySQLRestores, their Jobs (a restore wakes when its Job changes or is deleted) and
+/// the backend Deployments (a quiescing restore wakes when its app's backend stops), until
+/// `shutdown`.
+pub async fn run(runtime: Arc<Runtime>, namespace: Option<&str>, settings: Settings, shutdown: CancellationToken) {
+    let client = runtime.client.clone();
     let (reader, writer) = reflector::store();
-    let controller = Controller::for_stream(primary_stream(api, writer), reader);
-    drive(controller, reconcile, error_policy, Arc::new(Context { runtime }), shutdown).await;
+    let restores = primary_stream(api_in::<MySQLRestore>(client.clone(), namespace), writer);
+    let jobs = owned(watcher(
+        api_in::<PartialObjectMeta<Job>>(client.clone(), namespace),
+        watcher::Config::default().labels(&job_selector()),
+    ));
+    // Full Deployments: a metadata-only watch would not report their status changing.
+    let backends =
+        watcher(api_in::<Deployment>(client, namespace), watcher::Config::default().labels(&backend_selector()))
+            .default_backoff()
+            .touched_objects();
+    let context = Arc::new(Context { runtime, settings });
+    let controller = Controller::for_stream(restores, reader).with_config(ControllerConfig::default().concurrency(16));
+    let store = controller.store();
+    let controller = controller
+        .owns_stream(jobs)
+        .watches_stream(backends, move |deployment| restores_of_backend(&store, &deployment));
+    drive(controller, reconcile, error_policy, context, shutdown).await;
+}
+
+fn owned<K, S>(events: S) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    events.default_backoff().touched_objects()
 }

@@ -1,4 +1,7 @@
 //! The restore controller as a library, so tests can drive its reconcile.
 
+pub mod build;
 pub mod controller;
+pub mod run;
 pub mod status;
+pub mod validate;

@@ -1,0 +1,147 @@
+//! Pure builders: a MySQLRestore (and what was resolved for it) in, the restore Job out. No
+//! client, no clock.
+
+pub mod job;
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+use visitors_api::MySQLRestore;
+use visitors_api::labels::{Component, DATABASE_LABEL, labels};
+use visitors_api::storage::BackupStorage;
+
+/// Label on a restore Job naming the restore it belongs to.
+pub const RESTORE_LABEL: &str = "example.com/restore";
+/// Where a backup volume is mounted in the Job (as in backup Jobs, so a run's recorded
+/// `file:///backup/...` location reads the same here).
+pub const VOLUME_MOUNT: &str = "/backup";
+
+/// The labels of a restore's Job: the app's standard set in the `restore` tier, the database it
+/// acts on, and the restore.
+pub fn restore_labels(restore: &MySQLRestore) -> BTreeMap<String, String> {
+    let app = &restore.spec.target.visitors_app;
+    let mut all = labels(app, Component::Restore);
+    all.insert(DATABASE_LABEL.into(), app.clone());
+    all.insert(RESTORE_LABEL.into(), restore.name_any());
+    all
+}
+
+/// The backup a restore reads, as resolved from its source.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Backup {
+    /// The storage (its S3 settings and Secret, or its claim) the Job reads from.
+    pub storage: BackupStorage,
+    /// The agent's `--from` location: `s3://...` or `file:///backup/...`.
+    pub agent_location: String,
+    /// The location for people and status: `s3://...` or `pvc://claim/...`.
+    pub location: String,
+    /// The run restored, when the source names one.
+    pub run: Option<String>,
+    /// The manifest's SHA-256 the run recorded; the agent refuses any other manifest.
+    pub manifest_sha256: Option<String>,
+    /// When the run completed.
+    pub completion_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// The tables and rows the run recorded, checked against the restore's.
+    pub tables: Option<i64>,
+    pub rows: Option<i64>,
+}
+
+/// The agent's `--from` for folder `path` of `storage`.
+pub fn agent_location(storage: &BackupStorage, path: &str) -> String {
+    match (&storage.s3, &storage.persistent_volume_claim) {
+        (Some(s3), _) => format!("s3://{}/{}", s3.bucket, join(&[s3.prefix.as_deref().unwrap_or(""), path])),
+        (None, Some(pvc)) => {
+            format!("file://{VOLUME_MOUNT}/{}", join(&[pvc.sub_path.as_deref().unwrap_or(""), path]))
+        }
+        (None, None) => String::new(),
+    }
+}
+
+/// The agent's `--from` for a location a backup run recorded: `s3://` and `file:///backup/`
+/// as they are (what the backup's agent wrote to), `pvc://claim/path` as the mounted folder.
+pub fn agent_location_of_recorded(recorded: &str) -> Option<String> {
+    if recorded.starts_with("s3://") || recorded.starts_with(&format!("file://{VOLUME_MOUNT}/")) {
+        return Some(recorded.to_string());
+    }
+    let (_claim, path) = recorded.strip_prefix("pvc://")?.split_once('/')?;
+    Some(format!("file://{VOLUME_MOUNT}/{}", join(&[path])))
+}
+
+/// The location for people of a recorded agent location on a claim: `pvc://claim/path`.
+pub fn display_location(storage: &BackupStorage, agent_location: &str) -> String {
+    match (&storage.persistent_volume_claim, agent_location.strip_prefix(&format!("file://{VOLUME_MOUNT}/"))) {
+        (Some(pvc), Some(path)) => format!("pvc://{}/{path}", pvc.claim_name),
+        _ => agent_location.to_string(),
+    }
+}
+
+fn join(parts: &[&str]) -> String {
+    parts.iter().map(|p| p.trim_matches('/')).filter(|p| !p.is_empty()).collect::<Vec<_>>().join("/")
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use visitors_api::MySQLRestore;
+
+    /// A restore of run `b1` into app `ex`, as read back from the API.
+    pub fn from_run() -> MySQLRestore {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "example.com/v1",
+            "kind": "MySQLRestore",
+            "metadata": {"name": "r1", "namespace": "shop", "uid": "r-1", "generation": 1},
+            "spec": {"source": {"backup": "b1"}, "target": {"visitorsApp": "ex"}, "activeDeadlineSeconds": 900},
+        }))
+        .unwrap()
+    }
+
+    /// A restore of an explicit S3 location.
+    pub fn from_s3() -> MySQLRestore {
+        let mut restore = from_run();
+        restore.spec.source = serde_json::from_value(serde_json::json!({
+            "storage": {"s3": {"bucket": "backups", "prefix": "prod", "endpoint": "http://minio:9000",
+                               "forcePathStyle": true, "credentialsSecret": {"name": "s3-keys"}}},
+            "path": "shop/ex/b1",
+        }))
+        .unwrap();
+        restore
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pvc(sub_path: Option<&str>) -> BackupStorage {
+        serde_json::from_value(
+            serde_json::json!({"persistentVolumeClaim": {"claimName": "backups", "subPath": sub_path}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn explicit_locations_name_the_mounted_folder_or_the_bucket_key() {
+        assert_eq!(agent_location(&pvc(Some("mysql/")), "shop/ex/b1"), "file:///backup/mysql/shop/ex/b1");
+        assert_eq!(agent_location(&pvc(None), ""), "file:///backup/");
+        let restore = fixtures::from_s3();
+        let storage = restore.spec.source.storage.as_ref().unwrap();
+        assert_eq!(agent_location(storage, "shop/ex/b1"), "s3://backups/prod/shop/ex/b1");
+    }
+
+    #[test]
+    fn recorded_locations_map_to_what_the_job_mounts() {
+        assert_eq!(agent_location_of_recorded("s3://b/p/x").as_deref(), Some("s3://b/p/x"));
+        assert_eq!(
+            agent_location_of_recorded("file:///backup/mysql/shop/ex/b1").as_deref(),
+            Some("file:///backup/mysql/shop/ex/b1")
+        );
+        assert_eq!(
+            agent_location_of_recorded("pvc://backups/mysql/shop/ex/b1").as_deref(),
+            Some("file:///backup/mysql/shop/ex/b1")
+        );
+        assert_eq!(agent_location_of_recorded("file:///etc/passwd"), None, "only the mounted volume");
+        assert_eq!(
+            display_location(&pvc(Some("mysql")), "file:///backup/mysql/shop/ex/b1"),
+            "pvc://backups/mysql/shop/ex/b1"
+        );
+    }
+}

@@ -1,0 +1,42 @@
+//! What the schema and `MySQLRestoreSpec::validate` cannot check: the object's own name, which
+//! the Job's name is derived from.
+
+use kube::ResourceExt;
+use visitors_api::validation::Problems;
+use visitors_api::{InvalidSpec, MySQLRestore};
+
+/// Longest name of a restore: its Job `<restore>-restore` must fit the 63 characters of a label
+/// value (the Job controller labels the pods with the Job's name).
+pub const MAX_NAME: usize = 63 - "-restore".len();
+
+/// The whole check of a MySQLRestore: its spec, then its name.
+pub fn restore(restore: &MySQLRestore) -> Result<(), InvalidSpec> {
+    let mut problems = Problems::default();
+    if let Err(invalid) = restore.spec.validate() {
+        for error in invalid.0 {
+            problems.add(error.field, error.problem);
+        }
+    }
+    let name = restore.name_any();
+    if name.len() > MAX_NAME {
+        problems.add(
+            "metadata.name",
+            format!("{name:?} is too long: use at most {MAX_NAME} characters, as the restore's Job is named after it"),
+        );
+    }
+    problems.into_result()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::fixtures::from_run;
+
+    #[test]
+    fn long_names_are_refused_by_field() {
+        let mut r = from_run();
+        assert_eq!(restore(&r), Ok(()));
+        r.metadata.name = Some("x".repeat(MAX_NAME + 1));
+        assert_eq!(restore(&r).unwrap_err().first_field(), "metadata.name");
+    }
+}

@@ -1,0 +1,380 @@
+//! MySQLRestore reconciles against the mock API server, which asserts every request in order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use controller_common::Runtime;
+use controller_common::backoff::ObjectBackoff;
+use controller_common::events::Events;
+use controller_common::metrics::Metrics;
+use controller_common::testing::{MockApiServer, Received, mock_client, status_error};
+use http::{Method, StatusCode};
+use kube::runtime::controller::Action;
+use restore_controller::controller::{Context, FINALIZER, Settings, reconcile};
+use serde_json::{Value, json};
+use visitors_api::MySQLRestore;
+use visitors_api::agent_summary::{AgentSummary, Operation};
+
+const RESTORE_PATH: &str = "/apis/example.com/v1/namespaces/shop/mysqlrestores/r1";
+const STATUS_PATH: &str = "/apis/example.com/v1/namespaces/shop/mysqlrestores/r1/status";
+const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/shop/events";
+const JOB_PATH: &str = "/apis/batch/v1/namespaces/shop/jobs/r1-restore";
+const JOBS_PATH: &str = "/apis/batch/v1/namespaces/shop/jobs";
+const BACKUP_PATH: &str = "/apis/example.com/v1/namespaces/shop/mysqlbackups/b1";
+const APP_PATH: &str = "/apis/example.com/v1/namespaces/shop/visitorsapps/ex";
+const SECRET_PATH: &str = "/api/v1/namespaces/shop/secrets/ex-mysql-credentials";
+const CLAIM_PATH: &str = "/api/v1/namespaces/shop/persistentvolumeclaims/backups";
+const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases/ex-mysql-operations";
+const LEASES_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases";
+const BACKEND_PATH: &str = "/apis/apps/v1/namespaces/shop/deployments/ex-backend";
+const PODS_PATH: &str = "/api/v1/namespaces/shop/pods";
+const SHA: &str = "abababababababababababababababababababababababababababababababab";
+
+fn context() -> (Arc<Context>, MockApiServer) {
+    let (client, server) = mock_client();
+    let runtime = Runtime {
+        client: client.clone(),
+        metrics: Arc::new(Metrics::new("restore-controller")),
+        backoff: ObjectBackoff::new(Duration::from_millis(500), Duration::from_secs(300)),
+        events: Events::new(client, "restore-controller", None),
+        field_manager: "restore-controller".into(),
+        resync: Duration::from_secs(600),
+    };
+    let settings = Settings { agent_image: "registry/visitors-operator:1.0".into(), otlp_endpoint: None };
+    (Arc::new(Context { runtime: Arc::new(runtime), settings }), server)
+}
+
+fn with_applied_status(restore: &MySQLRestore) -> impl FnOnce(&Received) -> (StatusCode, Value) {
+    let mut stored = serde_json::to_value(restore).unwrap();
+    move |received| {
+        stored["status"] = received.body["status"].clone();
+        (StatusCode::OK, stored)
+    }
+}
+
+/// A restore of run b1 into app ex that already carries the finalizer.
+fn restore() -> MySQLRestore {
+    serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "MySQLRestore",
+        "metadata": {"name": "r1", "namespace": "shop", "uid": "r-1", "generation": 1, "finalizers": [FINALIZER]},
+        "spec": {"source": {"backup": "b1"}, "target": {"visitorsApp": "ex"}},
+    }))
+    .unwrap()
+}
+
+fn with_status(mut restore: MySQLRestore, status: Value) -> MySQLRestore {
+    restore.status = Some(serde_json::from_value(status).unwrap());
+    restore
+}
+
+fn not_found() -> Value {
+    status_error(404, "NotFound", "not found")
+}
+
+fn run(status: Value) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "MySQLBackup",
+           "metadata": {"name": "b1", "namespace": "shop", "uid": "u-1"},
+           "spec": {"source": {"visitorsApp": "ex"}, "storage": {"persistentVolumeClaim": {"claimName": "backups"}}},
+           "status": status})
+}
+
+fn succeeded_run() -> Value {
+    run(json!({"phase": "Succeeded", "location": "file:///backup/shop/ex/b1", "manifestSha256": SHA,
+               "completionTime": "2026-11-23T09:00:00Z", "tables": 2, "rows": 7}))
+}
+
+fn app() -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "VisitorsApp",
+           "metadata": {"name": "ex", "namespace": "shop", "uid": "app-1"}, "spec": {"size": 2}})
+}
+
+fn secret() -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ex-mysql-credentials", "namespace": "shop"},
+           "data": {"root-password": "c2VjcmV0"}})
+}
+
+fn claim() -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": "backups", "namespace": "shop"}})
+}
+
+fn lease(holder: &str) -> Value {
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+           "metadata": {"name": "ex-mysql-operations", "namespace": "shop", "resourceVersion": "5", "uid": "l-1"},
+           "spec": {"holderIdentity": holder}})
+}
+
+fn backend(replicas: i32, pods: i32) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ex-backend", "namespace": "shop"},
+           "spec": {"replicas": replicas, "selector": {}, "template": {}},
+           "status": {"replicas": pods, "readyReplicas": pods}})
+}
+
+fn job(conditions: Value) -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "r1-restore", "namespace": "shop",
+                        "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MySQLRestore", "name": "r1", "uid": "r-1", "controller": true}]},
+           "spec": {"template": {"spec": {"containers": []}}},
+           "status": {"startTime": "2026-11-23T10:00:00Z", "conditions": conditions}})
+}
+
+fn pods_with_message(message: &str, exit_code: i32) -> Value {
+    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [{
+        "metadata": {"name": "r1-restore-x", "namespace": "shop"},
+        "status": {"containerStatuses": [{"name": "agent", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": exit_code, "reason": "Completed", "message": message}}}]}
+    }]})
+}
+
+fn running_status() -> Value {
+    json!({"phase": "Running", "jobName": "r1-restore", "backupName": "b1", "restoredFrom": "pvc://backups/shop/ex/b1",
+           "manifestSha256": SHA, "backupCompletionTime": "2026-11-23T09:00:00Z", "startTime": "2026-11-23T10:00:00Z"})
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == type_).unwrap_or_else(|| panic!("no {type_}"))
+}
+
+/// The requests before the lock, for a restore of the succeeded run b1.
+async fn resolves_run_and_target(server: &mut MockApiServer) {
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    server.expect(Method::GET, BACKUP_PATH, StatusCode::OK, succeeded_run()).await;
+    server.expect(Method::GET, CLAIM_PATH, StatusCode::OK, claim()).await;
+    server.expect(Method::GET, APP_PATH, StatusCode::OK, app()).await;
+    server.expect(Method::GET, SECRET_PATH, StatusCode::OK, secret()).await;
+}
+
+#[tokio::test]
+async fn the_finalizer_comes_first() {
+    let (context, mut server) = context();
+    let mut fresh = restore();
+    fresh.metadata.finalizers = None;
+    let task = tokio::spawn(reconcile(Arc::new(fresh.clone()), context));
+    let patch =
+        server.expect(Method::PATCH, RESTORE_PATH, StatusCode::OK, serde_json::to_value(restore()).unwrap()).await;
+    assert!(patch.body.to_string().contains(FINALIZER), "{}", patch.body);
+    assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+}
+
+#[tokio::test]
+async fn a_failed_run_is_refused_and_nothing_is_touched() {
+    let (context, mut server) = context();
+    let restore = restore();
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    let failed = run(json!({"phase": "Failed", "error": "MySQL rejected user root"}));
+    server.expect(Method::GET, BACKUP_PATH, StatusCode::OK, failed).await;
+    // Only the lock is looked at (to release it if it held it): no lease taken, no Job.
+    server.expect(Method::GET, LEASE_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Failed");
+    let ready = condition(status, "Ready");
+    assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("BackupFailed")));
+    let message = ready["message"].as_str().unwrap();
+    assert!(message.contains("MySQLBackup b1") && message.contains("nothing was touched"), "{message}");
+    assert!(status["error"].as_str().unwrap().contains("rejected user root"));
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!((event.body["reason"].as_str(), event.body["type"].as_str()), (Some("BackupFailed"), Some("Warning")));
+    assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+}
+
+#[tokio::test]
+async fn a_running_run_is_waited_for_with_a_pending_condition() {
+    let (context, mut server) = context();
+    let restore = restore();
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    server.expect(Method::GET, BACKUP_PATH, StatusCode::OK, run(json!({"phase": "Running"}))).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Pending");
+    let pending = condition(status, "Pending");
+    assert_eq!((pending["status"].as_str(), pending["reason"].as_str()), (Some("True"), Some("BackupNotFinished")));
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "BackupNotFinished");
+    let action = task.await.unwrap().unwrap();
+    assert_ne!(action, Action::await_change(), "a wait looks again");
+}
+
+#[tokio::test]
+async fn a_busy_database_is_waited_for() {
+    let (context, mut server) = context();
+    let restore = restore();
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
+    resolves_run_and_target(&mut server).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLBackup/nightly-1/u-9")).await;
+    let running = run(json!({"phase": "Running"}));
+    server
+        .expect(Method::GET, "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly-1", StatusCode::OK, {
+            let mut r = running;
+            r["metadata"]["name"] = json!("nightly-1");
+            r["metadata"]["uid"] = json!("u-9");
+            r
+        })
+        .await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
+    let pending = condition(&written.body["status"], "Pending");
+    assert_eq!(pending["reason"], "WaitingForDatabaseLock");
+    assert!(pending["message"].as_str().unwrap().contains("MySQLBackup nightly-1"));
+    server.expect_echo(Method::POST, EVENTS_PATH).await;
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn with_the_lock_it_waits_for_the_backend_to_stop() {
+    let (context, mut server) = context();
+    let restore = restore();
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
+    resolves_run_and_target(&mut server).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    let lease = server.expect_echo(Method::POST, LEASES_PATH).await;
+    assert_eq!(lease.body["spec"]["holderIdentity"], "MySQLRestore/r1/r-1");
+    server.expect(Method::GET, BACKEND_PATH, StatusCode::OK, backend(2, 2)).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Quiescing", "the phase the VisitorsApp controller scales the backend to 0 on");
+    assert_eq!(status["backupName"], "b1");
+    assert_eq!(status["restoredFrom"], "pvc://backups/shop/ex/b1");
+    assert_eq!(condition(status, "Quiesced")["status"], "False");
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "Quiescing");
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_stopped_backend_lets_the_job_start_with_the_runs_manifest() {
+    let (context, mut server) = context();
+    let restore = with_status(restore(), json!({"phase": "Quiescing"}));
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
+    resolves_run_and_target(&mut server).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLRestore/r1/r-1")).await;
+    server.expect(Method::GET, BACKEND_PATH, StatusCode::OK, backend(0, 0)).await;
+    let created = server.expect_echo(Method::POST, JOBS_PATH).await;
+    let job = &created.body;
+    assert_eq!(job["metadata"]["name"], "r1-restore");
+    assert_eq!(job["spec"]["backoffLimit"], 0);
+    let container = &job["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let args = args.join(" ");
+    assert!(args.contains("restore --from file:///backup/shop/ex/b1 --drop-existing"), "{args}");
+    assert!(args.contains(&format!("--expect-manifest-sha256 {SHA}")), "{args}");
+    assert!(!job.to_string().contains("c2VjcmV0"), "no secret value in the Job");
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "Started");
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Running");
+    assert_eq!(status["jobName"], "r1-restore");
+    assert_eq!(condition(status, "Quiesced")["status"], "True");
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn the_agents_summary_ends_the_restore_and_frees_the_database() {
+    let (context, mut server) = context();
+    let restore = with_status(restore(), running_status());
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
+    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(json!([{"type": "Complete", "status": "True"}]))).await;
+    let summary = AgentSummary {
+        operation: Some(Operation::Restore),
+        ok: true,
+        tables: Some(2),
+        rows: Some(7),
+        manifest_sha256: Some(SHA.into()),
+        finished_at: Some("2026-11-23T10:01:00Z".into()),
+        ..AgentSummary::default()
+    };
+    server.expect(Method::GET, PODS_PATH, StatusCode::OK, pods_with_message(&summary.to_line(), 0)).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLRestore/r1/r-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, lease("")).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Succeeded");
+    assert_eq!((status["tables"].as_i64(), status["rows"].as_i64()), (Some(2), Some(7)));
+    assert_eq!(status["durationSeconds"], 60.0);
+    assert_eq!(status["backupCompletionTime"], "2026-11-23T09:00:00Z");
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "Succeeded");
+    assert!(event.body["note"].as_str().unwrap().contains("2 tables, 7 rows"));
+    assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+}
+
+#[tokio::test]
+async fn a_corrupt_backup_fails_with_the_agents_error() {
+    let (context, mut server) = context();
+    let restore = with_status(restore(), running_status());
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
+    let failed = json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]);
+    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(failed)).await;
+    let summary = AgentSummary {
+        operation: Some(Operation::Restore),
+        ok: false,
+        error: Some("file shop/t/000001.tsv.zst has SHA-256 x, the manifest says y".into()),
+        error_kind: Some("checksumMismatch".into()),
+        ..AgentSummary::default()
+    };
+    server.expect(Method::GET, PODS_PATH, StatusCode::OK, pods_with_message(&summary.to_line(), 1)).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLRestore/r1/r-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, lease("")).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Failed");
+    assert!(status["error"].as_str().unwrap().contains("(checksumMismatch)"));
+    assert_eq!(condition(status, "Ready")["reason"], "AgentFailed");
+    assert_eq!(condition(status, "Quiesced")["reason"], "Released");
+    server.expect_echo(Method::POST, EVENTS_PATH).await;
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_deleted_job_fails_the_restore_with_a_reason() {
+    let (context, mut server) = context();
+    let restore = with_status(restore(), running_status());
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLRestore/r1/r-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, lease("")).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
+    assert_eq!(written.body["status"]["phase"], "Failed");
+    assert_eq!(condition(&written.body["status"], "Ready")["reason"], "JobDeleted");
+    server.expect_echo(Method::POST, EVENTS_PATH).await;
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn an_ended_restore_is_a_record() {
+    let (context, mut server) = context();
+    let mut ended = with_status(restore(), json!({"phase": "Succeeded", "observedGeneration": 1}));
+    let task = tokio::spawn(reconcile(Arc::new(ended.clone()), context.clone()));
+    assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+    server.expect_no_request(Duration::from_millis(50)).await;
+
+    ended.metadata.generation = Some(2);
+    let task = tokio::spawn(reconcile(Arc::new(ended.clone()), context));
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&ended)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Succeeded");
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(condition(status, "SpecChangeIgnored")["status"], "True");
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "SpecChangeIgnored");
+    assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+}
+
+#[tokio::test]
+async fn a_restore_deleted_mid_way_stops_its_job_and_frees_the_database() {
+    let (context, mut server) = context();
+    let mut deleting = with_status(restore(), running_status());
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()));
+    let task = tokio::spawn(reconcile(Arc::new(deleting.clone()), context));
+    let deleted = server.expect(Method::DELETE, JOB_PATH, StatusCode::OK, job(json!([]))).await;
+    assert_eq!(deleted.body["propagationPolicy"], "Background", "the Job's pod goes too");
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLRestore/r1/r-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, lease("")).await;
+    let mut released = serde_json::to_value(&deleting).unwrap();
+    released["metadata"]["finalizers"] = json!([]);
+    let patch = server.expect(Method::PATCH, RESTORE_PATH, StatusCode::OK, released).await;
+    assert!(patch.body.to_string().contains("remove"), "{}", patch.body);
+    assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+}
