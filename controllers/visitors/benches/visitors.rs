@@ -157,6 +157,7 @@ fn converged() -> Observed {
         database: Database::Connected,
         backend: Some(ready("jdob/visitors-service:1.0.0")),
         backend_held: false,
+        quiesced_by: None,
         frontend: ready("jdob/visitors-webui:1.0.0"),
         failed_children: Vec::new(),
     }

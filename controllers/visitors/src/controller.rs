@@ -24,7 +24,7 @@ use tracing::Instrument;
 use visitors_api::conditions::{self, READY};
 use visitors_api::labels::{APP_NAME, MANAGED_BY, names};
 use visitors_api::visitors_app::{DeletionPolicy, secret_keys};
-use visitors_api::{VisitorsApp, VisitorsAppStatus};
+use visitors_api::{MySQLRestore, VisitorsApp, VisitorsAppStatus};
 
 use crate::build::{self, secret::Credentials};
 use crate::db::{DatabaseProbe, Target};
@@ -63,6 +63,8 @@ pub struct Context {
 pub struct Stores {
     pub statefulsets: Store<StatefulSet>,
     pub deployments: Store<Deployment>,
+    /// The MySQLRestores: one that holds an app's database keeps its backend stopped.
+    pub restores: Store<MySQLRestore>,
 }
 
 impl Stores {
@@ -71,7 +73,29 @@ impl Stores {
         let ready = |wait: Option<Result<(), reflector::store::WriterDropped>>| matches!(wait, Some(Ok(())));
         ready(self.statefulsets.wait_until_ready().now_or_never())
             && ready(self.deployments.wait_until_ready().now_or_never())
+            && ready(self.restores.wait_until_ready().now_or_never())
     }
+
+    /// The restore that keeps the backend of app `name` in `namespace` stopped now, if any
+    /// (the first by name when several do).
+    pub fn quiescing_restore(&self, namespace: &str, name: &str) -> Option<String> {
+        let mut holding: Vec<String> = self
+            .restores
+            .state()
+            .iter()
+            .filter(|r| r.namespace().as_deref() == Some(namespace) && r.spec.target.visitors_app == name)
+            .filter(|r| r.quiesces_app())
+            .map(|r| r.name_any())
+            .collect();
+        holding.sort();
+        holding.into_iter().next()
+    }
+}
+
+/// The app a MySQLRestore targets: its changes (a phase, a deletion) wake that app.
+pub fn target_app(restore: &MySQLRestore) -> Option<ObjectRef<VisitorsApp>> {
+    let namespace = restore.namespace()?;
+    Some(ObjectRef::new(&restore.spec.target.visitors_app).within(&namespace))
 }
 
 /// Why a reconcile failed. Every variant says which object and what to do.
@@ -401,8 +425,13 @@ impl<'a> Reconciler<'a> {
 
         let backend_name = names::backend(&self.name);
         let existing_backend = self.cached(&self.ctx.stores.deployments, &backend_name);
-        let (backend, backend_held) = if database.is_ready() {
-            let desired = build::backend::deployment(self.app, &secret);
+        let quiesced_by = self.ctx.stores.quiescing_restore(&self.namespace, &self.name);
+        // A restore stops the backend even while the database is not ready.
+        let (backend, backend_held) = if database.is_ready() || quiesced_by.is_some() {
+            let mut desired = build::backend::deployment(self.app, &secret);
+            if quiesced_by.is_some() {
+                desired = build::backend::quiesced(desired);
+            }
             let applied = collect(self.apply_child(&desired, existing_backend.is_none()).await, &mut failed);
             collect(self.apply_child(&build::backend::service(self.app), false).await, &mut failed);
             let backend = applied.or_else(|| existing_backend.as_deref().cloned());
@@ -426,6 +455,7 @@ impl<'a> Reconciler<'a> {
             database,
             backend,
             backend_held,
+            quiesced_by,
             frontend: frontend.as_ref().map(Workload::from_deployment).unwrap_or_default(),
             failed_children: failed.iter().map(ToString::to_string).collect(),
         };
@@ -639,14 +669,20 @@ pub struct Watches {
     pub stores: Stores,
     statefulsets: reflector::store::Writer<StatefulSet>,
     deployments: reflector::store::Writer<Deployment>,
+    restores: reflector::store::Writer<MySQLRestore>,
 }
 
 impl Watches {
     pub fn new() -> Self {
         let statefulsets = reflector::store::Writer::default();
         let deployments = reflector::store::Writer::default();
-        let stores = Stores { statefulsets: statefulsets.as_reader(), deployments: deployments.as_reader() };
-        Self { stores, statefulsets, deployments }
+        let restores = reflector::store::Writer::default();
+        let stores = Stores {
+            statefulsets: statefulsets.as_reader(),
+            deployments: deployments.as_reader(),
+            restores: restores.as_reader(),
+        };
+        Self { stores, statefulsets, deployments, restores }
     }
 
     /// Runs the controller until `shutdown` is cancelled.
@@ -673,13 +709,20 @@ impl Watches {
         );
         // Secrets are not watched: that would need list and watch on every Secret. A deleted
         // generated Secret is noticed at the next reconcile.
-        let services = owned(watcher(api_in::<PartialObjectMeta<Service>>(client, namespace), children));
+        let services = owned(watcher(api_in::<PartialObjectMeta<Service>>(client.clone(), namespace), children));
+        // Every change of a restore (its phase above all) wakes the app it targets.
+        let restores = watcher(api_in::<MySQLRestore>(client, namespace), watcher::Config::default())
+            .default_backoff()
+            .modify(trim_for_cache)
+            .reflect(self.restores)
+            .touched_objects();
         let ctx = Arc::new(Context { runtime, probe, stores: self.stores });
         let controller = Controller::for_stream(apps, app_reader)
             .with_config(controller_config())
             .owns_stream(statefulsets)
             .owns_stream(deployments)
-            .owns_stream(services);
+            .owns_stream(services)
+            .watches_stream(restores, |restore| target_app(&restore));
         drive(controller, reconcile, error_policy, ctx, shutdown).await;
     }
 }

@@ -110,6 +110,9 @@ pub struct Observed {
     pub backend: Option<Workload>,
     /// The backend was not applied this time because the database is not ready.
     pub backend_held: bool,
+    /// The MySQLRestore that keeps the backend stopped (at 0 replicas) while it restores the
+    /// database, if any.
+    pub quiesced_by: Option<String>,
     pub frontend: Workload,
     /// Children that could not be applied or repaired: what was done and the API's answer.
     pub failed_children: Vec<String>,
@@ -123,6 +126,9 @@ impl Observed {
     }
 }
 
+/// The `BackendReady` (and `Ready`) reason while a restore keeps the backend stopped.
+pub const QUIESCED: &str = "Quiesced";
+
 /// The `Ready` reason while a child cannot be applied or repaired.
 pub const CHILD_APPLY_FAILED: &str = "ChildApplyFailed";
 
@@ -132,7 +138,10 @@ pub fn compute(app: &VisitorsApp, observed: &Observed, now: Time) -> VisitorsApp
     let generation = app.metadata.generation;
     let name = app.name_any();
     let database = database_condition(&name, &observed.database);
-    let backend = backend_condition(observed.backend.as_ref(), observed.backend_held);
+    let backend = match &observed.quiesced_by {
+        Some(restore) => quiesced_condition(restore, observed.backend.as_ref()),
+        None => backend_condition(observed.backend.as_ref(), observed.backend_held),
+    };
     let frontend = workload_condition(FRONTEND_READY, "frontend", Some(&observed.frontend));
     let ready = match observed.failed_children.as_slice() {
         [] => ready_condition([&database, &backend, &frontend]),
@@ -219,6 +228,20 @@ fn backend_condition(backend: Option<&Workload>, held: bool) -> Desired<'static>
     desired
 }
 
+/// The backend is stopped for a restore: not ready, and saying which restore and until when.
+fn quiesced_condition(restore: &str, backend: Option<&Workload>) -> Desired<'static> {
+    let stopped = backend.is_none_or(|b| b.total == 0);
+    let state = if stopped { "is stopped" } else { "is stopping" };
+    Desired {
+        type_: BACKEND_READY,
+        status: Status::False,
+        reason: QUIESCED,
+        message: format!(
+            "MySQLRestore {restore} is restoring the database: the backend {state} (0 replicas) until the restore ends"
+        ),
+    }
+}
+
 fn workload_condition(type_: &'static str, tier: &str, workload: Option<&Workload>) -> Desired<'static> {
     let (status, reason, message) = match workload {
         Some(w) if w.desired == 0 && w.rolled_out() => {
@@ -287,6 +310,7 @@ mod tests {
             database: Database::Connected,
             backend: Some(ready(1, "jdob/visitors-service:1.0.0")),
             backend_held: false,
+            quiesced_by: None,
             frontend: ready(1, "jdob/visitors-webui:1.0.0"),
             failed_children: Vec::new(),
         }
@@ -361,6 +385,24 @@ mod tests {
         let stuck = Workload { desired: 1, ready: 1, updated: 1, total: 2, available: 1, ..ready(1, "b:new") };
         assert!(!stuck.rolled_out(), "a rollout with an old pod left is not done");
         assert_eq!(find(&compute(&book_app(), &stale, at(1)).conditions, BACKEND_READY).unwrap().reason, "RollingOut");
+    }
+
+    #[test]
+    fn a_restore_stops_the_backend_and_says_so() {
+        let stopping = Observed { quiesced_by: Some("r1".into()), ..converged() };
+        let status = compute(&book_app(), &stopping, at(1));
+        let backend = find(&status.conditions, BACKEND_READY).unwrap();
+        assert_eq!((backend.status.as_str(), backend.reason.as_str()), ("False", QUIESCED));
+        assert!(
+            backend.message.contains("MySQLRestore r1") && backend.message.contains("is stopping"),
+            "{}",
+            backend.message
+        );
+        assert_eq!(find(&status.conditions, READY).unwrap().reason, QUIESCED);
+
+        let stopped = Observed { backend: Some(Workload { total: 0, ..ready(0, "b") }), ..stopping };
+        let status = compute(&book_app(), &stopped, at(1));
+        assert!(find(&status.conditions, BACKEND_READY).unwrap().message.contains("is stopped"));
     }
 
     #[test]

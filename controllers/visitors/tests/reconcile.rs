@@ -622,3 +622,46 @@ async fn a_reconcile_trace_has_a_span_per_api_request_and_for_the_database_check
     assert!(requests.iter().all(|(_, parent)| parent.as_deref() == Some("reconcile")), "{requests:?}");
     assert_eq!(children("db.check"), [("db.check".to_string(), Some("reconcile".to_string()))]);
 }
+
+/// A restore of app ex's database in `phase`, as the restore controller reports it.
+fn restore(phase: &str) -> visitors_api::MySQLRestore {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "example.com/v1", "kind": "MySQLRestore",
+        "metadata": {"name": support::RESTORE, "namespace": "shop", "uid": "r-1"},
+        "spec": {"source": {"backup": "b1"}, "target": {"visitorsApp": "ex"}},
+        "status": {"phase": phase},
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_restore_holding_the_database_stops_the_backend_until_it_ends() {
+    let h = Harness::new();
+    let mut spec = book_spec();
+    spec.size = 2;
+    h.create_app(spec);
+    h.converge().await;
+    assert_eq!(replicas(&h, "ex-backend"), Some(2));
+    let frontend = replicas(&h, "ex-frontend");
+
+    // Waiting for its backup, the restore does not stop anything yet.
+    h.api.put(&restore("Pending"));
+    h.reconcile().await.unwrap();
+    assert_eq!(replicas(&h, "ex-backend"), Some(2));
+
+    for phase in ["Quiescing", "Running"] {
+        h.api.put(&restore(phase));
+        h.reconcile().await.unwrap();
+        assert_eq!(replicas(&h, "ex-backend"), Some(0), "{phase}");
+        assert_eq!(condition_reason(&h, BACKEND_READY), "Quiesced", "{phase}");
+        let (status, reason, message) = ready_condition(&h);
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "Quiesced"));
+        assert!(message.contains("MySQLRestore r1"), "{message}");
+    }
+    assert_eq!(replicas(&h, "ex-frontend"), frontend, "only the backend writes to the database");
+
+    h.api.put(&restore("Failed"));
+    h.reconcile().await.unwrap();
+    assert_eq!(replicas(&h, "ex-backend"), Some(2), "back at spec.size once no restore holds the database");
+    assert_ne!(condition_reason(&h, BACKEND_READY), "Quiesced");
+}

@@ -15,6 +15,15 @@ use super::{child_meta, container_port, env, env_from_secret, pod_labels, tier_s
 /// The book's container name.
 pub const CONTAINER: &str = "visitors-service";
 
+/// The backend stopped while a restore rewrites its database: the same Deployment at 0
+/// replicas, so no client writes into a half-restored database.
+pub fn quiesced(mut deployment: Deployment) -> Deployment {
+    if let Some(spec) = deployment.spec.as_mut() {
+        spec.replicas = Some(0);
+    }
+    deployment
+}
+
 pub fn deployment(app: &VisitorsApp, secret: &str) -> Deployment {
     let name = app.name_any();
     let container = Container {
@@ -79,6 +88,9 @@ mod tests {
         let deployment = deployment(&app, "creds");
         assert_eq!(deployment.metadata.name.as_deref(), Some("ex-backend"));
         assert_eq!(deployment.spec.as_ref().unwrap().replicas, Some(3));
+        let stopped = quiesced(deployment.clone());
+        assert_eq!(stopped.spec.as_ref().unwrap().replicas, Some(0), "a restore stops the backend");
+        assert_eq!(stopped.spec.unwrap().template, deployment.spec.unwrap().template, "and changes nothing else");
     }
 
     #[test]

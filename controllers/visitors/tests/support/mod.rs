@@ -29,7 +29,7 @@ use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use visitors_api::{VisitorsApp, VisitorsAppSpec};
+use visitors_api::{MySQLRestore, VisitorsApp, VisitorsAppSpec};
 use visitors_controller::controller::{self, Context, Stores};
 use visitors_controller::db::{DatabaseProbe, Target};
 
@@ -519,6 +519,7 @@ pub struct Harness {
     pub ctx: Arc<Context>,
     statefulsets: Mutex<Writer<StatefulSet>>,
     deployments: Mutex<Writer<Deployment>>,
+    restores: Mutex<Writer<MySQLRestore>>,
 }
 
 impl Harness {
@@ -528,7 +529,12 @@ impl Harness {
         let probe = Arc::new(FakeProbe::default());
         let statefulsets = Writer::default();
         let deployments = Writer::default();
-        let stores = Stores { statefulsets: statefulsets.as_reader(), deployments: deployments.as_reader() };
+        let restores = Writer::default();
+        let stores = Stores {
+            statefulsets: statefulsets.as_reader(),
+            deployments: deployments.as_reader(),
+            restores: restores.as_reader(),
+        };
         let runtime = Arc::new(Runtime {
             client: client.clone(),
             metrics: Arc::new(Metrics::new(controller::NAME)),
@@ -538,7 +544,14 @@ impl Harness {
             resync: RESYNC,
         });
         let ctx = Arc::new(Context { runtime, probe: Some(probe.clone() as Arc<dyn DatabaseProbe>), stores });
-        Self { api, probe, ctx, statefulsets: Mutex::new(statefulsets), deployments: Mutex::new(deployments) }
+        Self {
+            api,
+            probe,
+            ctx,
+            statefulsets: Mutex::new(statefulsets),
+            deployments: Mutex::new(deployments),
+            restores: Mutex::new(restores),
+        }
     }
 
     /// Creates the app in the fake API, as `kubectl apply` would.
@@ -579,6 +592,7 @@ impl Harness {
             writer.apply_watcher_event(&watcher::Event::InitApply(deployment));
         }
         writer.apply_watcher_event(&watcher::Event::InitDone);
+        fill(&mut self.restores.lock().unwrap(), self.api.get::<MySQLRestore>(RESTORE));
     }
 
     /// The StatefulSet controller reports the MySQL pod ready.
@@ -633,6 +647,9 @@ where
     }
     writer.apply_watcher_event(&watcher::Event::InitDone);
 }
+
+/// The name of the one MySQLRestore the caches are filled with, when the fake API holds it.
+pub const RESTORE: &str = "r1";
 
 /// The book's resource.
 pub fn book_spec() -> VisitorsAppSpec {
