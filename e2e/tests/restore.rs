@@ -1,0 +1,297 @@
+//! MySQLRestore scenarios on a real cluster: the Jobs run the agent against the app's real
+//! MariaDB. A restore from a backup run brings back exactly the backed-up rows (a Job compares
+//! a checksum of the table with the one taken before the backup) while the VisitorsApp
+//! controller keeps the backend at 0 replicas; a restore naming a failed run is refused and
+//! touches nothing.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use visitors_api::backup::BackupPhase;
+use visitors_api::conditions;
+use visitors_api::restore::RestorePhase;
+use visitors_api::{MySQLBackup, MySQLRestore, VisitorsApp};
+use visitors_e2e::{TestNamespace, app_ready_at_generation, cluster, create_book_app, wait_for};
+
+const APP: &str = "ex";
+const CLAIM: &str = "backups";
+const BACKEND: &str = "ex-backend";
+/// The table's content as one value: its row count and an order-independent checksum.
+const FINGERPRINT: &str = "CONCAT(COUNT(*), ':', BIT_XOR(CRC32(CONCAT_WS('|', id, note))))";
+
+/// A namespace with the book's app Ready, 500 rows in `visitors.e2e_rows`, their fingerprint
+/// kept in `e2e_check.expected`, and a claim for backups.
+async fn ready_app_with_rows(client: &Client, prefix: &str) -> TestNamespace {
+    let namespace = TestNamespace::create(client, prefix).await;
+    eprintln!("namespace {}", namespace.name);
+    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace.name);
+    create_book_app(&apps, APP).await;
+    wait_for("the app to become Ready", || app_ready_at_generation(&apps, APP, 1)).await;
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": CLAIM},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &namespace.name)
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("create the backup claim");
+    let sql = format!(
+        "CREATE TABLE visitors.e2e_rows (id INT PRIMARY KEY, note VARCHAR(64)); \
+         INSERT INTO visitors.e2e_rows SELECT seq, CONCAT('row ', seq) FROM seq_1_to_500; \
+         CREATE DATABASE e2e_check; \
+         CREATE TABLE e2e_check.expected AS SELECT {FINGERPRINT} AS v FROM visitors.e2e_rows;"
+    );
+    run_job(client, &namespace.name, "seed", mariadb_job(&namespace.name, "seed", &sql)).await;
+    namespace
+}
+
+/// SQL that fails (so does its Job) unless the table holds exactly the rows fingerprinted
+/// at seeding.
+fn rows_as_seeded() -> String {
+    format!(
+        "SELECT IF((SELECT {FINGERPRINT} FROM visitors.e2e_rows) = (SELECT v FROM e2e_check.expected), \
+         'match', (SELECT 1 UNION SELECT 2)) AS rows_as_seeded"
+    )
+}
+
+/// A Job that runs one SQL script with the `mariadb` client as root.
+fn mariadb_job(namespace: &str, name: &str, sql: &str) -> Value {
+    json!({
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "sql", "image": "mariadb:11",
+                "command": ["mariadb", "-h", format!("ex-mysql.{namespace}.svc"), "-uroot", "visitors", "-e", sql],
+                "env": [{"name": "MYSQL_PWD", "valueFrom": {"secretKeyRef": {"name": "ex-mysql-credentials", "key": "root-password"}}}],
+            }],
+        }}},
+    })
+}
+
+/// Creates a Job and waits for it to end; returns whether it completed.
+async fn job_completes(client: &Client, namespace: &str, name: &str, job: Value) -> bool {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("create the Job");
+    wait_for(&format!("Job {name} to end"), || async {
+        let job = jobs.get(name).await.map_err(|e| e.to_string())?;
+        let conditions = job.status.and_then(|s| s.conditions).unwrap_or_default();
+        let is = |type_: &str| conditions.iter().any(|c| c.type_ == type_ && c.status == "True");
+        if is("Complete") {
+            return Ok(true);
+        }
+        if is("Failed") {
+            return Ok(false);
+        }
+        Err("not ended yet".to_string())
+    })
+    .await
+}
+
+async fn run_job(client: &Client, namespace: &str, name: &str, job: Value) {
+    assert!(job_completes(client, namespace, name, job).await, "Job {name} failed");
+}
+
+fn backup_object(name: &str) -> MySQLBackup {
+    serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": name},
+        "spec": {"source": {"visitorsApp": APP}, "storage": {"persistentVolumeClaim": {"claimName": CLAIM}}},
+    }))
+    .unwrap()
+}
+
+fn restore_object(name: &str, backup: &str) -> MySQLRestore {
+    serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "MySQLRestore", "metadata": {"name": name},
+        "spec": {"source": {"backup": backup}, "target": {"visitorsApp": APP}},
+    }))
+    .unwrap()
+}
+
+fn conditions_text(conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]) -> String {
+    conditions
+        .iter()
+        .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+async fn backup_finished(backups: &Api<MySQLBackup>, name: &str) -> MySQLBackup {
+    wait_for(&format!("backup {name} to finish"), || async {
+        let backup = backups.get(name).await.map_err(|e| e.to_string())?;
+        let status = backup.status.clone().unwrap_or_default();
+        match status.phase {
+            Some(BackupPhase::Succeeded | BackupPhase::Failed) => Ok(backup),
+            phase => Err(format!("phase {phase:?}, {}", conditions_text(&status.conditions))),
+        }
+    })
+    .await
+}
+
+async fn restore_finished(restores: &Api<MySQLRestore>, name: &str) -> MySQLRestore {
+    wait_for(&format!("restore {name} to finish"), || async {
+        let restore = restores.get(name).await.map_err(|e| e.to_string())?;
+        let status = restore.status.clone().unwrap_or_default();
+        match status.phase {
+            Some(RestorePhase::Succeeded | RestorePhase::Failed) => Ok(restore),
+            phase => Err(format!("phase {phase:?}, {}", conditions_text(&status.conditions))),
+        }
+    })
+    .await
+}
+
+async fn events_of(client: &Client, namespace: &str, name: &str) -> Vec<Event> {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let listed = events.list(&ListParams::default()).await.expect("list events");
+    listed.items.into_iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)).collect()
+}
+
+/// The backend's desired and existing pods.
+async fn backend_replicas(deployments: &Api<Deployment>) -> Option<(i32, i32)> {
+    let deployment = deployments.get(BACKEND).await.ok()?;
+    let wanted = deployment.spec.and_then(|s| s.replicas).unwrap_or(1);
+    let pods = deployment.status.and_then(|s| s.replicas).unwrap_or(0);
+    Some((wanted, pods))
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn a_restore_from_a_run_brings_back_exactly_the_backed_up_rows_with_the_backend_stopped() {
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-restore").await;
+    let ns = namespace.name.clone();
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    backups.create(&PostParams::default(), &backup_object("before")).await.expect("create the backup");
+    let backup = backup_finished(&backups, "before").await;
+    let backup_status = backup.status.clone().unwrap();
+    assert_eq!(backup_status.phase, Some(BackupPhase::Succeeded), "{:?}", backup_status.error);
+
+    // Rows written after the backup, and one changed: the restore must undo both.
+    let more = "INSERT INTO visitors.e2e_rows SELECT seq, CONCAT('later ', seq) FROM seq_501_to_800; \
+                UPDATE visitors.e2e_rows SET note = 'changed' WHERE id = 7;";
+    run_job(&client, &ns, "more-rows", mariadb_job(&ns, "more-rows", more)).await;
+    assert!(
+        !job_completes(&client, &ns, "differs", mariadb_job(&ns, "differs", &rows_as_seeded())).await,
+        "the check must see the rows written after the backup"
+    );
+
+    // Watch the backend while the restore Job runs.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let restores: Api<MySQLRestore> = Api::namespaced(client.clone(), &ns);
+    let seen_during_job: Arc<Mutex<Vec<(i32, i32)>>> = Arc::default();
+    let watcher = {
+        let (seen, deployments, restores) = (seen_during_job.clone(), deployments.clone(), restores.clone());
+        tokio::spawn(async move {
+            loop {
+                let phase = restores.get("r1").await.ok().and_then(|r| r.status.and_then(|s| s.phase));
+                match phase {
+                    Some(RestorePhase::Succeeded | RestorePhase::Failed) => break,
+                    Some(RestorePhase::Running) => {
+                        if let Some(replicas) = backend_replicas(&deployments).await {
+                            seen.lock().unwrap().push(replicas);
+                        }
+                    }
+                    _ => {}
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    restores.create(&PostParams::default(), &restore_object("r1", "before")).await.expect("create the restore");
+    let restore = restore_finished(&restores, "r1").await;
+    watcher.await.unwrap();
+    let status = restore.status.clone().unwrap();
+    eprintln!("restore status: {status:?}");
+    assert_eq!(
+        status.phase,
+        Some(RestorePhase::Succeeded),
+        "{:?} {}",
+        status.error,
+        conditions_text(&status.conditions)
+    );
+    assert_eq!(status.backup_name.as_deref(), Some("before"));
+    assert_eq!(status.manifest_sha256, backup_status.manifest_sha256);
+    assert_eq!(status.backup_completion_time, backup_status.completion_time);
+    assert!(status.restored_from.as_deref().unwrap_or_default().contains(&format!("{ns}/{APP}/before")), "{status:?}");
+    assert!(status.tables.unwrap_or(0) >= 1 && status.rows.unwrap_or(0) >= 500, "{status:?}");
+    assert!(status.start_time.is_some() && status.completion_time.is_some());
+    let seen = seen_during_job.lock().unwrap().clone();
+    eprintln!("backend (wanted, pods) while the restore ran: {seen:?}");
+    assert!(!seen.is_empty(), "the restore was never seen Running");
+    assert!(
+        seen.iter().all(|&(wanted, pods)| wanted == 0 && pods == 0),
+        "the backend ran during the restore: {seen:?}"
+    );
+    let reasons: Vec<String> = events_of(&client, &ns, "r1").await.into_iter().filter_map(|e| e.reason).collect();
+    assert!(reasons.iter().any(|r| r == "Started") && reasons.iter().any(|r| r == "Succeeded"), "{reasons:?}");
+
+    // Exactly the backed-up rows, and the backend back at spec.size.
+    run_job(&client, &ns, "same-rows", mariadb_job(&ns, "same-rows", &rows_as_seeded())).await;
+    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &ns);
+    wait_for("the app to be Ready again", || app_ready_at_generation(&apps, APP, 1)).await;
+    assert_eq!(backend_replicas(&deployments).await.map(|r| r.0), Some(1), "back at spec.size");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    assert!(leases.get_opt("ex-mysql-operations").await.unwrap().is_none(), "the database lock is released");
+    namespace.delete().await;
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn a_restore_naming_a_failed_run_is_refused_and_touches_nothing() {
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-restore-refused").await;
+    let ns = namespace.name.clone();
+    // A failed run: the backup's agent cannot log in.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let password = secrets.get("ex-mysql-credentials").await.unwrap().data.unwrap()["root-password"].clone();
+    let wrong = json!({"stringData": {"root-password": "not-the-password"}});
+    secrets.patch("ex-mysql-credentials", &PatchParams::default(), &Patch::Merge(&wrong)).await.unwrap();
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    backups.create(&PostParams::default(), &backup_object("broken")).await.expect("create the backup");
+    let backup = backup_finished(&backups, "broken").await;
+    assert_eq!(backup.status.unwrap().phase, Some(BackupPhase::Failed));
+    let right = json!({"data": {"root-password": password}});
+    secrets.patch("ex-mysql-credentials", &PatchParams::default(), &Patch::Merge(&right)).await.unwrap();
+
+    let restores: Api<MySQLRestore> = Api::namespaced(client.clone(), &ns);
+    restores.create(&PostParams::default(), &restore_object("from-broken", "broken")).await.expect("create");
+    let restore = restore_finished(&restores, "from-broken").await;
+    let status = restore.status.clone().unwrap();
+    assert_eq!(status.phase, Some(RestorePhase::Failed));
+    let ready = conditions::find(&status.conditions, conditions::READY).unwrap();
+    assert_eq!(ready.reason, "BackupFailed", "{}", ready.message);
+    assert!(
+        ready.message.contains("MySQLBackup broken") && ready.message.contains("never restored"),
+        "{}",
+        ready.message
+    );
+    assert!(!status.error.unwrap_or_default().contains("not-the-password"), "no secret in status");
+    assert_eq!(status.job_name, None, "no restore Job was started");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    assert!(jobs.get_opt("from-broken-restore").await.unwrap().is_none());
+    let events = events_of(&client, &ns, "from-broken").await;
+    assert!(
+        events.iter().any(|e| e.reason.as_deref() == Some("BackupFailed") && e.type_.as_deref() == Some("Warning"))
+    );
+
+    // Nothing touched: the rows are as seeded, the backend kept running, the lock is free.
+    run_job(&client, &ns, "same-rows", mariadb_job(&ns, "same-rows", &rows_as_seeded())).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(backend_replicas(&deployments).await.map(|r| r.0), Some(1));
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    assert!(leases.get_opt("ex-mysql-operations").await.unwrap().is_none());
+    // A record: it is left alone (no hot loop).
+    let before = restore.resource_version();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(restores.get("from-broken").await.unwrap().resource_version(), before);
+    namespace.delete().await;
+}
