@@ -14,7 +14,9 @@
 # production-like data of issue 9).
 #
 # Usage: bench/agent/run.sh [--size-mib N] [--threads N] [--levels "1 3"] [--datasets "compressible realistic"]
-#                           [--agent PATH] [--keep]
+#                           [--work-dir DIR] [--agent PATH] [--keep]
+# --work-dir: where the server's data and the backups go (default /tmp); a tmpfs such as /dev/shm
+# takes the disk (and fsync) out of the measurement.
 # Backups run at each zstd level of --levels (agent and mariadb-dump at the same level);
 # restores use the backups of the first level.
 # Needs: mariadb-server mariadb-client zstd mydumper time (Debian packages), and a release
@@ -25,6 +27,7 @@ SIZE_MIB=1024
 THREADS=2
 LEVELS="1 3"
 DATASETS="compressible realistic"
+WORK_DIR=/tmp
 AGENT=""
 KEEP=0
 while [[ $# -gt 0 ]]; do
@@ -33,6 +36,7 @@ while [[ $# -gt 0 ]]; do
     --threads) THREADS="$2"; shift 2 ;;
     --levels) LEVELS="$2"; shift 2 ;;
     --datasets) DATASETS="$2"; shift 2 ;;
+    --work-dir) WORK_DIR="$2"; shift 2 ;;
     --agent) AGENT="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -47,7 +51,7 @@ for program in mariadbd mariadb-install-db mariadb mariadb-dump zstd mydumper my
   command -v "$program" >/dev/null || [[ -x "$program" ]] || { echo "missing: $program" >&2; exit 1; }
 done
 
-WORK="$(mktemp -d /tmp/visitors-agent-bench.XXXXXX)"
+WORK="$(mktemp -d "$WORK_DIR/visitors-agent-bench.XXXXXX")"
 SERVER_PID=""
 cleanup() {
   if [[ -n "$SERVER_PID" ]]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
