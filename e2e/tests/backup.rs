@@ -17,7 +17,8 @@ use visitors_api::VisitorsApp;
 use visitors_api::backup::{BackupPhase, condition};
 use visitors_api::conditions;
 use visitors_e2e::{
-    TestNamespace, app_ready_at_generation, cluster, controller_name, create_book_app, release_namespace, wait_for,
+    TestNamespace, app_ready_at_generation, cluster, controller_metrics, controller_name, create_book_app,
+    metric_value, release_namespace, wait_for,
 };
 
 const APP: &str = "ex";
@@ -452,5 +453,60 @@ async fn on_demand_backup_to_s3_succeeds_and_verifies() {
         }}},
     });
     run_job(&client, &ns, "verify", verify).await;
+    namespace.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn the_backup_trace_runs_from_the_reconcile_into_the_agent_and_metrics_count_the_run() {
+    use visitors_test_support::otlp::{OtlpReceiver, ReceivedSpan};
+    let Ok(listen) = std::env::var("E2E_OTLP_LISTEN") else {
+        eprintln!(
+            "skipped: E2E_OTLP_LISTEN is unset; set it to where the controllers' tracing.otlpEndpoint points (e2e/run.sh --local does)"
+        );
+        return;
+    };
+    let receiver = OtlpReceiver::start(&listen).unwrap_or_else(|e| panic!("cannot listen on {listen}: {e}"));
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-backup-trace").await;
+    let ns = namespace.name.clone();
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    backups.create(&PostParams::default(), &backup_object("traced", json!({}))).await.expect("create run");
+    assert_succeeded(&finished(&backups, "traced").await);
+
+    let is_our_reconcile = |s: &ReceivedSpan| {
+        s.span.name == "reconcile"
+            && s.attribute("object.name") == Some("traced")
+            && s.attribute("object.namespace") == Some(ns.as_str())
+    };
+    let found = tokio::task::block_in_place(|| {
+        receiver.wait_for(Duration::from_secs(120), |spans| {
+            spans.iter().filter(|s| is_our_reconcile(s)).find_map(|reconcile| {
+                spans
+                    .iter()
+                    .find(|c| {
+                        c.service == "visitors-agent"
+                            && c.trace_id() == reconcile.trace_id()
+                            && c.parent_span_id() == reconcile.span_id()
+                    })
+                    .map(|agent| (reconcile.clone(), agent.clone()))
+            })
+        })
+    });
+    let Some((reconcile, agent)) = found else {
+        let names: Vec<String> = receiver.spans().iter().map(|s| format!("{}:{}", s.service, s.span.name)).collect();
+        panic!("no agent span whose parent is a reconcile of MySQLBackup traced; received: {names:?}");
+    };
+    assert_eq!(reconcile.service, "backup-controller");
+    eprintln!("reconcile {} → agent span {} ({})", reconcile.span_id(), agent.span_id(), agent.span.name);
+
+    let metrics = controller_metrics(&client, "backup").await.expect("the backup controller's metrics");
+    let succeeded = metric_value(&metrics, "visitors_operator_backup_runs_total", r#"result="succeeded""#);
+    assert!(succeeded.unwrap_or(0.0) >= 1.0, "{metrics}");
+    let labels = format!(r#"namespace="{ns}",visitors_app="{APP}""#);
+    assert!(
+        metric_value(&metrics, "visitors_operator_backup_last_success_timestamp_seconds", &labels).is_some(),
+        "{metrics}"
+    );
     namespace.delete().await;
 }
