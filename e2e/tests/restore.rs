@@ -63,16 +63,21 @@ fn rows_as_seeded() -> String {
     )
 }
 
-/// A Job that runs one SQL script with the `mariadb` client as root.
+/// A Job that runs one SQL script with the `mariadb` client as root on app `ex`.
 fn mariadb_job(namespace: &str, name: &str, sql: &str) -> Value {
+    mariadb_job_on(APP, namespace, name, sql)
+}
+
+/// A Job that runs one SQL script with the `mariadb` client as root on app `app`.
+fn mariadb_job_on(app: &str, namespace: &str, name: &str, sql: &str) -> Value {
     json!({
         "metadata": {"name": name},
         "spec": {"backoffLimit": 0, "template": {"spec": {
             "restartPolicy": "Never",
             "containers": [{
                 "name": "sql", "image": "mariadb:11",
-                "command": ["mariadb", "-h", format!("ex-mysql.{namespace}.svc"), "-uroot", "visitors", "-e", sql],
-                "env": [{"name": "MYSQL_PWD", "valueFrom": {"secretKeyRef": {"name": "ex-mysql-credentials", "key": "root-password"}}}],
+                "command": ["mariadb", "-h", format!("{app}-mysql.{namespace}.svc"), "-uroot", "visitors", "-e", sql],
+                "env": [{"name": "MYSQL_PWD", "valueFrom": {"secretKeyRef": {"name": format!("{app}-mysql-credentials"), "key": "root-password"}}}],
             }],
         }}},
     })
@@ -293,5 +298,156 @@ async fn a_restore_naming_a_failed_run_is_refused_and_touches_nothing() {
     let before = restore.resource_version();
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(restores.get("from-broken").await.unwrap().resource_version(), before);
+    namespace.delete().await;
+}
+
+/// A backup `before` of the seeded rows, then 300 more rows and a changed one, fingerprinted
+/// in `e2e_check.current` (a database the backup does not hold).
+async fn backed_up_then_changed(client: &Client, ns: &str) -> MySQLBackup {
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), ns);
+    backups.create(&PostParams::default(), &backup_object("before")).await.expect("create the backup");
+    let backup = backup_finished(&backups, "before").await;
+    assert_eq!(backup.status.as_ref().unwrap().phase, Some(BackupPhase::Succeeded));
+    let more = format!(
+        "INSERT INTO visitors.e2e_rows SELECT seq, CONCAT('later ', seq) FROM seq_501_to_800; \
+         UPDATE visitors.e2e_rows SET note = 'changed' WHERE id = 7; \
+         CREATE DATABASE e2e_now; CREATE TABLE e2e_now.current AS SELECT {FINGERPRINT} AS v FROM visitors.e2e_rows;"
+    );
+    run_job(client, ns, "more-rows", mariadb_job(ns, "more-rows", &more)).await;
+    backup
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn a_restore_from_an_explicit_location_fills_a_second_app() {
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-restore-location").await;
+    let ns = namespace.name.clone();
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    backups.create(&PostParams::default(), &backup_object("before")).await.expect("create the backup");
+    assert_eq!(backup_finished(&backups, "before").await.status.unwrap().phase, Some(BackupPhase::Succeeded));
+    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &ns);
+    create_book_app(&apps, "other").await;
+    wait_for("the second app to become Ready", || app_ready_at_generation(&apps, "other", 1)).await;
+
+    let restore: MySQLRestore = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "MySQLRestore", "metadata": {"name": "into-other"},
+        "spec": {"source": {"storage": {"persistentVolumeClaim": {"claimName": CLAIM}}, "path": format!("{ns}/{APP}/before")},
+                 "target": {"visitorsApp": "other"}},
+    }))
+    .unwrap();
+    let restores: Api<MySQLRestore> = Api::namespaced(client.clone(), &ns);
+    restores.create(&PostParams::default(), &restore).await.expect("create the restore");
+    let status = restore_finished(&restores, "into-other").await.status.unwrap();
+    assert_eq!(
+        status.phase,
+        Some(RestorePhase::Succeeded),
+        "{:?} {}",
+        status.error,
+        conditions_text(&status.conditions)
+    );
+    assert_eq!(status.backup_name, None);
+    assert_eq!(status.restored_from, Some(format!("pvc://{CLAIM}/{ns}/{APP}/before")));
+    assert!(status.rows.unwrap_or(0) >= 500, "{status:?}");
+    run_job(&client, &ns, "other-rows", mariadb_job_on("other", &ns, "other-rows", &rows_as_seeded())).await;
+    wait_for("the second app to be Ready again", || app_ready_at_generation(&apps, "other", 1)).await;
+    namespace.delete().await;
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn a_backup_with_one_flipped_byte_is_refused_and_the_database_is_unchanged() {
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-restore-corrupt").await;
+    let ns = namespace.name.clone();
+    backed_up_then_changed(&client, &ns).await;
+    // One byte of one chunk of the stored backup flipped, size unchanged.
+    let flip = format!(
+        "set -eu; f=$(find /backup/{ns}/{APP}/before -type f -path '*/data/e2e_rows/*' | sort | head -n 1); \
+         test -n \"$f\"; echo \"flipping a byte of $f\"; \
+         b=$(od -An -tu1 -j 10 -N 1 \"$f\" | tr -d ' '); n=$(( (b + 1) % 256 )); \
+         printf \"$(printf '\\\\%03o' \"$n\")\" | dd of=\"$f\" bs=1 seek=10 count=1 conv=notrunc"
+    );
+    let job = json!({
+        "metadata": {"name": "flip"},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "flip", "image": "busybox", "command": ["sh", "-c", flip],
+                            "volumeMounts": [{"name": "backup", "mountPath": "/backup"}]}],
+            "volumes": [{"name": "backup", "persistentVolumeClaim": {"claimName": CLAIM}}],
+        }}},
+    });
+    run_job(&client, &ns, "flip", job).await;
+
+    let restores: Api<MySQLRestore> = Api::namespaced(client.clone(), &ns);
+    restores.create(&PostParams::default(), &restore_object("r1", "before")).await.expect("create the restore");
+    let status = restore_finished(&restores, "r1").await.status.unwrap();
+    eprintln!("restore error: {:?}", status.error);
+    assert_eq!(status.phase, Some(RestorePhase::Failed));
+    let error = status.error.unwrap_or_default();
+    assert!(error.contains("checksumMismatch") || error.contains("SHA-256"), "the agent names the bad file: {error}");
+    assert_eq!(conditions::find(&status.conditions, conditions::READY).unwrap().reason, "AgentFailed");
+
+    // The database is exactly as before the restore, and the backend back at its size.
+    let unchanged = format!(
+        "SELECT IF((SELECT {FINGERPRINT} FROM visitors.e2e_rows) = (SELECT v FROM e2e_now.current), \
+         'unchanged', (SELECT 1 UNION SELECT 2)) AS unchanged"
+    );
+    run_job(&client, &ns, "unchanged", mariadb_job(&ns, "unchanged", &unchanged)).await;
+    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &ns);
+    wait_for("the app to be Ready again", || app_ready_at_generation(&apps, APP, 1)).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(backend_replicas(&deployments).await.map(|r| r.0), Some(1));
+    namespace.delete().await;
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn a_restore_waits_for_the_database_lock_then_runs() {
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-restore-lock").await;
+    let ns = namespace.name.clone();
+    backed_up_then_changed(&client, &ns).await;
+    // A backup that holds the database: an unfinished run (it waits for a claim that does not
+    // exist) named in the Lease, as the backup controller writes it.
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    let mut holder = backup_object("holder");
+    holder.spec.storage.persistent_volume_claim.as_mut().unwrap().claim_name = "no-such-claim".into();
+    let holder = backups.create(&PostParams::default(), &holder).await.expect("create the holding run");
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "ex-mysql-operations"},
+        "spec": {"holderIdentity": format!("MySQLBackup/holder/{}", holder.uid().unwrap())},
+    }))
+    .unwrap();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    leases.create(&PostParams::default(), &lease).await.expect("create the Lease");
+
+    let restores: Api<MySQLRestore> = Api::namespaced(client.clone(), &ns);
+    restores.create(&PostParams::default(), &restore_object("r1", "before")).await.expect("create the restore");
+    let message = wait_for("the restore to wait for the lock", || async {
+        let restore = restores.get("r1").await.map_err(|e| e.to_string())?;
+        let status = restore.status.unwrap_or_default();
+        let pending = conditions::find(&status.conditions, "Pending").cloned();
+        match pending {
+            Some(c) if c.status == "True" && c.reason == "WaitingForDatabaseLock" => Ok(c.message),
+            _ => Err(format!("phase {:?}, {}", status.phase, conditions_text(&status.conditions))),
+        }
+    })
+    .await;
+    assert!(message.contains("MySQLBackup holder"), "{message}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(backend_replicas(&deployments).await.map(|r| r.0), Some(1), "a waiting restore stops nothing");
+
+    // The holder goes away: the restore takes the lock over and runs.
+    backups.delete("holder", &Default::default()).await.expect("delete the holding run");
+    let status = restore_finished(&restores, "r1").await.status.unwrap();
+    assert_eq!(
+        status.phase,
+        Some(RestorePhase::Succeeded),
+        "{:?} {}",
+        status.error,
+        conditions_text(&status.conditions)
+    );
+    run_job(&client, &ns, "same-rows", mariadb_job(&ns, "same-rows", &rows_as_seeded())).await;
     namespace.delete().await;
 }
