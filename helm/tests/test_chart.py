@@ -310,6 +310,8 @@ WATCHED_RULES = {
         ("", "persistentvolumeclaims"): {"get", "patch"},
         ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch"},
         ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
+        # Restores that hold an app's database keep its backend at 0 replicas.
+        ("example.com", "mysqlrestores"): READ,
         **EVENTS,
     },
     "backup": {
@@ -317,6 +319,8 @@ WATCHED_RULES = {
         ("example.com", "mysqlbackups/status"): {"get", "patch", "update"},
         ("example.com", "mysqlbackups/finalizers"): {"update"},
         ("example.com", "visitorsapps"): READ,
+        # The database lock reads the run holding it, which may be a restore.
+        ("example.com", "mysqlrestores"): {"get"},
         **JOBS,
         **EVENTS,
     },
@@ -326,6 +330,8 @@ WATCHED_RULES = {
         ("example.com", "mysqlrestores/finalizers"): {"update"},
         ("example.com", "mysqlbackups"): READ,
         ("example.com", "visitorsapps"): READ,
+        # A quiescing restore waits for the app's backend to stop.
+        ("apps", "deployments"): READ,
         **JOBS,
         **EVENTS,
     },

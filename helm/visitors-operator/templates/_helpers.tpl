@@ -104,6 +104,11 @@ Verbs are exactly what the controller uses; no wildcards.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "patch"]
+# A MySQLRestore that holds the app's database keeps its backend at 0 replicas: the
+# controller watches restores to know when (it never writes them).
+- apiGroups: ["example.com"]
+  resources: ["mysqlrestores"]
+  verbs: ["get", "list", "watch"]
 {{- else if eq .key "backup" }}
 # Schedules create one MySQLBackup run object per fire time; retention deletes old runs.
 - apiGroups: ["example.com"]
@@ -136,6 +141,11 @@ Verbs are exactly what the controller uses; no wildcards.
   verbs: ["update"]
 - apiGroups: ["example.com"]
   resources: ["mysqlbackups", "visitorsapps"]
+  verbs: ["get", "list", "watch"]
+# A quiescing restore waits for its app's backend Deployment to stop (read-only: the
+# VisitorsApp controller scales it).
+- apiGroups: ["apps"]
+  resources: ["deployments"]
   verbs: ["get", "list", "watch"]
 {{- include "visitors-operator.jobRules" . }}
 {{- end }}
