@@ -201,3 +201,65 @@ pub fn is_established(crd: &CustomResourceDefinition) -> bool {
     let conditions = crd.status.as_ref().and_then(|s| s.conditions.as_ref());
     conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"))
 }
+
+/// A Job that runs one SQL script with the `mariadb` client, as root, on the database of
+/// VisitorsApp `app` (its client Service and generated credentials Secret).
+pub fn mariadb_job(app: &str, namespace: &str, name: &str, sql: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "sql", "image": "mariadb:11",
+                "command": ["mariadb", "-h", format!("{app}-mysql.{namespace}.svc"), "-uroot", "visitors", "-e", sql],
+                "env": [{"name": "MYSQL_PWD", "valueFrom": {"secretKeyRef": {"name": format!("{app}-mysql-credentials"), "key": "root-password"}}}],
+            }],
+        }}},
+    })
+}
+
+/// Creates a Job and waits for it to end; returns whether it completed.
+pub async fn job_completes(client: &Client, namespace: &str, name: &str, job: serde_json::Value) -> bool {
+    use k8s_openapi::api::batch::v1::Job;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("create the Job");
+    wait_for(&format!("Job {name} to end"), || async {
+        let job = jobs.get(name).await.map_err(|e| e.to_string())?;
+        let conditions = job.status.and_then(|s| s.conditions).unwrap_or_default();
+        let is = |type_: &str| conditions.iter().any(|c| c.type_ == type_ && c.status == "True");
+        if is("Complete") {
+            return Ok(true);
+        }
+        if is("Failed") {
+            return Ok(false);
+        }
+        Err("not ended yet".to_string())
+    })
+    .await
+}
+
+/// Creates a Job and waits for it to complete; fails the test if it fails.
+pub async fn run_job(client: &Client, namespace: &str, name: &str, job: serde_json::Value) {
+    assert!(job_completes(client, namespace, name, job).await, "Job {name} failed");
+}
+
+/// The Events about object `name` in `namespace`.
+pub async fn events_of(client: &Client, namespace: &str, name: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), namespace);
+    let listed = events.list(&kube::api::ListParams::default()).await.expect("list events");
+    listed.items.into_iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)).collect()
+}
+
+/// Creates a 1 GiB ReadWriteOnce claim `name` for backups.
+pub async fn create_backup_claim(client: &Client, namespace: &str, name: &str) {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("create the backup claim");
+}

@@ -6,9 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -17,8 +15,8 @@ use visitors_api::VisitorsApp;
 use visitors_api::backup::{BackupPhase, condition};
 use visitors_api::conditions;
 use visitors_e2e::{
-    TestNamespace, app_ready_at_generation, cluster, controller_metrics, controller_name, create_book_app,
-    metric_value, release_namespace, wait_for,
+    TestNamespace, app_ready_at_generation, cluster, controller_metrics, controller_name, create_backup_claim,
+    create_book_app, events_of, mariadb_job, metric_value, release_namespace, run_job, wait_for,
 };
 
 const APP: &str = "ex";
@@ -32,52 +30,11 @@ async fn ready_app_with_rows(client: &Client, prefix: &str) -> TestNamespace {
     let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace.name);
     create_book_app(&apps, APP).await;
     wait_for("the app to become Ready", || app_ready_at_generation(&apps, APP, 1)).await;
-    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": {"name": CLAIM},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-    }))
-    .unwrap();
-    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &namespace.name)
-        .create(&PostParams::default(), &claim)
-        .await
-        .expect("create the backup claim");
+    create_backup_claim(client, &namespace.name, CLAIM).await;
     let sql = "CREATE TABLE IF NOT EXISTS visitors.e2e_rows (id INT PRIMARY KEY, note VARCHAR(64)); \
                INSERT INTO visitors.e2e_rows SELECT seq, CONCAT('row ', seq) FROM seq_1_to_500;";
-    run_job(client, &namespace.name, "seed", mariadb_job(&namespace.name, "seed", sql)).await;
+    run_job(client, &namespace.name, "seed", mariadb_job(APP, &namespace.name, "seed", sql)).await;
     namespace
-}
-
-/// A Job that runs one SQL script with the `mariadb` client as root.
-fn mariadb_job(namespace: &str, name: &str, sql: &str) -> Value {
-    json!({
-        "metadata": {"name": name},
-        "spec": {"backoffLimit": 0, "template": {"spec": {
-            "restartPolicy": "Never",
-            "containers": [{
-                "name": "sql", "image": "mariadb:11",
-                "command": ["mariadb", "-h", format!("ex-mysql.{namespace}.svc"), "-uroot", "visitors", "-e", sql],
-                "env": [{"name": "MYSQL_PWD", "valueFrom": {"secretKeyRef": {"name": "ex-mysql-credentials", "key": "root-password"}}}],
-            }],
-        }}},
-    })
-}
-
-/// Creates a Job and waits for it to complete; fails naming its state otherwise.
-async fn run_job(client: &Client, namespace: &str, name: &str, job: Value) {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-    jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("create the Job");
-    wait_for(&format!("Job {name} to complete"), || async {
-        let job = jobs.get(name).await.map_err(|e| e.to_string())?;
-        let conditions = job.status.and_then(|s| s.conditions).unwrap_or_default();
-        if conditions.iter().any(|c| c.type_ == "Complete" && c.status == "True") {
-            return Ok(());
-        }
-        if let Some(failed) = conditions.iter().find(|c| c.type_ == "Failed" && c.status == "True") {
-            panic!("Job {name} failed: {:?} {:?}", failed.reason, failed.message);
-        }
-        Err("not complete yet".to_string())
-    })
-    .await
 }
 
 fn backup_object(name: &str, extra: Value) -> MySQLBackup {
@@ -124,12 +81,6 @@ fn assert_succeeded(backup: &MySQLBackup) {
     assert!(sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit()), "{sha}");
     assert!(status.server_version.is_some() && status.start_time.is_some() && status.completion_time.is_some());
     assert!(status.duration_seconds.is_some());
-}
-
-async fn events_of(client: &Client, namespace: &str, name: &str) -> Vec<Event> {
-    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
-    let listed = events.list(&ListParams::default()).await.expect("list events");
-    listed.items.into_iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)).collect()
 }
 
 #[tokio::test]
@@ -324,7 +275,7 @@ async fn chaos_a_controller_restart_harms_no_backup_and_a_killed_pod_fails_the_r
     // About 200 MiB of rows, so that a backup runs long enough to be interrupted.
     let big = "CREATE TABLE visitors.big (id INT PRIMARY KEY, a CHAR(32), b CHAR(32), c CHAR(32)); \
                INSERT INTO visitors.big SELECT seq, MD5(seq), MD5(seq + 1), MD5(seq + 2) FROM seq_1_to_2000000;";
-    run_job(&client, &ns, "big", mariadb_job(&ns, "big", big)).await;
+    run_job(&client, &ns, "big", mariadb_job(APP, &ns, "big", big)).await;
     let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
 
     // The backup controller's pod is deleted while a backup runs: the Job runs on, and the

@@ -10,16 +10,18 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use visitors_api::backup::BackupPhase;
 use visitors_api::conditions;
 use visitors_api::restore::RestorePhase;
 use visitors_api::{MySQLBackup, MySQLRestore, VisitorsApp};
-use visitors_e2e::{TestNamespace, app_ready_at_generation, cluster, create_book_app, wait_for};
+use visitors_e2e::{
+    TestNamespace, app_ready_at_generation, cluster, create_backup_claim, create_book_app, events_of, job_completes,
+    mariadb_job, run_job, wait_for,
+};
 
 const APP: &str = "ex";
 const CLAIM: &str = "backups";
@@ -35,22 +37,14 @@ async fn ready_app_with_rows(client: &Client, prefix: &str) -> TestNamespace {
     let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace.name);
     create_book_app(&apps, APP).await;
     wait_for("the app to become Ready", || app_ready_at_generation(&apps, APP, 1)).await;
-    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": {"name": CLAIM},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-    }))
-    .unwrap();
-    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &namespace.name)
-        .create(&PostParams::default(), &claim)
-        .await
-        .expect("create the backup claim");
+    create_backup_claim(client, &namespace.name, CLAIM).await;
     let sql = format!(
         "CREATE TABLE visitors.e2e_rows (id INT PRIMARY KEY, note VARCHAR(64)); \
          INSERT INTO visitors.e2e_rows SELECT seq, CONCAT('row ', seq) FROM seq_1_to_500; \
          CREATE DATABASE e2e_check; \
          CREATE TABLE e2e_check.expected AS SELECT {FINGERPRINT} AS v FROM visitors.e2e_rows;"
     );
-    run_job(client, &namespace.name, "seed", mariadb_job(&namespace.name, "seed", &sql)).await;
+    run_job(client, &namespace.name, "seed", mariadb_job(APP, &namespace.name, "seed", &sql)).await;
     namespace
 }
 
@@ -61,49 +55,6 @@ fn rows_as_seeded() -> String {
         "SELECT IF((SELECT {FINGERPRINT} FROM visitors.e2e_rows) = (SELECT v FROM e2e_check.expected), \
          'match', (SELECT 1 UNION SELECT 2)) AS rows_as_seeded"
     )
-}
-
-/// A Job that runs one SQL script with the `mariadb` client as root on app `ex`.
-fn mariadb_job(namespace: &str, name: &str, sql: &str) -> Value {
-    mariadb_job_on(APP, namespace, name, sql)
-}
-
-/// A Job that runs one SQL script with the `mariadb` client as root on app `app`.
-fn mariadb_job_on(app: &str, namespace: &str, name: &str, sql: &str) -> Value {
-    json!({
-        "metadata": {"name": name},
-        "spec": {"backoffLimit": 0, "template": {"spec": {
-            "restartPolicy": "Never",
-            "containers": [{
-                "name": "sql", "image": "mariadb:11",
-                "command": ["mariadb", "-h", format!("{app}-mysql.{namespace}.svc"), "-uroot", "visitors", "-e", sql],
-                "env": [{"name": "MYSQL_PWD", "valueFrom": {"secretKeyRef": {"name": format!("{app}-mysql-credentials"), "key": "root-password"}}}],
-            }],
-        }}},
-    })
-}
-
-/// Creates a Job and waits for it to end; returns whether it completed.
-async fn job_completes(client: &Client, namespace: &str, name: &str, job: Value) -> bool {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-    jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("create the Job");
-    wait_for(&format!("Job {name} to end"), || async {
-        let job = jobs.get(name).await.map_err(|e| e.to_string())?;
-        let conditions = job.status.and_then(|s| s.conditions).unwrap_or_default();
-        let is = |type_: &str| conditions.iter().any(|c| c.type_ == type_ && c.status == "True");
-        if is("Complete") {
-            return Ok(true);
-        }
-        if is("Failed") {
-            return Ok(false);
-        }
-        Err("not ended yet".to_string())
-    })
-    .await
-}
-
-async fn run_job(client: &Client, namespace: &str, name: &str, job: Value) {
-    assert!(job_completes(client, namespace, name, job).await, "Job {name} failed");
 }
 
 fn backup_object(name: &str) -> MySQLBackup {
@@ -154,12 +105,6 @@ async fn restore_finished(restores: &Api<MySQLRestore>, name: &str) -> MySQLRest
     .await
 }
 
-async fn events_of(client: &Client, namespace: &str, name: &str) -> Vec<Event> {
-    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
-    let listed = events.list(&ListParams::default()).await.expect("list events");
-    listed.items.into_iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)).collect()
-}
-
 /// The backend's desired and existing pods.
 async fn backend_replicas(deployments: &Api<Deployment>) -> Option<(i32, i32)> {
     let deployment = deployments.get(BACKEND).await.ok()?;
@@ -183,9 +128,9 @@ async fn a_restore_from_a_run_brings_back_exactly_the_backed_up_rows_with_the_ba
     // Rows written after the backup, and one changed: the restore must undo both.
     let more = "INSERT INTO visitors.e2e_rows SELECT seq, CONCAT('later ', seq) FROM seq_501_to_800; \
                 UPDATE visitors.e2e_rows SET note = 'changed' WHERE id = 7;";
-    run_job(&client, &ns, "more-rows", mariadb_job(&ns, "more-rows", more)).await;
+    run_job(&client, &ns, "more-rows", mariadb_job(APP, &ns, "more-rows", more)).await;
     assert!(
-        !job_completes(&client, &ns, "differs", mariadb_job(&ns, "differs", &rows_as_seeded())).await,
+        !job_completes(&client, &ns, "differs", mariadb_job(APP, &ns, "differs", &rows_as_seeded())).await,
         "the check must see the rows written after the backup"
     );
 
@@ -240,7 +185,7 @@ async fn a_restore_from_a_run_brings_back_exactly_the_backed_up_rows_with_the_ba
     assert!(reasons.iter().any(|r| r == "Started") && reasons.iter().any(|r| r == "Succeeded"), "{reasons:?}");
 
     // Exactly the backed-up rows, and the backend back at spec.size.
-    run_job(&client, &ns, "same-rows", mariadb_job(&ns, "same-rows", &rows_as_seeded())).await;
+    run_job(&client, &ns, "same-rows", mariadb_job(APP, &ns, "same-rows", &rows_as_seeded())).await;
     let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &ns);
     wait_for("the app to be Ready again", || app_ready_at_generation(&apps, APP, 1)).await;
     assert_eq!(backend_replicas(&deployments).await.map(|r| r.0), Some(1), "back at spec.size");
@@ -289,7 +234,7 @@ async fn a_restore_naming_a_failed_run_is_refused_and_touches_nothing() {
     );
 
     // Nothing touched: the rows are as seeded, the backend kept running, the lock is free.
-    run_job(&client, &ns, "same-rows", mariadb_job(&ns, "same-rows", &rows_as_seeded())).await;
+    run_job(&client, &ns, "same-rows", mariadb_job(APP, &ns, "same-rows", &rows_as_seeded())).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     assert_eq!(backend_replicas(&deployments).await.map(|r| r.0), Some(1));
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
@@ -313,7 +258,7 @@ async fn backed_up_then_changed(client: &Client, ns: &str) -> MySQLBackup {
          UPDATE visitors.e2e_rows SET note = 'changed' WHERE id = 7; \
          CREATE DATABASE e2e_now; CREATE TABLE e2e_now.current AS SELECT {FINGERPRINT} AS v FROM visitors.e2e_rows;"
     );
-    run_job(client, ns, "more-rows", mariadb_job(ns, "more-rows", &more)).await;
+    run_job(client, ns, "more-rows", mariadb_job(APP, ns, "more-rows", &more)).await;
     backup
 }
 
@@ -349,7 +294,7 @@ async fn a_restore_from_an_explicit_location_fills_a_second_app() {
     assert_eq!(status.backup_name, None);
     assert_eq!(status.restored_from, Some(format!("pvc://{CLAIM}/{ns}/{APP}/before")));
     assert!(status.rows.unwrap_or(0) >= 500, "{status:?}");
-    run_job(&client, &ns, "other-rows", mariadb_job_on("other", &ns, "other-rows", &rows_as_seeded())).await;
+    run_job(&client, &ns, "other-rows", mariadb_job("other", &ns, "other-rows", &rows_as_seeded())).await;
     wait_for("the second app to be Ready again", || app_ready_at_generation(&apps, "other", 1)).await;
     namespace.delete().await;
 }
@@ -393,7 +338,7 @@ async fn a_backup_with_one_flipped_byte_is_refused_and_the_database_is_unchanged
         "SELECT IF((SELECT {FINGERPRINT} FROM visitors.e2e_rows) = (SELECT v FROM e2e_now.current), \
          'unchanged', (SELECT 1 UNION SELECT 2)) AS unchanged"
     );
-    run_job(&client, &ns, "unchanged", mariadb_job(&ns, "unchanged", &unchanged)).await;
+    run_job(&client, &ns, "unchanged", mariadb_job(APP, &ns, "unchanged", &unchanged)).await;
     let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &ns);
     wait_for("the app to be Ready again", || app_ready_at_generation(&apps, APP, 1)).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
@@ -448,6 +393,6 @@ async fn a_restore_waits_for_the_database_lock_then_runs() {
         status.error,
         conditions_text(&status.conditions)
     );
-    run_job(&client, &ns, "same-rows", mariadb_job(&ns, "same-rows", &rows_as_seeded())).await;
+    run_job(&client, &ns, "same-rows", mariadb_job(APP, &ns, "same-rows", &rows_as_seeded())).await;
     namespace.delete().await;
 }

@@ -576,53 +576,6 @@ async fn a_foreign_secret_with_the_generated_name_is_never_adopted() {
     assert!(h.api.get::<StatefulSet>("ex-mysql").is_none(), "nothing is built on someone else's credentials");
 }
 
-/// A span's name and its parent's name.
-type Opened = (String, Option<String>);
-
-/// Every span opened, recorded by a subscriber layer.
-#[derive(Clone, Default)]
-struct SpanTree(std::sync::Arc<std::sync::Mutex<Vec<Opened>>>);
-
-impl<S> tracing_subscriber::Layer<S> for SpanTree
-where
-    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-{
-    fn on_new_span(
-        &self,
-        _attrs: &tracing::span::Attributes<'_>,
-        id: &tracing::span::Id,
-        ctx: tracing_subscriber::layer::Context<'_, S>,
-    ) {
-        let span = ctx.span(id).expect("a new span is registered");
-        let parent = span.parent().map(|p| p.name().to_string());
-        self.0.lock().unwrap().push((span.name().to_string(), parent));
-    }
-}
-
-#[tokio::test]
-async fn a_reconcile_trace_has_a_span_per_api_request_and_for_the_database_check() {
-    use tracing_subscriber::layer::SubscriberExt;
-    let h = Harness::new();
-    h.create_app(book_spec());
-    h.reconcile().await.unwrap();
-    h.mysql_pod_ready();
-    h.probe.succeed();
-    h.api.clear_requests();
-
-    let tree = SpanTree::default();
-    let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(tree.clone()));
-    h.reconcile().await.unwrap();
-
-    let spans = tree.0.lock().unwrap().clone();
-    let children = |name: &str| spans.iter().filter(|(n, _)| n == name).cloned().collect::<Vec<_>>();
-    assert_eq!(children("reconcile").len(), 1, "{spans:?}");
-    let requests = children("kube.request");
-    assert_eq!(requests.len(), h.api.requests().len(), "one span per API request: {spans:?}");
-    assert!(requests.len() >= 8, "the reconcile's gets and applies: {requests:?}");
-    assert!(requests.iter().all(|(_, parent)| parent.as_deref() == Some("reconcile")), "{requests:?}");
-    assert_eq!(children("db.check"), [("db.check".to_string(), Some("reconcile".to_string()))]);
-}
-
 /// A restore of app ex's database in `phase`, as the restore controller reports it.
 fn restore(phase: &str) -> visitors_api::MySQLRestore {
     serde_json::from_value(serde_json::json!({
