@@ -263,3 +263,28 @@ pub async fn create_backup_claim(client: &Client, namespace: &str, name: &str) {
         .await
         .expect("create the backup claim");
 }
+
+/// A fresh namespace for one test with the book's VisitorsApp `app` in it, Ready.
+pub async fn namespace_with_ready_app(client: &Client, prefix: &str, app: &str) -> (TestNamespace, Api<VisitorsApp>) {
+    let namespace = TestNamespace::create(client, prefix).await;
+    eprintln!("namespace {}", namespace.name);
+    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace.name);
+    create_book_app(&apps, app).await;
+    wait_for("the app to become Ready", || app_ready_at_generation(&apps, app, 1)).await;
+    (namespace, apps)
+}
+
+/// [`namespace_with_ready_app`], plus a claim `claim` for backups and `seed_sql` run by a Job
+/// against the app's database.
+pub async fn ready_app_with_claim_and_rows(
+    client: &Client,
+    prefix: &str,
+    app: &str,
+    claim: &str,
+    seed_sql: &str,
+) -> TestNamespace {
+    let (namespace, _) = namespace_with_ready_app(client, prefix, app).await;
+    create_backup_claim(client, &namespace.name, claim).await;
+    run_job(client, &namespace.name, "seed", mariadb_job(app, &namespace.name, "seed", seed_sql)).await;
+    namespace
+}

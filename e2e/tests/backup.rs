@@ -11,12 +11,11 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use visitors_api::MySQLBackup;
-use visitors_api::VisitorsApp;
 use visitors_api::backup::{BackupPhase, condition};
 use visitors_api::conditions;
 use visitors_e2e::{
-    TestNamespace, app_ready_at_generation, cluster, controller_metrics, controller_name, create_backup_claim,
-    create_book_app, events_of, mariadb_job, metric_value, release_namespace, run_job, wait_for,
+    TestNamespace, cluster, controller_metrics, controller_name, events_of, mariadb_job, metric_value,
+    ready_app_with_claim_and_rows, release_namespace, run_job, wait_for,
 };
 
 const APP: &str = "ex";
@@ -25,16 +24,9 @@ const CLAIM: &str = "backups";
 /// A namespace with the book's app Ready, rows written into its database, and a claim for
 /// backups.
 async fn ready_app_with_rows(client: &Client, prefix: &str) -> TestNamespace {
-    let namespace = TestNamespace::create(client, prefix).await;
-    eprintln!("namespace {}", namespace.name);
-    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace.name);
-    create_book_app(&apps, APP).await;
-    wait_for("the app to become Ready", || app_ready_at_generation(&apps, APP, 1)).await;
-    create_backup_claim(client, &namespace.name, CLAIM).await;
     let sql = "CREATE TABLE IF NOT EXISTS visitors.e2e_rows (id INT PRIMARY KEY, note VARCHAR(64)); \
                INSERT INTO visitors.e2e_rows SELECT seq, CONCAT('row ', seq) FROM seq_1_to_500;";
-    run_job(client, &namespace.name, "seed", mariadb_job(APP, &namespace.name, "seed", sql)).await;
-    namespace
+    ready_app_with_claim_and_rows(client, prefix, APP, CLAIM, sql).await
 }
 
 fn backup_object(name: &str, extra: Value) -> MySQLBackup {

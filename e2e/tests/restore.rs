@@ -19,8 +19,8 @@ use visitors_api::conditions;
 use visitors_api::restore::RestorePhase;
 use visitors_api::{MySQLBackup, MySQLRestore, VisitorsApp};
 use visitors_e2e::{
-    TestNamespace, app_ready_at_generation, cluster, create_backup_claim, create_book_app, events_of, job_completes,
-    mariadb_job, run_job, wait_for,
+    TestNamespace, app_ready_at_generation, cluster, create_book_app, events_of, job_completes, mariadb_job,
+    ready_app_with_claim_and_rows, run_job, wait_for,
 };
 
 const APP: &str = "ex";
@@ -32,20 +32,13 @@ const FINGERPRINT: &str = "CONCAT(COUNT(*), ':', BIT_XOR(CRC32(CONCAT_WS('|', id
 /// A namespace with the book's app Ready, 500 rows in `visitors.e2e_rows`, their fingerprint
 /// kept in `e2e_check.expected`, and a claim for backups.
 async fn ready_app_with_rows(client: &Client, prefix: &str) -> TestNamespace {
-    let namespace = TestNamespace::create(client, prefix).await;
-    eprintln!("namespace {}", namespace.name);
-    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace.name);
-    create_book_app(&apps, APP).await;
-    wait_for("the app to become Ready", || app_ready_at_generation(&apps, APP, 1)).await;
-    create_backup_claim(client, &namespace.name, CLAIM).await;
     let sql = format!(
         "CREATE TABLE visitors.e2e_rows (id INT PRIMARY KEY, note VARCHAR(64)); \
          INSERT INTO visitors.e2e_rows SELECT seq, CONCAT('row ', seq) FROM seq_1_to_500; \
          CREATE DATABASE e2e_check; \
          CREATE TABLE e2e_check.expected AS SELECT {FINGERPRINT} AS v FROM visitors.e2e_rows;"
     );
-    run_job(client, &namespace.name, "seed", mariadb_job(APP, &namespace.name, "seed", &sql)).await;
-    namespace
+    ready_app_with_claim_and_rows(client, prefix, APP, CLAIM, &sql).await
 }
 
 /// SQL that fails (so does its Job) unless the table holds exactly the rows fingerprinted

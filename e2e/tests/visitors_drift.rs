@@ -12,18 +12,14 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use visitors_api::VisitorsApp;
 use visitors_e2e::{
-    TestNamespace, app_ready_at_generation, cluster, controller_name, create_book_app, release_namespace, wait_for,
+    TestNamespace, app_ready_at_generation, cluster, controller_name, namespace_with_ready_app, release_namespace,
+    wait_for,
 };
 
 const APP: &str = "ex";
 
 async fn ready_app(client: &Client, prefix: &str) -> (TestNamespace, Api<VisitorsApp>) {
-    let namespace = TestNamespace::create(client, prefix).await;
-    eprintln!("namespace {}", namespace.name);
-    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace.name);
-    create_book_app(&apps, APP).await;
-    wait_for("the app to become Ready", || app_ready_at_generation(&apps, APP, 1)).await;
-    (namespace, apps)
+    namespace_with_ready_app(client, prefix, APP).await
 }
 
 /// Edits object `name` as a person would with `kubectl edit`: a JSON merge patch, which
