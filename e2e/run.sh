@@ -78,6 +78,9 @@ start_local_cluster() {
     step "starting the test cluster (state: $TEST_CLUSTER_STATE)"
     # A cluster left by an interrupted run would hold other pods and volumes: start afresh.
     "$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true
+    # A killed run can leave pod processes behind its node (a mariadbd still bound to the
+    # address the next MySQL pod gets): end whatever still runs from the node's folders.
+    pkill -f -- "$TEST_CLUSTER_STATE/run/node/" 2>/dev/null && sleep 2 || true
     # The cluster outlives this run (--keep): its processes must not inherit the lock.
     "$CLUSTER_SH" start --bin-dir "$bin_dir" 9>&-
     eval "$("$CLUSTER_SH" env)"
