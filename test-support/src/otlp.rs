@@ -26,6 +26,14 @@ impl ReceivedSpan {
         string_attribute(&self.span.attributes, key)
     }
 
+    /// The integer value of attribute `key`, if it has one.
+    pub fn int_attribute(&self, key: &str) -> Option<i64> {
+        match self.span.attributes.iter().find(|kv| kv.key == key)?.value.as_ref()?.value.as_ref()? {
+            Value::IntValue(i) => Some(*i),
+            _ => None,
+        }
+    }
+
     pub fn trace_id(&self) -> String {
         hex(&self.span.trace_id)
     }

@@ -1,63 +1,19 @@
 //! Starts an in-process OTLP/HTTP receiver, exports a reconcile span to it through the same
 //! code the controllers use, and checks what arrived.
 
-use std::sync::mpsc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::routing::post;
 use controller_common::telemetry::{otel_layer, reconcile_span, request_spans, trace_id, tracer_provider};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value::Value};
-use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message;
 use tracing_subscriber::layer::SubscriberExt;
 use visitors_api::VisitorsApp;
+use visitors_test_support::otlp::{OtlpReceiver, ReceivedSpan};
 
-/// Runs an OTLP/HTTP receiver on a free port in its own thread; every export request body is
-/// decoded and sent down the returned channel.
-fn start_receiver() -> (String, mpsc::Receiver<ExportTraceServiceRequest>) {
-    let (sender, receiver) = mpsc::channel();
-    let (address_sender, address_receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            address_sender.send(listener.local_addr().unwrap()).unwrap();
-            let app = Router::new().route(
-                "/v1/traces",
-                post(move |body: Bytes| {
-                    let sender = sender.clone();
-                    async move {
-                        let request = ExportTraceServiceRequest::decode(body).expect("a valid OTLP protobuf body");
-                        let _ = sender.send(request);
-                        ""
-                    }
-                }),
-            );
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    let address = address_receiver.recv_timeout(Duration::from_secs(10)).expect("the receiver starts");
-    (format!("http://{address}"), receiver)
-}
-
-fn attribute<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a Value> {
-    attributes.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref()).and_then(|v| v.value.as_ref())
-}
-
-fn string(value: Option<&Value>) -> Option<&str> {
-    match value {
-        Some(Value::StringValue(s)) => Some(s),
-        _ => None,
-    }
-}
+const WAIT: Duration = Duration::from_secs(20);
 
 #[test]
 fn reconcile_span_is_exported_with_object_attributes() {
-    let (endpoint, received) = start_receiver();
-    let provider = tracer_provider(&endpoint, "visitors-controller-test").unwrap();
+    let receiver = OtlpReceiver::start("127.0.0.1:0").unwrap();
+    let provider = tracer_provider(&receiver.endpoint, "visitors-controller-test").unwrap();
     let subscriber = tracing_subscriber::registry().with(otel_layer(&provider, "visitors-controller-test"));
 
     let mut app = VisitorsApp::new("ex", Default::default());
@@ -71,45 +27,16 @@ fn reconcile_span_is_exported_with_object_attributes() {
     });
     provider.force_flush().unwrap();
 
-    let request = received.recv_timeout(Duration::from_secs(20)).expect("the exporter sent the span");
-    let resource_spans = &request.resource_spans[0];
-    let resource = resource_spans.resource.as_ref().unwrap();
-    assert_eq!(string(attribute(&resource.attributes, "service.name")), Some("visitors-controller-test"));
-
-    let span = resource_spans
-        .scope_spans
-        .iter()
-        .flat_map(|s| &s.spans)
-        .find(|s| s.name == "reconcile")
-        .expect("a reconcile span");
-    assert_eq!(string(attribute(&span.attributes, "object.kind")), Some("VisitorsApp"));
-    assert_eq!(string(attribute(&span.attributes, "object.namespace")), Some("shop"));
-    assert_eq!(string(attribute(&span.attributes, "object.name")), Some("ex"));
-    assert_eq!(attribute(&span.attributes, "object.generation"), Some(&Value::IntValue(7)));
-    assert_eq!(hex(&span.trace_id), recorded_trace_id.to_string());
+    let span = receiver
+        .wait_for(WAIT, |spans| spans.iter().find(|s| s.span.name == "reconcile").cloned())
+        .expect("the exporter sent a reconcile span");
+    assert_eq!(span.service, "visitors-controller-test");
+    assert_eq!(span.attribute("object.kind"), Some("VisitorsApp"));
+    assert_eq!(span.attribute("object.namespace"), Some("shop"));
+    assert_eq!(span.attribute("object.name"), Some("ex"));
+    assert_eq!(span.int_attribute("object.generation"), Some(7));
+    assert_eq!(span.trace_id(), recorded_trace_id.to_string());
     provider.shutdown().unwrap();
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Every span the receiver got within `wait`, until `done` says enough arrived.
-fn spans_until(
-    received: &mpsc::Receiver<ExportTraceServiceRequest>,
-    wait: Duration,
-    done: impl Fn(&[Span]) -> bool,
-) -> Vec<Span> {
-    let deadline = std::time::Instant::now() + wait;
-    let mut spans = Vec::new();
-    while !done(&spans) {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let Ok(request) = received.recv_timeout(left) else { break };
-        for resource_spans in request.resource_spans {
-            spans.extend(resource_spans.scope_spans.into_iter().flat_map(|s| s.spans));
-        }
-    }
-    spans
 }
 
 #[test]
@@ -120,8 +47,8 @@ fn api_requests_of_a_reconcile_are_its_child_spans() {
     use kube::client::{Body, ClientBuilder};
     use tracing::Instrument;
 
-    let (endpoint, received) = start_receiver();
-    let provider = tracer_provider(&endpoint, "visitors-controller-test").unwrap();
+    let receiver = OtlpReceiver::start("127.0.0.1:0").unwrap();
+    let provider = tracer_provider(&receiver.endpoint, "visitors-controller-test").unwrap();
     let subscriber = tracing_subscriber::registry().with(otel_layer(&provider, "visitors-controller-test"));
     let _default = tracing::subscriber::set_default(subscriber);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -159,23 +86,27 @@ fn api_requests_of_a_reconcile_are_its_child_spans() {
     });
     provider.force_flush().unwrap();
 
-    let is_request = |s: &Span| attribute(&s.attributes, "http.method").is_some();
-    let spans = spans_until(&received, Duration::from_secs(20), |spans| {
-        spans.iter().any(|s| s.name == "reconcile") && spans.iter().filter(|s| is_request(s)).count() >= 2
-    });
-    let reconcile = spans.iter().find(|s| s.name == "reconcile").expect("a reconcile span");
-    let requests: Vec<&Span> = spans.iter().filter(|s| is_request(s)).collect();
+    let is_request = |s: &ReceivedSpan| s.attribute("http.method").is_some();
+    let spans = receiver
+        .wait_for(WAIT, |spans| {
+            let done =
+                spans.iter().any(|s| s.span.name == "reconcile") && spans.iter().filter(|s| is_request(s)).count() >= 2;
+            done.then(|| spans.to_vec())
+        })
+        .expect("the reconcile span and its request spans arrived");
+    let reconcile = spans.iter().find(|s| s.span.name == "reconcile").expect("a reconcile span");
+    let requests: Vec<&ReceivedSpan> = spans.iter().filter(|s| is_request(s)).collect();
     assert_eq!(requests.len(), 2, "one span per request of the reconcile, none outside it: {requests:#?}");
     for request in &requests {
-        assert_eq!(request.parent_span_id, reconcile.span_id, "a child of the reconcile: {request:#?}");
-        assert_eq!(request.trace_id, reconcile.trace_id);
-        let path = string(attribute(&request.attributes, "url.path")).expect("a url.path");
+        assert_eq!(request.parent_span_id(), reconcile.span_id(), "a child of the reconcile: {request:#?}");
+        assert_eq!(request.trace_id(), reconcile.trace_id());
+        let path = request.attribute("url.path").expect("a url.path");
         assert_eq!(path, "/api/v1/namespaces/shop/configmaps/ex-config", "the path, never the query");
     }
-    let get = requests.iter().find(|s| s.name == "GET configmaps").expect("the GET, named by its resource");
-    assert_eq!(attribute(&get.attributes, "http.status_code"), Some(&Value::IntValue(404)));
-    let patch = requests.iter().find(|s| s.name == "PATCH configmaps").expect("the PATCH");
-    assert_eq!(attribute(&patch.attributes, "http.status_code"), Some(&Value::IntValue(200)));
+    let get = requests.iter().find(|s| s.span.name == "GET configmaps").expect("the GET, named by its resource");
+    assert_eq!(get.int_attribute("http.status_code"), Some(404));
+    let patch = requests.iter().find(|s| s.span.name == "PATCH configmaps").expect("the PATCH");
+    assert_eq!(patch.int_attribute("http.status_code"), Some(200));
     assert!(!format!("{spans:?}").contains("hunter2"), "a request body never reaches a span");
     provider.shutdown().unwrap();
 }
