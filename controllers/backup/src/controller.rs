@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use controller_common::reconcile::{explain_kube_error, kube_error_label};
 use controller_common::runner::{Identity, api_in, drive, primary_stream};
 use controller_common::{ReconcileFailure, Runtime};
 use futures::Stream;
@@ -42,7 +43,7 @@ pub enum Error {
         "MySQLBackup {0:?} has no namespace, but the kind is namespaced; this is a bug in the API server or the CRD"
     )]
     NoNamespace(String),
-    #[error("{action} failed: {}", explain(.source))]
+    #[error("{action} failed: {}", explain_kube_error(.source))]
     Kube {
         action: String,
         #[source]
@@ -54,26 +55,8 @@ impl ReconcileFailure for Error {
     fn metric_label(&self) -> &'static str {
         match self {
             Error::NoNamespace(_) => "NoNamespace",
-            Error::Kube { source: kube::Error::Api(status), .. } if status.code == 403 => "Forbidden",
-            Error::Kube { source: kube::Error::Api(status), .. } if status.code == 409 => "Conflict",
-            Error::Kube { source: kube::Error::Api(status), .. } if status.code == 422 || status.code == 400 => {
-                "Rejected"
-            }
-            Error::Kube { .. } => "Kube",
+            Error::Kube { source, .. } => kube_error_label(source),
         }
-    }
-}
-
-fn explain(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) if status.code == 403 && status.message.contains(" cannot ") => format!(
-            "the controller's ServiceAccount lacks a permission ({}); check the Role or ClusterRole from the Helm chart",
-            status.message
-        ),
-        kube::Error::Api(status) => {
-            format!("the API server answered {} {}: {}", status.code, status.reason, status.message)
-        }
-        other => format!("{other} (is the API server reachable?)"),
     }
 }
 

@@ -141,6 +141,30 @@ impl Runtime {
     }
 }
 
+/// The metric label of a failed API request: `Forbidden`, `Conflict`, `Rejected` or `Kube`.
+pub fn kube_error_label(error: &kube::Error) -> &'static str {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => "Forbidden",
+        kube::Error::Api(status) if status.code == 409 => "Conflict",
+        kube::Error::Api(status) if status.code == 422 || status.code == 400 => "Rejected",
+        _ => "Kube",
+    }
+}
+
+/// A failed API request in words a user can act on (a missing RBAC rule names the chart).
+pub fn explain_kube_error(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 && status.message.contains(" cannot ") => format!(
+            "the controller's ServiceAccount lacks a permission ({}); check the Role or ClusterRole from the Helm chart",
+            status.message
+        ),
+        kube::Error::Api(status) => {
+            format!("the API server answered {} {}: {}", status.code, status.reason, status.message)
+        }
+        other => format!("{other} (is the API server reachable?)"),
+    }
+}
+
 /// Backoff is keyed by UID, so a deleted and re-created object starts fresh.
 fn key<K: Resource>(object: &K) -> String {
     object.uid().unwrap_or_else(|| format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any()))
