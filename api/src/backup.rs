@@ -50,6 +50,12 @@ pub mod condition {
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Size", type_ = "integer", json_path = ".status.sizeBytes", description = "Stored bytes"),
     printcolumn(
+        name = "Duration",
+        type_ = "number",
+        json_path = ".status.durationSeconds",
+        description = "Wall time of a run in seconds"
+    ),
+    printcolumn(
         name = "Last",
         type_ = "date",
         json_path = ".status.lastScheduleTime",

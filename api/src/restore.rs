@@ -27,6 +27,13 @@ use crate::validation::{InvalidSpec, Problems, dns_subdomain};
     printcolumn(name = "App", type_ = "string", json_path = ".spec.target.visitorsApp"),
     printcolumn(name = "Backup", type_ = "string", json_path = ".spec.source.backup"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Duration",
+        type_ = "number",
+        json_path = ".status.durationSeconds",
+        description = "Wall time of the restore in seconds"
+    ),
+    printcolumn(name = "Rows", type_ = "integer", json_path = ".status.rows", priority = 1),
     printcolumn(name = "Error", type_ = "string", json_path = ".status.error", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]

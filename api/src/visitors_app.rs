@@ -74,7 +74,7 @@ pub mod secret_keys {
         name = "Reason",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
-        priority = 1
+        description = "Why the app is or is not Ready: what it waits for"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]

@@ -63,3 +63,32 @@ fn schema_enforces_ranges_and_enums() {
     let service_type = &spec["properties"]["service"]["properties"]["type"]["enum"];
     assert!(service_type.as_array().unwrap().contains(&serde_json::json!("NodePort")), "{service_type}");
 }
+
+fn column_names(crd: &CustomResourceDefinition) -> Vec<String> {
+    crd.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.clone()).collect()
+}
+
+#[test]
+fn kubectl_get_shows_phase_size_duration_and_schedule_times() {
+    let wanted: [(CustomResourceDefinition, &[&str]); 3] = [
+        (VisitorsApp::crd(), &["Size", "Backend", "Ready", "Reason", "Age"]),
+        (MySQLBackup::crd(), &["App", "Schedule", "Phase", "Size", "Duration", "Last", "Next", "LastBackup", "Age"]),
+        (MySQLRestore::crd(), &["App", "Backup", "Phase", "Duration", "Age"]),
+    ];
+    for (crd, wanted) in wanted {
+        let shown: Vec<String> = crd.spec.versions[0]
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .filter(|c| c.priority.unwrap_or(0) == 0)
+            .map(|c| c.name.clone())
+            .collect();
+        assert_eq!(
+            shown,
+            wanted,
+            "{}: columns of `kubectl get` (all: {:?})",
+            crd.metadata.name.clone().unwrap(),
+            column_names(&crd)
+        );
+    }
+}
