@@ -1,11 +1,12 @@
-//! Prometheus metrics of one controller: reconciles, failures by error kind, and reconcile
-//! duration. Served as text at `/metrics`.
+//! Prometheus metrics of one controller: reconciles, failures by error kind, reconcile
+//! duration, and whether this replica leads. Served as text at `/metrics`.
 
 use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -28,6 +29,7 @@ pub struct Metrics {
     reconciles: Family<ControllerLabels, Counter>,
     failures: Family<FailureLabels, Counter>,
     duration: HistogramFamily,
+    leader: Family<ControllerLabels, Gauge>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -44,13 +46,21 @@ impl Metrics {
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register("reconcile_failures", "Reconciles that failed, by error kind", failures.clone());
         registry.register("reconcile_duration_seconds", "Duration of reconciles", duration.clone());
-        Self {
-            controller: ControllerLabels { controller: controller.to_string() },
-            registry: std::sync::Mutex::new(registry),
-            reconciles,
-            failures,
-            duration,
-        }
+        let leader = Family::<ControllerLabels, Gauge>::default();
+        registry.register(
+            "leader",
+            "1 while this replica reconciles (holds the leader Lease, or runs without leader election), 0 while it stands by",
+            leader.clone(),
+        );
+        let controller = ControllerLabels { controller: controller.to_string() };
+        // Exported from the start, so that a replica standing by shows 0 rather than nothing.
+        leader.get_or_create(&controller).set(0);
+        Self { controller, registry: std::sync::Mutex::new(registry), reconciles, failures, duration, leader }
+    }
+
+    /// Records whether this replica reconciles now.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.get_or_create(&self.controller).set(i64::from(leading));
     }
 
     /// Counts a reconcile and measures it until the returned guard is dropped.
@@ -112,5 +122,18 @@ mod tests {
             text.contains(r#"visitors_operator_reconcile_duration_seconds_count{controller="visitors"} 2"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_replica_exports_whether_it_leads_from_the_start() {
+        let metrics = Metrics::new("backup-controller");
+        let leader = |metrics: &Metrics| {
+            metrics.encode().lines().find(|l| l.starts_with("visitors_operator_leader{")).map(str::to_string)
+        };
+        assert_eq!(leader(&metrics).as_deref(), Some(r#"visitors_operator_leader{controller="backup-controller"} 0"#));
+        metrics.set_leader(true);
+        assert_eq!(leader(&metrics).as_deref(), Some(r#"visitors_operator_leader{controller="backup-controller"} 1"#));
+        metrics.set_leader(false);
+        assert_eq!(leader(&metrics).as_deref(), Some(r#"visitors_operator_leader{controller="backup-controller"} 0"#));
     }
 }

@@ -72,6 +72,7 @@ pub async fn start(identity: Identity, args: &ControllerArgs) -> Result<Option<S
     } else {
         None
     };
+    metrics.set_leader(true);
 
     let runtime = Arc::new(Runtime {
         client: client.clone(),
@@ -105,6 +106,7 @@ impl Started {
     /// stops the HTTP server.
     pub async fn finish(self) {
         self.health.set_ready(false);
+        self.runtime.metrics.set_leader(false);
         self.shutdown.cancel();
         if let Some(leadership) = self.leadership {
             leadership.release().await;
