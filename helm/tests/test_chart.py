@@ -579,3 +579,182 @@ def test_plain_manifests_content():
 def test_schema_rejects_bad_values(helm, values, field):
     with pytest.raises(RuntimeError, match=field):
         helmrender.render(values)
+
+
+# --- Alerts (PrometheusRule) ---------------------------------------------------------------
+
+RULES_FILE = CHART / "files" / "prometheus-rules.yaml"
+RUNBOOK_BASE = "https://github.com/visitors-operator/visitors-operator/blob/main/docs/troubleshooting.md"
+
+
+def rule_file_alerts() -> dict[str, dict]:
+    groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
+    return {r["alert"]: r for g in groups for r in g["rules"]}
+
+
+def rendered_alerts(docs: list[dict]) -> dict[str, dict]:
+    rules = by_kind(docs, "PrometheusRule")
+    assert len(rules) == 1, f"expected one PrometheusRule, got {sorted(rules)}"
+    (rule,) = rules.values()
+    return {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+
+
+def test_prometheus_rule_is_off_by_default(helm):
+    assert not by_kind(render(), "PrometheusRule")
+
+
+def test_the_alerts_of_the_issue_are_in_the_rules_file():
+    """A schedule's last backup failed, a schedule overdue, a restore failed, a controller
+    failing its reconciles or without a leader (issue 12); docs link to these names."""
+    assert sorted(rule_file_alerts()) == sorted(
+        [
+            "VisitorsBackupFailed",
+            "VisitorsBackupOverdue",
+            "VisitorsRestoreFailed",
+            "VisitorsControllerReconcileErrors",
+            "VisitorsControllerNoLeader",
+        ]
+    )
+
+
+def test_prometheus_rule_renders_every_alert_with_severity_summary_description_and_runbook(helm):
+    values = {"prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}, "alertLabels": {"team": "db"}}}
+    docs = render(values)
+    (rule,) = by_kind(docs, "PrometheusRule").values()
+    assert rule["metadata"]["name"] == f"{RELEASE}-alerts"
+    assert rule["metadata"]["namespace"] == NAMESPACE
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    assert rule["metadata"]["labels"]["app.kubernetes.io/component"] == "alerts"
+    alerts = rendered_alerts(docs)
+    source = rule_file_alerts()
+    assert sorted(alerts) == sorted(source)
+    for name, alert in alerts.items():
+        # The expression and its duration are the file's, untouched by the template.
+        assert alert["expr"] == source[name]["expr"], name
+        assert alert.get("for") == source[name].get("for"), name
+        assert alert["labels"]["severity"] in ("warning", "critical"), name
+        assert alert["labels"]["team"] == "db", name
+        annotations = alert["annotations"]
+        assert annotations["summary"].strip() and annotations["description"].strip(), name
+        assert annotations["runbook_url"] == f"{RUNBOOK_BASE}#{name.lower()}", name
+        # Prometheus' own templating reaches Prometheus unrendered by Helm.
+        assert "{{ $labels." in annotations["summary"] + annotations["description"], name
+
+
+def test_an_alerts_own_severity_wins_over_alert_labels(helm):
+    alerts = rendered_alerts(render({"prometheusRule": {"enabled": True, "alertLabels": {"severity": "page"}}}))
+    assert {a["labels"]["severity"] for a in alerts.values()} <= {"warning", "critical"}
+
+
+def test_runbook_base_url_follows_the_value(helm):
+    base = "https://wiki.example.com/visitors"
+    alerts = rendered_alerts(render({"prometheusRule": {"enabled": True, "runbookBaseUrl": base}}))
+    for name, alert in alerts.items():
+        assert alert["annotations"]["runbook_url"] == f"{base}#{name.lower()}", name
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """Anchors GitHub gives the headings of a Markdown page (lower case, punctuation dropped,
+    spaces to dashes)."""
+    anchors = set()
+    for line in markdown.splitlines():
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            text = re.sub(r"[^\w\- ]", "", m.group(1).lower())
+            anchors.add(text.replace(" ", "-"))
+    return anchors
+
+
+def test_every_runbook_anchor_exists_in_the_troubleshooting_page():
+    page = REPO / "docs" / "troubleshooting.md"
+    if not page.exists():
+        pytest.skip("docs/troubleshooting.md does not exist yet; the runbook links point at its anchors")
+    missing = sorted(name.lower() for name in rule_file_alerts() if name.lower() not in github_anchors(page.read_text()))
+    assert not missing, f"docs/troubleshooting.md lacks a heading for the alerts' runbook anchors: {missing}"
+
+
+# --- Jaeger all-in-one ---------------------------------------------------------------------
+
+JAEGER = f"{RELEASE}-jaeger"
+
+
+def assert_restricted_pod_security(pod: dict, name: str) -> None:
+    """The restricted Pod Security Standard, field by field (the e2e suite also has the API
+    server admit the chart's pods under enforce=restricted)."""
+    pod_sc = pod.get("securityContext", {})
+    for flag in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not pod.get(flag), f"{name}: {flag}"
+    for volume in pod.get("volumes", []):
+        allowed = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+        assert set(volume) - {"name"} <= allowed, f"{name}: volume {volume}"
+    for c in pod["containers"] + pod.get("initContainers", []):
+        sc = c.get("securityContext", {})
+        where = f"{name}/{c['name']}"
+        assert sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True, where
+        assert sc.get("runAsUser", pod_sc.get("runAsUser", 1)) != 0, where
+        seccomp = sc.get("seccompProfile", pod_sc.get("seccompProfile", {}))
+        assert seccomp.get("type") in ("RuntimeDefault", "Localhost"), where
+        assert sc.get("allowPrivilegeEscalation") is False, where
+        assert sc.get("capabilities", {}).get("drop") == ["ALL"], where
+        assert not sc.get("capabilities", {}).get("add"), where
+        assert not sc.get("privileged"), where
+        assert all("hostPort" not in p for p in c.get("ports", [])), where
+
+
+def test_jaeger_is_off_by_default(helm):
+    docs = render()
+    assert JAEGER not in by_kind(docs, "Deployment") and JAEGER not in by_kind(docs, "Service")
+
+
+def test_jaeger_all_in_one_receives_the_controllers_traces(helm):
+    docs = render({"tracing": {"jaeger": {"enabled": True}}})
+    deployment = by_kind(docs, "Deployment")[JAEGER]
+    service = by_kind(docs, "Service")[JAEGER]
+    for obj in (deployment, service):
+        assert obj["metadata"]["namespace"] == NAMESPACE
+        assert obj["metadata"]["labels"]["app.kubernetes.io/component"] == "jaeger"
+    pod = deployment["spec"]["template"]["spec"]
+    assert_restricted_pod_security(pod, JAEGER)
+    assert container(deployment)["image"].startswith("jaegertracing/jaeger:2.")
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    assert ports == {"otlp-grpc": 4317, "otlp-http": 4318, "ui": 16686}
+    container_ports = {p["name"]: p["containerPort"] for p in container(deployment)["ports"]}
+    assert container_ports == ports
+    # The controllers (and, through their environment, the agent Jobs) send to its OTLP/HTTP port.
+    endpoint = f"http://{JAEGER}.{NAMESPACE}.svc:{ports['otlp-http']}"
+    controllers = {k: d for k, d in by_kind(docs, "Deployment").items() if k != JAEGER}
+    assert len(controllers) == 3
+    for name, d in controllers.items():
+        assert env_of(d)["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == endpoint, name
+    notes = _render_cached(json.dumps({"tracing": {"jaeger": {"enabled": True}}}, sort_keys=True), RELEASE, NAMESPACE)[1]
+    assert f"port-forward svc/{JAEGER} 16686" in notes and endpoint in notes
+
+
+def test_an_explicit_otlp_endpoint_wins_over_the_charts_jaeger(helm):
+    endpoint = "http://collector.observability:4318"
+    docs = render({"tracing": {"otlpEndpoint": endpoint, "jaeger": {"enabled": True}}})
+    controllers = [d for d in by_kind(docs, "Deployment").values() if d["metadata"]["name"] != JAEGER]
+    assert len(controllers) == 3
+    for d in controllers:
+        assert env_of(d)["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == endpoint, d["metadata"]["name"]
+
+
+def test_every_pod_of_the_chart_meets_the_restricted_pod_security_standard(helm):
+    docs = render({"tracing": {"jaeger": {"enabled": True}}})
+    for name, d in by_kind(docs, "Deployment").items():
+        assert_restricted_pod_security(d["spec"]["template"]["spec"], name)
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"prometheusRule": {"enable": True}}, "enable"),
+        ({"prometheusRule": {"alertLabels": {"team": 1}}}, "team"),
+        ({"tracing": {"jaeger": {"enabled": "yes"}}}, "enabled"),
+        ({"tracing": {"jaeger": {"image": {"tag": ""}}}}, "tag"),
+    ],
+)
+def test_schema_rejects_bad_observability_values(helm, values, field):
+    with pytest.raises(RuntimeError, match=field):
+        helmrender.render(values)

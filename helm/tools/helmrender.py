@@ -65,7 +65,7 @@ API_RESOURCES: dict[tuple[str, str], list[tuple[str, str, bool]]] = {
     ],
     ("apiextensions.k8s.io", "v1"): [("customresourcedefinitions", "CustomResourceDefinition", False)],
     ("coordination.k8s.io", "v1"): [("leases", "Lease", True)],
-    ("monitoring.coreos.com", "v1"): [("servicemonitors", "ServiceMonitor", True)],
+    ("monitoring.coreos.com", "v1"): [("servicemonitors", "ServiceMonitor", True), ("prometheusrules", "PrometheusRule", True)],
 }
 
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]

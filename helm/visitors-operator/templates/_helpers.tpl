@@ -171,3 +171,30 @@ Verbs are exactly what the controller uses; no wildcards.
   resources: ["leases"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 {{- end }}
+
+{{/*
+Labels of an object that belongs to no controller (context: root, component), such as the
+PrometheusRule ("alerts") and the Jaeger all-in-one ("jaeger").
+*/}}
+{{- define "visitors-operator.componentLabels" -}}
+helm.sh/chart: {{ include "visitors-operator.chart" .root }}
+{{ include "visitors-operator.componentSelectorLabels" . }}
+app.kubernetes.io/part-of: visitors-operator
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+{{- end }}
+
+{{- define "visitors-operator.componentSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "visitors-operator.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Where the controllers and agent Jobs send traces: tracing.otlpEndpoint, else the chart's Jaeger. */}}
+{{- define "visitors-operator.otlpEndpoint" -}}
+{{- if .Values.tracing.otlpEndpoint }}
+{{- .Values.tracing.otlpEndpoint }}
+{{- else if .Values.tracing.jaeger.enabled }}
+{{- printf "http://%s-jaeger.%s.svc:4318" (include "visitors-operator.fullname" .) .Release.Namespace }}
+{{- end }}
+{{- end }}
