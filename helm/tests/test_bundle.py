@@ -101,6 +101,42 @@ def test_csv_required_fields():
     )
 
 
+def test_csv_name_is_a_dns_subdomain_and_a_label_value():
+    # OLM uses the name as a label value: at most 63 characters, and a DNS-1123 subdomain.
+    name = csv()["metadata"]["name"]
+    assert len(name) <= 63
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", name), name
+
+
+def test_related_images_are_the_deployments_images():
+    spec = csv()["spec"]
+    images = {c["image"] for d in spec["install"]["spec"]["deployments"] for c in d["spec"]["template"]["spec"]["containers"]}
+    related = {r["image"] for r in spec["relatedImages"]}
+    assert images <= related, f"images run by the Deployments but not in relatedImages: {images - related}"
+    for image in related:
+        assert re.fullmatch(r"[a-z0-9.\-]+(:[0-9]+)?(/[a-z0-9._\-]+)+(:[\w.\-]{1,128})?(@sha256:[0-9a-f]{64})?", image), image
+
+
+def test_operator_good_practices():
+    """What operator-sdk's good-practices suite checks: resource requests on every container,
+    no permission to create CRDs (OLM manages them), a conventional channel name."""
+    install = csv()["spec"]["install"]["spec"]
+    for d in install["deployments"]:
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            assert c.get("resources", {}).get("requests"), f"{d['name']}/{c['name']} has no resource requests"
+    for field in ("permissions", "clusterPermissions"):
+        for p in install[field]:
+            for rule in p["rules"]:
+                if {"apiextensions.k8s.io", "*"} & set(rule["apiGroups"]):
+                    assert not {"create", "patch", "update", "*"} & set(rule["verbs"]), f"{field}: writes CRDs"
+    annotations = yaml.safe_load((BUNDLE / "metadata" / "annotations.yaml").read_text())["annotations"]
+    for channel in annotations["operators.operatorframework.io.bundle.channels.v1"].split(","):
+        assert channel.startswith(("candidate", "fast", "stable")), f"channel {channel!r} is not conventional"
+    accounts = {d["spec"]["template"]["spec"]["serviceAccountName"] for d in install["deployments"]}
+    shipped = {d["metadata"]["name"] for d in manifests() if d["kind"] == "ServiceAccount"}
+    assert not accounts & shipped, "OLM creates the CSV's ServiceAccounts: the bundle must not ship them too"
+
+
 def test_csv_min_kube_version_is_the_charts():
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["kubeVersion"].startswith(f">={csv()['spec']['minKubeVersion']}")

@@ -41,7 +41,9 @@ BUNDLE = REPO / "bundle"
 EXAMPLES = REPO / "deploy" / "examples"
 RELEASE = "visitors-operator"
 PACKAGE = "visitors-operator"
-CHANNEL = "alpha"
+# OLM's channel naming convention (candidate, fast, stable); the CSV's maturity is apart.
+CHANNEL = "candidate"
+MATURITY = "alpha"
 OPERATOR_NAMESPACE = "visitors-operator-system"  # only for the render; OLM picks the real one
 
 # The generated top-level paths under bundle/ (generate.sh replaces exactly these).
@@ -233,7 +235,7 @@ def cluster_service_version(docs: list[dict]) -> dict:
             "description": DESCRIPTION,
             "version": version,
             "minKubeVersion": min_kube_version(meta),
-            "maturity": CHANNEL,
+            "maturity": MATURITY,
             "provider": {"name": "visitors-operator project", "url": meta["home"]},
             "maintainers": [{"name": "visitors-operator project"}],
             "links": [{"name": "Source code", "url": meta["sources"][0]}],
