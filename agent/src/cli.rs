@@ -1,6 +1,6 @@
-//! The command line: `visitors-agent backup | restore | verify | inspect`. Every run ends with
-//! the JSON summary as the last line of stdout (and in `--summary-file`), exit code 0 only
-//! on full success.
+//! The command line: `visitors-agent backup | restore | verify | inspect | delete`. Every run
+//! ends with the JSON summary as the last line of stdout (and in `--summary-file`), exit code 0
+//! only on full success.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,10 +12,11 @@ use visitors_api::agent_summary::{AgentSummary, Operation};
 use visitors_api::text::truncate_on_char_boundary;
 
 use crate::backup::{self, BackupOptions};
+use crate::delete::{self, DeleteOptions};
 use crate::error::{AgentError, Result};
 use crate::format::{Compression, Manifest};
 use crate::mysql::ConnectionSettings;
-use crate::restore::{self, RestoreOptions};
+use crate::restore::{self, RestoreOptions, RestoreStep};
 use crate::storage::{S3Settings, Storage};
 use crate::verify::{self, VerifyOptions};
 
@@ -58,6 +59,9 @@ pub enum Command {
     /// Describe a backup from its manifest.
     #[command(after_help = ENVIRONMENT_HELP)]
     Inspect(InspectArgs),
+    /// Delete one stored backup: manifest.json first, then its other files and folders.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Delete(DeleteArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -156,6 +160,14 @@ pub struct RestoreArgs {
     /// Seconds between progress lines on stderr (0: none).
     #[arg(long, default_value_t = 10)]
     pub progress_interval: u64,
+    /// Only load and check each database in its staging schema and leave it there, marked
+    /// complete, for --from-stage; the target is not touched.
+    #[arg(long, conflicts_with = "from_stage")]
+    pub stage_only: bool,
+    /// Check the copy staged by --stage-only from this backup against the manifest again (row
+    /// counts, checksums) and swap it in; refused when there is none.
+    #[arg(long)]
+    pub from_stage: bool,
 }
 
 #[derive(Args, Debug)]
@@ -185,6 +197,19 @@ pub struct InspectArgs {
     pub from: String,
     #[command(flatten)]
     pub storage: StorageArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct DeleteArgs {
+    /// The backup to delete: s3://bucket/prefix or file:///abs/path. Refused unless every file
+    /// there is a backup file; a location with no files left succeeds (already deleted).
+    #[arg(value_name = "LOCATION")]
+    pub location: String,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// Delete even when a backup's .backup.lock is there (only when no backup runs there).
+    #[arg(long)]
+    pub break_lock: bool,
 }
 
 impl StorageArgs {
@@ -234,12 +259,14 @@ pub async fn main() -> i32 {
         Command::Restore(_) => Operation::Restore,
         Command::Verify(_) => Operation::Verify,
         Command::Inspect(_) => Operation::Inspect,
+        Command::Delete(_) => Operation::Delete,
     };
     let location = match &cli.command {
         Command::Backup(args) => args.to.clone(),
         Command::Restore(args) => args.from.clone(),
         Command::Verify(args) => args.from.clone(),
         Command::Inspect(args) => args.from.clone(),
+        Command::Delete(args) => args.location.clone(),
     };
     let started = Instant::now();
     let started_at = jiff::Timestamp::now();
@@ -292,6 +319,7 @@ fn operation_name(command: &Command) -> &'static str {
         Command::Restore(_) => "restore",
         Command::Verify(_) => "verify",
         Command::Inspect(_) => "inspect",
+        Command::Delete(_) => "delete",
     }
 }
 
@@ -301,6 +329,7 @@ async fn run(command: Command) -> Result<AgentSummary> {
         Command::Restore(args) => run_restore(args).await,
         Command::Verify(args) => run_verify(args).await,
         Command::Inspect(args) => run_inspect(args).await,
+        Command::Delete(args) => run_delete(args).await,
     }
 }
 
@@ -333,6 +362,11 @@ async fn run_restore(args: RestoreArgs) -> Result<AgentSummary> {
     options.users = args.users;
     options.skip_binlog = args.skip_binlog;
     options.progress_interval = Duration::from_secs(args.progress_interval);
+    options.step = match (args.stage_only, args.from_stage) {
+        (true, _) => RestoreStep::StageOnly,
+        (_, true) => RestoreStep::FromStage,
+        _ => RestoreStep::All,
+    };
     let report = restore::run(&options).await?;
     let mut summary = manifest_summary(&report.manifest, &args.from);
     summary.tables = Some(report.tables);
@@ -359,6 +393,19 @@ async fn run_inspect(args: InspectArgs) -> Result<AgentSummary> {
     let manifest = verify::load_manifest(&storage, None).await?;
     let _ = write!(std::io::stdout(), "{}", describe(&manifest));
     Ok(manifest_summary(&manifest, &args.from))
+}
+
+async fn run_delete(args: DeleteArgs) -> Result<AgentSummary> {
+    let options =
+        DeleteOptions { location: args.location.clone(), s3: args.storage.settings(), break_lock: args.break_lock };
+    let report = delete::run(&options).await?;
+    Ok(AgentSummary {
+        ok: true,
+        location: Some(args.location),
+        stored_bytes: Some(report.deleted_bytes),
+        manifest_sha256: report.manifest_sha256,
+        ..Default::default()
+    })
 }
 
 fn sha256_arg(value: Option<String>) -> Result<Option<String>> {

@@ -64,6 +64,16 @@ pub enum AgentError {
     BackupLocked { location: String, holder: String },
 
     #[error(
+        "a backup is writing to {location}, or one died there ({holder}): nothing was deleted; if no backup runs there, delete with --break-lock"
+    )]
+    LocationLocked { location: String, holder: String },
+
+    #[error(
+        "{location} does not look like a backup ({reason}): nothing was deleted; name the folder or prefix of one backup, the one holding its manifest.json"
+    )]
+    NotABackup { location: String, reason: String },
+
+    #[error(
         "the backup at {location} is incomplete: manifest.json is missing, so the backup never finished; use another backup"
     )]
     ManifestMissing { location: String },
@@ -147,7 +157,8 @@ impl AgentError {
             Self::Storage { .. } => "storage",
             Self::InvalidLocation { .. } => "invalidLocation",
             Self::BackupExists { .. } => "backupExists",
-            Self::BackupLocked { .. } => "backupLocked",
+            Self::BackupLocked { .. } | Self::LocationLocked { .. } => "backupLocked",
+            Self::NotABackup { .. } => "notABackup",
             Self::ManifestMissing { .. } => "manifestMissing",
             Self::ManifestInvalid { .. } => "manifestInvalid",
             // Refused like a corrupt chunk: the manifest is a file of the backup too.

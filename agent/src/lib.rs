@@ -1,7 +1,7 @@
 //! visitors-agent: consistent, parallel, verifiable MySQL/MariaDB logical backups.
 //!
 //! - [`cli`]: the command line and the JSON summary;
-//! - [`backup`], [`restore`], [`verify`]: the operations;
+//! - [`backup`], [`restore`], [`verify`], [`delete`]: the operations;
 //! - [`mysql`]: connections, catalog, the shared snapshot;
 //! - [`storage`]: directories and S3 buckets through `object_store`;
 //! - [`format`]: the backup format (see docs/backup-format.md);
@@ -9,6 +9,7 @@
 
 pub mod backup;
 pub mod cli;
+pub mod delete;
 pub mod error;
 pub mod format;
 pub mod mysql;

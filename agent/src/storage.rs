@@ -136,6 +136,22 @@ impl Storage {
         }
     }
 
+    /// Every stored object under the root, as its path relative to the root and its size.
+    /// Only `prefix/...` is listed, never a sibling such as `prefix-2/...`.
+    pub async fn list(&self) -> Result<Vec<(String, u64)>> {
+        let root = Some(&self.root).filter(|root| !root.as_ref().is_empty());
+        let mut listing = self.store.list(root);
+        let mut objects = Vec::new();
+        while let Some(object) = listing.next().await {
+            let object = object.map_err(|e| self.error(e))?;
+            if let Some(parts) = object.location.prefix_match(&self.root) {
+                let relative: Vec<String> = parts.map(|part| part.as_ref().to_string()).collect();
+                objects.push((relative.join("/"), object.size));
+            }
+        }
+        Ok(objects)
+    }
+
     /// Stores a small file whole. With `create_only`, fails if the file exists.
     pub async fn put(&self, relative: &str, data: Bytes, create_only: bool) -> Result<FileEntry> {
         let entry =

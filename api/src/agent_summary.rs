@@ -17,6 +17,8 @@ pub enum Operation {
     Restore,
     Verify,
     Inspect,
+    /// One stored backup deleted (`stored_bytes` then counts the bytes deleted).
+    Delete,
 }
 
 /// The outcome of one agent run.

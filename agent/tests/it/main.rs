@@ -4,6 +4,7 @@ mod atomic;
 mod by_hand;
 mod consistency;
 mod ddl_users;
+mod delete;
 mod failures;
 mod manifest;
 mod refusal;
