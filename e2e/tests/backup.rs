@@ -442,6 +442,15 @@ async fn the_backup_trace_runs_from_the_reconcile_into_the_agent_and_metrics_cou
     };
     assert_eq!(reconcile.service, "backup-controller");
     eprintln!("reconcile {} → agent span {} ({})", reconcile.span_id(), agent.span_id(), agent.span.name);
+    if std::env::var("E2E_WRITE_TRACE").is_ok_and(|v| v == "1") {
+        // Spans of the same trace may still be in a batch on their way.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let tree = visitors_test_support::otlp::render_trace(&receiver.spans(), &reconcile.trace_id());
+        let path = visitors_e2e::repo_root().join("target/e2e-traces/backup-run.txt");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &tree).unwrap();
+        eprintln!("the trace of run traced, written to {}:\n{tree}", path.display());
+    }
 
     let metrics = controller_metrics(&client, "backup").await.expect("the backup controller's metrics");
     let succeeded = metric_value(&metrics, "visitors_operator_backup_runs_total", r#"result="succeeded""#);
@@ -451,5 +460,115 @@ async fn the_backup_trace_runs_from_the_reconcile_into_the_agent_and_metrics_cou
         metric_value(&metrics, "visitors_operator_backup_last_success_timestamp_seconds", &labels).is_some(),
         "{metrics}"
     );
+    namespace.delete().await;
+}
+
+/// A TCP proxy on this host to `upstream` that holds every piece of the server's answers for
+/// `delay` before passing it on: an object store that answers each request slowly (a throttled
+/// or far-away endpoint), so that a small backup takes minutes whatever the machine's speed.
+struct SlowProxy {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SlowProxy {
+    async fn start(upstream: u16, delay: Duration) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(Self::relay(client, upstream, delay));
+            }
+        });
+        Self { port, task }
+    }
+
+    async fn relay(client: tokio::net::TcpStream, upstream: u16, delay: Duration) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else { return };
+        let (mut client_read, mut client_write) = client.into_split();
+        let (mut server_read, mut server_write) = server.into_split();
+        let requests = tokio::spawn(async move { tokio::io::copy(&mut client_read, &mut server_write).await });
+        let mut buffer = vec![0u8; 64 * 1024];
+        while let Ok(read) = server_read.read(&mut buffer).await {
+            if read == 0 {
+                break;
+            }
+            tokio::time::sleep(delay).await;
+            if client_write.write_all(&buffer[..read]).await.is_err() {
+                break;
+            }
+        }
+        requests.abort();
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for SlowProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A Secret `s3-keys` with the keys moto accepts.
+async fn create_s3_keys(client: &Client, namespace: &str) {
+    let keys: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "s3-keys"},
+        "stringData": {"AWS_ACCESS_KEY_ID": "e2e-access-key", "AWS_SECRET_ACCESS_KEY": "e2e-secret-key"},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &keys)
+        .await
+        .expect("create the keys");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn a_backup_slower_than_its_deadline_fails_with_deadline_exceeded_and_frees_the_database() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    // A database lock cannot make the run slow: the agent waits at most lock_wait_timeout
+    // (10 s) per lock and fails. A storage endpoint that answers every request 15 s late can:
+    // a backup makes more than ten requests, and the smallest deadline is 60 s.
+    let Some(moto) = Moto::start() else { return };
+    assert_eq!(moto.request("PUT", "/e2e-backups").unwrap(), 200, "create the bucket");
+    let proxy = SlowProxy::start(moto.port, Duration::from_secs(15)).await;
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-backup-deadline").await;
+    let ns = namespace.name.clone();
+    create_s3_keys(&client, &ns).await;
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    let storage = json!({"s3": {"bucket": "e2e-backups", "prefix": "slow", "endpoint": proxy.endpoint(),
+                                "forcePathStyle": true, "credentialsSecret": {"name": "s3-keys"}}});
+    let slow = backup_object("too-slow", json!({"storage": storage, "activeDeadlineSeconds": 60}));
+    backups.create(&PostParams::default(), &slow).await.expect("create run");
+
+    let run = finished(&backups, "too-slow").await;
+    let status = run.status.clone().unwrap();
+    assert_eq!(status.phase, Some(BackupPhase::Failed), "{status:?}");
+    let ready = conditions::find(&status.conditions, conditions::READY).unwrap();
+    eprintln!("too-slow: {} {}", ready.reason, ready.message);
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "DeadlineExceeded"), "{ready:?}");
+    assert!(ready.message.contains("activeDeadlineSeconds 60"), "{}", ready.message);
+    assert_eq!(status.manifest_sha256, None, "a failed backup has no manifest");
+    let (started, ended) = (status.start_time.unwrap().0, status.completion_time.unwrap().0);
+    assert!(ended.duration_since(started).as_secs() >= 55, "it ran until its deadline: {started} .. {ended}");
+    let events = events_of(&client, &ns, "too-slow").await;
+    assert!(
+        events.iter().any(|e| e.reason.as_deref() == Some("DeadlineExceeded") && e.type_.as_deref() == Some("Warning")),
+        "{events:?}"
+    );
+
+    // The database is free again: its Lease is no longer held by the run, and the next backup
+    // (to the volume) runs and succeeds.
+    let lease = Api::<Lease>::namespaced(client.clone(), &ns).get_opt(&format!("{APP}-mysql-operations")).await.unwrap();
+    let holder = lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).unwrap_or_default();
+    assert!(!holder.contains("too-slow"), "the Lease is still held by the failed run: {holder}");
+    backups.create(&PostParams::default(), &backup_object("next", json!({}))).await.expect("create run");
+    assert_succeeded(&finished(&backups, "next").await);
+    drop(proxy);
     namespace.delete().await;
 }
