@@ -10,8 +10,8 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use visitors_api::backup::BackupPhase;
@@ -19,8 +19,8 @@ use visitors_api::conditions;
 use visitors_api::restore::RestorePhase;
 use visitors_api::{MySQLBackup, MySQLRestore, VisitorsApp};
 use visitors_e2e::{
-    TestNamespace, app_ready_at_generation, cluster, create_book_app, events_of, job_completes, mariadb_job,
-    ready_app_with_claim_and_rows, run_job, wait_for,
+    TestNamespace, app_ready_at_generation, cluster, controller_name, create_book_app, events_of, job_completes,
+    mariadb_job, ready_app_with_claim_and_rows, release_namespace, run_job, wait_for,
 };
 
 const APP: &str = "ex";
@@ -387,5 +387,265 @@ async fn a_restore_waits_for_the_database_lock_then_runs() {
         conditions_text(&status.conditions)
     );
     run_job(&client, &ns, "same-rows", mariadb_job(APP, &ns, "same-rows", &rows_as_seeded())).await;
+    namespace.delete().await;
+}
+
+/// Both tables of the `visitors` database as one value (counts and order-independent checksums),
+/// so that a restore that changed one table and not the other cannot pass for whole.
+const DATABASE_FINGERPRINT: &str = "CONCAT(\
+     (SELECT CONCAT(COUNT(*), ':', BIT_XOR(CRC32(CONCAT_WS('|', id, note)))) FROM visitors.e2e_rows), '/', \
+     (SELECT CONCAT(COUNT(*), ':', BIT_XOR(CRC32(CONCAT_WS('|', id, a, b, c)))) FROM visitors.big))";
+
+/// SQL that fails (so does its Job) unless the `visitors` database is exactly in one of the
+/// states fingerprinted in `tables`.
+fn database_is_one_of(tables: &[&str]) -> String {
+    let states = tables.iter().map(|t| format!("(SELECT v FROM {t})")).collect::<Vec<_>>().join(", ");
+    format!("SELECT IF({DATABASE_FINGERPRINT} IN ({states}), 'whole', (SELECT 1 UNION SELECT 2)) AS whole")
+}
+
+/// SQL that fails unless no staging or replaced schema of a restore is left on the server.
+const NO_RESTORE_SCHEMA_LEFT: &str = "SELECT IF((SELECT COUNT(*) FROM information_schema.SCHEMATA \
+     WHERE SCHEMA_NAME LIKE 'visitors\\_restore\\_%' OR SCHEMA_NAME LIKE 'visitors\\_replaced\\_%') = 0, \
+     'clean', (SELECT 1 UNION SELECT 2)) AS clean";
+
+/// A namespace whose app's database holds 500 rows in `e2e_rows` and 2,000,000 (about 200 MiB)
+/// in `big`, so that a restore Job runs long enough to be interrupted; backed up as run
+/// `before` (fingerprint in `e2e_check.expected_db`), then both tables changed (fingerprint in
+/// `e2e_now.current_db`, a database the backup does not hold).
+async fn big_database_backed_up_then_changed(client: &Client, prefix: &str) -> TestNamespace {
+    let namespace = ready_app_with_rows(client, prefix).await;
+    let ns = namespace.name.clone();
+    let big = format!(
+        "CREATE TABLE visitors.big (id INT PRIMARY KEY, a CHAR(32), b CHAR(32), c CHAR(32)); \
+         INSERT INTO visitors.big SELECT seq, MD5(seq), MD5(seq + 1), MD5(seq + 2) FROM seq_1_to_2000000; \
+         CREATE TABLE e2e_check.expected_db AS SELECT {DATABASE_FINGERPRINT} AS v;"
+    );
+    run_job(client, &ns, "big", mariadb_job(APP, &ns, "big", &big)).await;
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    backups.create(&PostParams::default(), &backup_object("before")).await.expect("create the backup");
+    let backup = backup_finished(&backups, "before").await;
+    let status = backup.status.unwrap();
+    assert_eq!(status.phase, Some(BackupPhase::Succeeded), "{:?}", status.error);
+    let change = format!(
+        "INSERT INTO visitors.e2e_rows SELECT seq, CONCAT('later ', seq) FROM seq_501_to_800; \
+         UPDATE visitors.big SET a = 'changed' WHERE id <= 1000; DELETE FROM visitors.big WHERE id > 1999000; \
+         CREATE DATABASE e2e_now; CREATE TABLE e2e_now.current_db AS SELECT {DATABASE_FINGERPRINT} AS v;"
+    );
+    run_job(client, &ns, "change", mariadb_job(APP, &ns, "change", &change)).await;
+    namespace
+}
+
+/// Waits until restore `name` is Running with its agent pod started, and returns the pod's name.
+async fn restore_pod_running(client: &Client, namespace: &str, name: &str) -> String {
+    let restores: Api<MySQLRestore> = Api::namespaced(client.clone(), namespace);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    wait_for(&format!("restore {name} to be Running with its pod"), || async {
+        let phase = restores.get(name).await.map_err(|e| e.to_string())?.status.and_then(|s| s.phase);
+        if let Some(ended @ (RestorePhase::Succeeded | RestorePhase::Failed)) = phase {
+            panic!("restore {name} ended ({ended:?}) before the test could interrupt its Job");
+        }
+        let selector = format!("batch.kubernetes.io/job-name={name}-restore");
+        let listed = pods.list(&ListParams::default().labels(&selector)).await.map_err(|e| e.to_string())?;
+        let running =
+            listed.items.iter().find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+        match (phase, running) {
+            (Some(RestorePhase::Running | RestorePhase::Verifying), Some(pod)) => Ok(pod.name_any()),
+            (phase, _) => Err(format!("phase {phase:?}, {} pods", listed.items.len())),
+        }
+    })
+    .await
+}
+
+/// Waits (in a Job, up to 10 minutes) until the agent has created its staging schema on the
+/// app's server: the restore is past its checks and loading.
+async fn staging_schema_appears(client: &Client, ns: &str, job: &str) {
+    let query = "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE 'visitors\\_restore\\_%'";
+    let script = format!(
+        "for i in $(seq 1 600); do \
+           n=$(mariadb -h {APP}-mysql.{ns}.svc -uroot -N -B -e \"{query}\") || exit 1; \
+           if [ \"$n\" != 0 ]; then echo \"staging schema seen after $i s\"; exit 0; fi; sleep 1; \
+         done; echo 'no staging schema in 600 s'; exit 1"
+    );
+    let mut spec = mariadb_job(APP, ns, job, "");
+    spec["spec"]["template"]["spec"]["containers"][0]["command"] = json!(["sh", "-c", script]);
+    run_job(client, ns, job, spec).await;
+}
+
+/// Waits until no pod of Job `job` is left (its agent process has ended).
+async fn job_pods_gone(client: &Client, ns: &str, job: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let selector = format!("batch.kubernetes.io/job-name={job}");
+    wait_for(&format!("the pods of Job {job} to be gone"), || async {
+        let listed = pods.list(&ListParams::default().labels(&selector)).await.map_err(|e| e.to_string())?;
+        if listed.items.is_empty() { Ok(()) } else { Err(format!("{} pods left", listed.items.len())) }
+    })
+    .await;
+}
+
+/// The app is Ready at its size and its status names no restore any more.
+async fn backend_back_and_not_quiesced(client: &Client, ns: &str) {
+    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), ns);
+    let app = wait_for("the backend to come back", || app_ready_at_generation(&apps, APP, 1)).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    assert_eq!(backend_replicas(&deployments).await, Some((1, 1)), "the backend is back at spec.size");
+    let conditions = app.status.unwrap_or_default().conditions;
+    assert!(!conditions.iter().any(|c| c.reason == "Quiesced"), "nothing stays quiesced: {conditions:?}");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    assert!(leases.get_opt("ex-mysql-operations").await.unwrap().is_none(), "the database lock is released");
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn chaos_a_restore_deleted_during_its_job_changes_all_or_nothing_and_a_controller_restart_harms_none() {
+    let client = cluster().await;
+    let namespace = big_database_backed_up_then_changed(&client, "e2e-restore-chaos").await;
+    let ns = namespace.name.clone();
+    let restores: Api<MySQLRestore> = Api::namespaced(client.clone(), &ns);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+
+    // The restore is deleted while its agent loads the staging schema: the Job is stopped, the
+    // backend comes back, the lock is freed, and the database is as before or as backed up.
+    restores.create(&PostParams::default(), &restore_object("deleted", "before")).await.expect("create the restore");
+    restore_pod_running(&client, &ns, "deleted").await;
+    staging_schema_appears(&client, &ns, "staging-seen").await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(backend_replicas(&deployments).await.map(|r| r.0), Some(0), "stopped while the Job runs");
+    restores.delete("deleted", &DeleteParams::default()).await.expect("delete the restore");
+    eprintln!("deleted restore `deleted` during its load");
+    wait_for("the restore to be gone", || async {
+        match restores.get_opt("deleted").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(r) => Err(format!("still there, finalizers {:?}", r.finalizers())),
+        }
+    })
+    .await;
+    wait_for("the restore Job to be gone", || async {
+        match jobs.get_opt("deleted-restore").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
+    job_pods_gone(&client, &ns, "deleted-restore").await;
+    backend_back_and_not_quiesced(&client, &ns).await;
+    let whole = database_is_one_of(&["e2e_now.current_db", "e2e_check.expected_db"]);
+    run_job(&client, &ns, "whole", mariadb_job(APP, &ns, "whole", &whole)).await;
+    let unchanged = database_is_one_of(&["e2e_now.current_db"]);
+    let left_unchanged = job_completes(&client, &ns, "unchanged", mariadb_job(APP, &ns, "unchanged", &unchanged)).await;
+    eprintln!("after the deleted restore the database is {}", if left_unchanged { "unchanged" } else { "restored" });
+
+    // The restore controller's pod is deleted while the next restore's Job runs: the Job runs
+    // on, the new controller finishes the restore, which cleaned up what the deleted one left.
+    restores.create(&PostParams::default(), &restore_object("survives", "before")).await.expect("create the restore");
+    restore_pod_running(&client, &ns, "survives").await;
+    let controllers: Api<Pod> = Api::namespaced(client.clone(), &release_namespace());
+    let selector = "app.kubernetes.io/component=restore-controller";
+    let controller_pods = controllers.list(&ListParams::default().labels(selector)).await.unwrap().items;
+    assert!(!controller_pods.is_empty(), "no pod of {}", controller_name("restore"));
+    for pod in controller_pods {
+        controllers.delete(&pod.name_any(), &DeleteParams::default()).await.expect("delete the controller pod");
+    }
+    eprintln!("deleted the pods of {}", controller_name("restore"));
+    let status = restore_finished(&restores, "survives").await.status.unwrap();
+    assert_eq!(
+        status.phase,
+        Some(RestorePhase::Succeeded),
+        "{:?} {}",
+        status.error,
+        conditions_text(&status.conditions)
+    );
+    assert!(status.rows.unwrap_or(0) >= 2_000_500, "{status:?}");
+    let as_backed_up = database_is_one_of(&["e2e_check.expected_db"]);
+    run_job(&client, &ns, "as-backed-up", mariadb_job(APP, &ns, "as-backed-up", &as_backed_up)).await;
+    run_job(&client, &ns, "clean", mariadb_job(APP, &ns, "clean", NO_RESTORE_SCHEMA_LEFT)).await;
+    backend_back_and_not_quiesced(&client, &ns).await;
+    namespace.delete().await;
+}
+
+/// Waits until a run of schedule `schedule` is Running with its agent pod started; returns the
+/// run's name.
+async fn scheduled_run_running(client: &Client, ns: &str, schedule: &str) -> String {
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let runs = ListParams::default().labels(&format!("example.com/backup-schedule={schedule}"));
+    wait_for(&format!("a run of schedule {schedule} to be Running with its pod"), || async {
+        let listed = backups.list(&runs).await.map_err(|e| e.to_string())?;
+        let mut seen = Vec::new();
+        for run in listed.items {
+            let phase = run.status.as_ref().and_then(|s| s.phase);
+            seen.push(format!("{} {phase:?}", run.name_any()));
+            if phase != Some(BackupPhase::Running) {
+                continue;
+            }
+            let selector = format!("batch.kubernetes.io/job-name={}-backup", run.name_any());
+            let pods = pods.list(&ListParams::default().labels(&selector)).await.map_err(|e| e.to_string())?;
+            if pods.items.iter().any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")) {
+                return Ok(run.name_any());
+            }
+        }
+        Err(format!("runs {seen:?}"))
+    })
+    .await
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn a_restore_created_while_a_scheduled_backup_runs_waits_for_it_then_runs_and_the_backup_succeeds() {
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-restore-schedule").await;
+    let ns = namespace.name.clone();
+    backed_up_then_changed(&client, &ns).await;
+    // About 200 MiB more, so that a backup of the app runs long enough to be caught running.
+    let big = "CREATE TABLE visitors.big (id INT PRIMARY KEY, a CHAR(32), b CHAR(32), c CHAR(32)); \
+               INSERT INTO visitors.big SELECT seq, MD5(seq), MD5(seq + 1), MD5(seq + 2) FROM seq_1_to_2000000;";
+    run_job(&client, &ns, "big", mariadb_job(APP, &ns, "big", big)).await;
+
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    let schedule: MySQLBackup = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": "minutely"},
+        "spec": {"source": {"visitorsApp": APP}, "storage": {"persistentVolumeClaim": {"claimName": CLAIM}},
+                 "schedule": {"cron": "* * * * *"}},
+    }))
+    .unwrap();
+    backups.create(&PostParams::default(), &schedule).await.expect("create the schedule");
+    let run = scheduled_run_running(&client, &ns, "minutely").await;
+    eprintln!("scheduled run {run} is running");
+
+    let restores: Api<MySQLRestore> = Api::namespaced(client.clone(), &ns);
+    restores.create(&PostParams::default(), &restore_object("r1", "before")).await.expect("create the restore");
+    // No further run competes with the restore for the lock; the running one goes on.
+    let suspend = json!({"spec": {"schedule": {"suspend": true}}});
+    backups.patch("minutely", &PatchParams::default(), &Patch::Merge(&suspend)).await.expect("suspend the schedule");
+    let message = wait_for("the restore to wait for the backup's lock", || async {
+        let status = restores.get("r1").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        if let Some(phase @ (RestorePhase::Running | RestorePhase::Succeeded | RestorePhase::Failed)) = status.phase {
+            panic!("the restore went on to {phase:?} while backup run {run} held the database");
+        }
+        match conditions::find(&status.conditions, "Pending") {
+            Some(c) if c.status == "True" && c.reason == "WaitingForDatabaseLock" => Ok(c.message.clone()),
+            _ => Err(format!("phase {:?}, {}", status.phase, conditions_text(&status.conditions))),
+        }
+    })
+    .await;
+    eprintln!("the restore waits: {message}");
+    assert!(message.contains(&format!("MySQLBackup {run}")), "names the backup run: {message}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(backend_replicas(&deployments).await.map(|r| r.0), Some(1), "a waiting restore stops nothing");
+
+    let restore = restore_finished(&restores, "r1").await.status.unwrap();
+    assert_eq!(
+        restore.phase,
+        Some(RestorePhase::Succeeded),
+        "{:?} {}",
+        restore.error,
+        conditions_text(&restore.conditions)
+    );
+    let backup = backup_finished(&backups, &run).await.status.unwrap();
+    assert_eq!(backup.phase, Some(BackupPhase::Succeeded), "the backup is not disturbed: {:?}", backup.error);
+    assert!(backup.rows.unwrap_or(0) >= 2_000_000, "{backup:?}");
+    let (backup_end, restore_start) = (backup.completion_time.unwrap(), restore.start_time.unwrap());
+    assert!(backup_end.0 <= restore_start.0, "the restore ran after the backup: {backup_end:?} > {restore_start:?}");
+    run_job(&client, &ns, "same-rows", mariadb_job(APP, &ns, "same-rows", &rows_as_seeded())).await;
+    backend_back_and_not_quiesced(&client, &ns).await;
     namespace.delete().await;
 }
