@@ -77,6 +77,15 @@ pub struct PvcStorage {
     pub sub_path: Option<String>,
 }
 
+/// Where agent Jobs mount a backup volume, so that a location recorded by a backup Job reads
+/// the same in a restore Job.
+pub const VOLUME_MOUNT: &str = "/backup";
+
+/// Joins path segments with single slashes, leaving out empty ones.
+pub fn join_path(parts: &[&str]) -> String {
+    parts.iter().map(|p| p.trim_matches('/')).filter(|p| !p.is_empty()).collect::<Vec<_>>().join("/")
+}
+
 /// The default S3 region.
 pub const DEFAULT_S3_REGION: &str = "us-east-1";
 /// The default key of the access key id in the credentials Secret.
@@ -104,17 +113,24 @@ impl BackupStorage {
     /// A human-readable location of the folder `path` inside this storage, such as
     /// `s3://bucket/prefix/path` or `pvc://claim/subPath/path`. Never holds credentials.
     pub fn location(&self, path: &str) -> String {
-        let join = |root: Option<&str>| -> String {
-            [root.unwrap_or(""), path]
-                .iter()
-                .map(|p| p.trim_matches('/'))
-                .filter(|p| !p.is_empty())
-                .collect::<Vec<_>>()
-                .join("/")
-        };
         match (&self.s3, &self.persistent_volume_claim) {
-            (Some(s3), _) => format!("s3://{}/{}", s3.bucket, join(s3.prefix.as_deref())),
-            (None, Some(pvc)) => format!("pvc://{}/{}", pvc.claim_name, join(pvc.sub_path.as_deref())),
+            (Some(s3), _) => format!("s3://{}/{}", s3.bucket, join_path(&[s3.prefix.as_deref().unwrap_or(""), path])),
+            (None, Some(pvc)) => {
+                format!("pvc://{}/{}", pvc.claim_name, join_path(&[pvc.sub_path.as_deref().unwrap_or(""), path]))
+            }
+            (None, None) => String::new(),
+        }
+    }
+
+    /// The agent's location of the folder `path` inside this storage, as an agent Job sees it:
+    /// `s3://bucket/prefix/path`, or `file:///backup/subPath/path` on the claim mounted at
+    /// [`VOLUME_MOUNT`].
+    pub fn agent_location(&self, path: &str) -> String {
+        match (&self.s3, &self.persistent_volume_claim) {
+            (Some(_), _) => self.location(path),
+            (None, Some(pvc)) => {
+                format!("file://{VOLUME_MOUNT}/{}", join_path(&[pvc.sub_path.as_deref().unwrap_or(""), path]))
+            }
             (None, None) => String::new(),
         }
     }

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use controller_common::reconcile::{explain_kube_error, kube_error_label};
+use controller_common::agent_run::AgentSettings;
+use controller_common::reconcile::ApiError;
 use controller_common::runner::{Identity, api_in, drive, primary_stream};
 use controller_common::{ReconcileFailure, Runtime};
 use futures::Stream;
@@ -22,18 +23,9 @@ use crate::metrics::BackupMetrics;
 
 pub const IDENTITY: Identity = Identity { name: "backup-controller", crd: "mysqlbackups.example.com" };
 
-/// What the controller is configured with beyond the shared flags.
-#[derive(Debug, Clone, Default)]
-pub struct Settings {
-    /// The image of the agent Jobs.
-    pub agent_image: String,
-    /// The OTLP endpoint handed to the agent, when the controller exports traces.
-    pub otlp_endpoint: Option<String>,
-}
-
 pub struct Context {
     pub runtime: Arc<Runtime>,
-    pub settings: Settings,
+    pub settings: AgentSettings,
     pub metrics: Arc<BackupMetrics>,
 }
 
@@ -43,27 +35,17 @@ pub enum Error {
         "MySQLBackup {0:?} has no namespace, but the kind is namespaced; this is a bug in the API server or the CRD"
     )]
     NoNamespace(String),
-    #[error("{action} failed: {}", explain_kube_error(.source))]
-    Kube {
-        action: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiError),
 }
 
 impl ReconcileFailure for Error {
     fn metric_label(&self) -> &'static str {
         match self {
             Error::NoNamespace(_) => "NoNamespace",
-            Error::Kube { source, .. } => kube_error_label(source),
+            Error::Api(error) => error.metric_label(),
         }
     }
-}
-
-/// Wraps a kube error with what was being done.
-pub fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let action = action.into();
-    move |source| Error::Kube { action, source }
 }
 
 pub async fn reconcile(backup: Arc<MySQLBackup>, context: Arc<Context>) -> Result<Action, Error> {
@@ -100,7 +82,13 @@ pub fn job_selector() -> String {
 
 /// Watches MySQLBackups, their Jobs (a run wakes when its Job changes or is deleted) and the
 /// runs of schedules (a schedule wakes when a run changes or ends), until `shutdown`.
-pub async fn run(runtime: Arc<Runtime>, namespace: Option<&str>, settings: Settings, shutdown: CancellationToken) {
+pub async fn run(
+    runtime: Arc<Runtime>,
+    namespace: Option<String>,
+    settings: AgentSettings,
+    shutdown: CancellationToken,
+) {
+    let namespace = namespace.as_deref();
     let client = runtime.client.clone();
     let (reader, writer) = reflector::store();
     let backups = primary_stream(api_in::<MySQLBackup>(client.clone(), namespace), writer);

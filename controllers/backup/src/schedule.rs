@@ -17,7 +17,9 @@ use visitors_api::labels::{SCHEDULE_LABEL, names};
 use visitors_api::{InvalidSpec, MySQLBackup};
 
 use crate::build::run::scheduled_run;
-use crate::controller::{Context, Error, kube_err};
+use controller_common::reconcile::{ApiError, api_err};
+
+use crate::controller::{Context, Error};
 use crate::cron::Plan;
 use crate::metrics::ScheduleLabels;
 use crate::retention::{self, RunFacts};
@@ -67,7 +69,7 @@ pub async fn reconcile(schedule: &MySQLBackup, namespace: &str, ctx: &Context) -
     ctx.runtime
         .write_status(schedule, schedule.status.as_ref(), &desired)
         .await
-        .map_err(kube_err(format!("writing the status of MySQLBackup {}", schedule.name_any())))?;
+        .map_err(api_err(format!("writing the status of MySQLBackup {}", schedule.name_any())))?;
     Ok(match desired.next_schedule_time {
         Some(next) => Action::requeue(until(now, next.0).min(ctx.runtime.resync)),
         None => ctx.runtime.converged(schedule),
@@ -110,7 +112,7 @@ async fn reject(schedule: &MySQLBackup, ctx: &Context, invalid: &InvalidSpec) ->
         .runtime
         .write_status(schedule, schedule.status.as_ref(), &desired)
         .await
-        .map_err(kube_err(format!("writing the status of MySQLBackup {}", schedule.name_any())))?;
+        .map_err(api_err(format!("writing the status of MySQLBackup {}", schedule.name_any())))?;
     if wrote {
         ctx.runtime.report_invalid_spec(schedule, invalid).await;
     }
@@ -123,7 +125,7 @@ async fn own_runs(api: &Api<MySQLBackup>, schedule: &MySQLBackup) -> Result<Vec<
     let listed = api
         .list(&ListParams::default().labels(&selector))
         .await
-        .map_err(kube_err(format!("listing the runs of schedule {}", schedule.name_any())))?;
+        .map_err(api_err(format!("listing the runs of schedule {}", schedule.name_any())))?;
     let uid = schedule.uid();
     Ok(listed
         .items
@@ -160,7 +162,7 @@ async fn delete_run(api: &Api<MySQLBackup>, name: &str) -> Result<(), Error> {
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(source) => Err(Error::Kube { action: format!("deleting MySQLBackup {name}"), source }),
+        Err(source) => Err(Error::Api(ApiError { action: format!("deleting MySQLBackup {name}"), source })),
     }
 }
 
@@ -208,7 +210,9 @@ async fn fire_time(
     let created = match api.create(&params, &run).await {
         Ok(created) => created,
         Err(kube::Error::Api(status)) if status.code == 409 => return Ok(None),
-        Err(source) => return Err(Error::Kube { action: format!("creating MySQLBackup {}", run.name_any()), source }),
+        Err(source) => {
+            return Err(Error::Api(ApiError { action: format!("creating MySQLBackup {}", run.name_any()), source }));
+        }
     };
     events.normal(schedule, "Created", "Schedule", format!("run {} for fire time {fire}", run.name_any())).await;
     Ok(Some(created))
@@ -227,7 +231,7 @@ async fn stop(api: &Api<MySQLBackup>, run: &MySQLBackup, ctx: &Context) -> Resul
     match jobs.delete(&job, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(source) => Err(Error::Kube { action: format!("deleting Job {job}"), source }),
+        Err(source) => Err(Error::Api(ApiError { action: format!("deleting Job {job}"), source })),
     }
 }
 

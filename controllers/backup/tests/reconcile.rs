@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backup_controller::controller::{Context, Settings, reconcile};
+use backup_controller::controller::{Context, reconcile};
 use backup_controller::metrics::BackupMetrics;
-use controller_common::Runtime;
-use controller_common::backoff::ObjectBackoff;
-use controller_common::events::Events;
-use controller_common::metrics::Metrics;
-use controller_common::testing::{MockApiServer, Received, mock_client, status_error};
+use controller_common::agent_run::AgentSettings;
+use controller_common::testing::shop::{
+    self, APP_PATH, CLAIM_PATH, EVENTS_PATH, JOBS_PATH, LEASE_PATH, LEASES_PATH, PODS_PATH, SECRET_PATH,
+};
+use controller_common::testing::{MockApiServer, mock_runtime, not_found, with_applied_status};
 use http::{Method, StatusCode};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
@@ -18,39 +18,14 @@ use visitors_api::agent_summary::{AgentSummary, Operation};
 
 const NS: &str = "/namespaces/shop";
 const STATUS_PATH: &str = "/apis/example.com/v1/namespaces/shop/mysqlbackups/b1/status";
-const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/shop/events";
 const JOB_PATH: &str = "/apis/batch/v1/namespaces/shop/jobs/b1-backup";
-const JOBS_PATH: &str = "/apis/batch/v1/namespaces/shop/jobs";
-const APP_PATH: &str = "/apis/example.com/v1/namespaces/shop/visitorsapps/ex";
-const SECRET_PATH: &str = "/api/v1/namespaces/shop/secrets/ex-mysql-credentials";
-const CLAIM_PATH: &str = "/api/v1/namespaces/shop/persistentvolumeclaims/backups";
-const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases/ex-mysql-operations";
-const LEASES_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases";
-const PODS_PATH: &str = "/api/v1/namespaces/shop/pods";
 
 fn context() -> (Arc<Context>, MockApiServer) {
-    let (client, server) = mock_client();
-    let runtime = Runtime {
-        client: client.clone(),
-        metrics: Arc::new(Metrics::new("backup-controller")),
-        backoff: ObjectBackoff::new(Duration::from_millis(500), Duration::from_secs(300)),
-        events: Events::new(client, "backup-controller", None),
-        field_manager: "backup-controller".into(),
-        resync: Duration::from_secs(600),
-    };
-    let settings = Settings { agent_image: "registry/visitors-operator:1.0".into(), otlp_endpoint: None };
+    let (runtime, server) = mock_runtime("backup-controller");
+    let settings = AgentSettings { agent_image: "registry/visitors-operator:1.0".into(), otlp_endpoint: None };
     let metrics = Arc::new(BackupMetrics::default());
     metrics.register(&runtime.metrics);
     (Arc::new(Context { runtime: Arc::new(runtime), settings, metrics }), server)
-}
-
-/// The stored object with the applied status, as the API server answers a status apply.
-fn with_applied_status(backup: &MySQLBackup) -> impl FnOnce(&Received) -> (StatusCode, Value) {
-    let mut stored = serde_json::to_value(backup).unwrap();
-    move |received| {
-        stored["status"] = received.body["status"].clone();
-        (StatusCode::OK, stored)
-    }
 }
 
 fn backup(app: &str) -> MySQLBackup {
@@ -88,44 +63,8 @@ fn delay(action: &Action) -> Duration {
     }
 }
 
-fn not_found() -> Value {
-    status_error(404, "NotFound", "not found")
-}
-
-fn app() -> Value {
-    json!({"apiVersion": "example.com/v1", "kind": "VisitorsApp",
-           "metadata": {"name": "ex", "namespace": "shop", "uid": "app-1"}, "spec": {"size": 1}})
-}
-
-fn secret() -> Value {
-    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ex-mysql-credentials", "namespace": "shop"},
-           "data": {"root-password": "c2VjcmV0"}})
-}
-
-fn claim() -> Value {
-    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": "backups", "namespace": "shop"}})
-}
-
-fn lease(holder: &str) -> Value {
-    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-           "metadata": {"name": "ex-mysql-operations", "namespace": "shop", "resourceVersion": "5", "uid": "l-1"},
-           "spec": {"holderIdentity": holder}})
-}
-
-fn job(conditions: Value) -> Value {
-    json!({"apiVersion": "batch/v1", "kind": "Job",
-           "metadata": {"name": "b1-backup", "namespace": "shop",
-                        "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MySQLBackup", "name": "b1", "uid": "u-1", "controller": true}]},
-           "spec": {"template": {"spec": {"containers": []}}},
-           "status": {"startTime": "2026-11-23T10:00:00Z", "conditions": conditions}})
-}
-
 fn pod_with_message(message: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [{
-        "metadata": {"name": "b1-backup-x", "namespace": "shop"},
-        "status": {"containerStatuses": [{"name": "agent", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
-            "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": message}}}]}
-    }]})
+    shop::agent_pod_with_message("b1-backup-x", message, 0)
 }
 
 fn running_status() -> Value {
@@ -163,7 +102,7 @@ async fn a_missing_app_is_waited_for_with_a_pending_condition_and_backoff() {
     assert_eq!(status["phase"], "Pending");
     let pending = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Pending").unwrap();
     assert_eq!((pending["status"].as_str(), pending["reason"].as_str()), (Some("True"), Some("WaitingForVisitorsApp")));
-    assert!(pending["message"].as_str().unwrap().contains("VisitorsApp ex does not exist"));
+    assert!(pending["message"].as_str().unwrap().contains("VisitorsApp ex (spec.source.visitorsApp) does not exist"));
     let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
     assert_eq!(event.body["reason"], "WaitingForVisitorsApp");
     let first = delay(&task.await.unwrap().unwrap());
@@ -188,9 +127,9 @@ async fn a_ready_run_takes_the_lock_and_starts_one_job() {
     let backup = backup("ex");
     let task = tokio::spawn(reconcile(Arc::new(backup.clone()), context));
     server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
-    server.expect(Method::GET, APP_PATH, StatusCode::OK, app()).await;
-    server.expect(Method::GET, SECRET_PATH, StatusCode::OK, secret()).await;
-    server.expect(Method::GET, CLAIM_PATH, StatusCode::OK, claim()).await;
+    server.expect(Method::GET, APP_PATH, StatusCode::OK, shop::app(1)).await;
+    server.expect(Method::GET, SECRET_PATH, StatusCode::OK, shop::credentials_secret()).await;
+    server.expect(Method::GET, CLAIM_PATH, StatusCode::OK, shop::claim()).await;
     server.expect(Method::GET, LEASE_PATH, StatusCode::NOT_FOUND, not_found()).await;
     let lease = server.expect_echo(Method::POST, LEASES_PATH).await;
     assert_eq!(lease.body["spec"]["holderIdentity"], "MySQLBackup/b1/u-1");
@@ -216,10 +155,10 @@ async fn a_run_waits_while_another_holds_the_database() {
     let backup = backup("ex");
     let task = tokio::spawn(reconcile(Arc::new(backup.clone()), context));
     server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
-    server.expect(Method::GET, APP_PATH, StatusCode::OK, app()).await;
-    server.expect(Method::GET, SECRET_PATH, StatusCode::OK, secret()).await;
-    server.expect(Method::GET, CLAIM_PATH, StatusCode::OK, claim()).await;
-    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLRestore/r1/u-9")).await;
+    server.expect(Method::GET, APP_PATH, StatusCode::OK, shop::app(1)).await;
+    server.expect(Method::GET, SECRET_PATH, StatusCode::OK, shop::credentials_secret()).await;
+    server.expect(Method::GET, CLAIM_PATH, StatusCode::OK, shop::claim()).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLRestore/r1/u-9")).await;
     let restore = json!({"apiVersion": "example.com/v1", "kind": "MySQLRestore",
         "metadata": {"name": "r1", "namespace": "shop", "uid": "u-9"}, "spec": {}, "status": {"phase": "Running"}});
     server.expect(Method::GET, &format!("/apis/example.com/v1{NS}/mysqlrestores/r1"), StatusCode::OK, restore).await;
@@ -259,8 +198,8 @@ async fn a_completed_job_fills_the_status_from_the_summary_and_frees_the_lock() 
     };
     let pods = server.expect(Method::GET, PODS_PATH, StatusCode::OK, pod_with_message(&summary.to_line())).await;
     assert!(pods.uri.contains("labelSelector=batch.kubernetes.io%2Fjob-name%3Db1-backup"), "{}", pods.uri);
-    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLBackup/b1/u-1")).await;
-    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, lease("")).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLBackup/b1/u-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
     let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&running)).await;
     let status = &written.body["status"];
     assert_eq!(status["phase"], "Succeeded");
@@ -298,8 +237,8 @@ async fn a_deadline_is_a_failure_with_its_reason() {
             json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}),
         )
         .await;
-    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLBackup/b1/u-1")).await;
-    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, lease("")).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLBackup/b1/u-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
     let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&running)).await;
     assert_eq!(written.body["status"]["phase"], "Failed");
     let ready =
@@ -546,4 +485,8 @@ async fn retention_deletes_runs_beyond_the_limits_but_never_the_newest_success()
         status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "LastBackupSucceeded").unwrap().clone();
     assert_eq!(last["status"], "False", "the newest finished run failed: {last}");
     task.await.unwrap().unwrap();
+}
+
+fn job(conditions: Value) -> Value {
+    shop::job("b1-backup", "MySQLBackup", "b1", "u-1", conditions)
 }

@@ -7,11 +7,15 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, PodSecurityContext, PodSpec,
-    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource, Pod,
+    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use visitors_api::agent_summary::{AgentSummary, MAX_SUMMARY_BYTES, Operation, TERMINATION_MESSAGE_PATH};
+use visitors_api::labels::names;
+use visitors_api::storage::{BackupStorage, S3Storage, VOLUME_MOUNT};
+use visitors_api::visitors_app::{MYSQL_PORT, secret_keys};
 
 /// The agent binary inside the image; Jobs name it explicitly instead of relying on an
 /// entrypoint.
@@ -104,6 +108,100 @@ impl AgentJob {
             ..Job::default()
         }
     }
+}
+
+/// What every agent Job takes from the controller that starts it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentInputs {
+    /// The agent image (the controller's own, `AGENT_IMAGE`).
+    pub image: String,
+    /// The W3C trace context of the reconcile that starts the Job.
+    pub traceparent: Option<String>,
+    /// The OTLP endpoint the agent sends its spans to.
+    pub otlp_endpoint: Option<String>,
+}
+
+/// Whether an agent Job may change the stored backups it mounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageAccess {
+    ReadWrite,
+    ReadOnly,
+}
+
+const BACKUP_VOLUME: &str = "backup";
+
+impl AgentJob {
+    /// An agent Job of `inputs` (image, trace context, OTLP endpoint); the caller adds its
+    /// name, owner, labels, arguments and deadline, and what it acts on.
+    pub fn of(inputs: &AgentInputs) -> Self {
+        let mut env = Vec::new();
+        if let Some(traceparent) = &inputs.traceparent {
+            env.push(self::env(TRACEPARENT_ENV, traceparent));
+        }
+        if let Some(endpoint) = &inputs.otlp_endpoint {
+            env.push(self::env(crate::telemetry::OTLP_ENDPOINT_ENV, endpoint));
+        }
+        AgentJob { image: inputs.image.clone(), env, ..AgentJob::default() }
+    }
+
+    /// Connects the agent to the MySQL of VisitorsApp `app` in `namespace`, as root, the
+    /// password only by reference to `credentials_secret`.
+    pub fn with_database(mut self, app: &str, namespace: &str, credentials_secret: &str) -> Self {
+        self.env.extend([
+            env("MYSQL_HOST", &mysql_host(app, namespace)),
+            env("MYSQL_TCP_PORT", &MYSQL_PORT.to_string()),
+            env("MYSQL_USER", "root"),
+            env_from_secret("MYSQL_PWD", credentials_secret, secret_keys::ROOT_PASSWORD),
+        ]);
+        self
+    }
+
+    /// Gives the agent `storage`: the S3 settings and keys (by Secret reference) or the claim
+    /// mounted at [`VOLUME_MOUNT`].
+    pub fn with_storage(mut self, storage: &BackupStorage, access: StorageAccess) -> Self {
+        if let Some(s3) = &storage.s3 {
+            self.env.extend(s3_env(s3));
+        }
+        if let Some(pvc) = &storage.persistent_volume_claim {
+            let read_only = (access == StorageAccess::ReadOnly).then_some(true);
+            self.volumes.push(Volume {
+                name: BACKUP_VOLUME.into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: pvc.claim_name.clone(),
+                    read_only,
+                }),
+                ..Volume::default()
+            });
+            self.mounts.push(VolumeMount {
+                name: BACKUP_VOLUME.into(),
+                mount_path: VOLUME_MOUNT.into(),
+                read_only,
+                ..VolumeMount::default()
+            });
+        }
+        self
+    }
+}
+
+/// The MySQL client Service of VisitorsApp `app` by its namespace-qualified name (what cluster
+/// DNS, and the test cluster's hosts file, resolve).
+pub fn mysql_host(app: &str, namespace: &str) -> String {
+    format!("{}.{namespace}.svc", names::mysql(app))
+}
+
+fn s3_env(s3: &S3Storage) -> Vec<EnvVar> {
+    let mut environment = vec![env("AWS_REGION", s3.region())];
+    if let Some(endpoint) = &s3.endpoint {
+        environment.push(env("AWS_ENDPOINT_URL", endpoint));
+    }
+    if s3.force_path_style == Some(true) {
+        environment.push(env("AWS_S3_FORCE_PATH_STYLE", "true"));
+    }
+    if let Some(secret) = &s3.credentials_secret {
+        environment.push(env_from_secret("AWS_ACCESS_KEY_ID", &secret.name, secret.access_key_id_key()));
+        environment.push(env_from_secret("AWS_SECRET_ACCESS_KEY", &secret.name, secret.secret_access_key_key()));
+    }
+    environment
 }
 
 /// The pod security context of agent Jobs, as the chart's controllers: non-root, the runtime's

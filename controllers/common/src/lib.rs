@@ -2,6 +2,7 @@
 //! server, per-object backoff, server-side apply, events, leader election, startup checks and
 //! graceful shutdown. A controller crate adds its reconcile and its builders; nothing else.
 
+pub mod agent_run;
 pub mod apply;
 pub mod args;
 pub mod backoff;

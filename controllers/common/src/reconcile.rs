@@ -141,6 +141,27 @@ impl Runtime {
     }
 }
 
+/// A failed API request and what the reconcile was doing: `"{action} failed: {why}"`.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} failed: {}", explain_kube_error(.source))]
+pub struct ApiError {
+    pub action: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+impl ApiError {
+    pub fn metric_label(&self) -> &'static str {
+        kube_error_label(&self.source)
+    }
+}
+
+/// Wraps a kube error with what was being done.
+pub fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
+    let action = action.into();
+    move |source| ApiError { action, source }
+}
+
 /// The metric label of a failed API request: `Forbidden`, `Conflict`, `Rejected` or `Kube`.
 pub fn kube_error_label(error: &kube::Error) -> &'static str {
     match error {

@@ -15,7 +15,8 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::args::ControllerArgs;
+use crate::agent_run::AgentSettings;
+use crate::args::{AgentControllerArgs, ControllerArgs};
 use crate::backoff::ObjectBackoff;
 use crate::events::Events;
 use crate::leader::{self, Leadership};
@@ -147,6 +148,18 @@ where
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// [`main`] for a controller that runs the agent in Jobs: `run` gets the namespace to watch
+/// and the agent's settings.
+pub async fn main_with_agent<F, Fut>(identity: Identity, args: AgentControllerArgs, run: F) -> std::process::ExitCode
+where
+    F: FnOnce(Arc<Runtime>, Option<String>, AgentSettings, CancellationToken) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let namespace = args.common.watch_namespace().map(str::to_string);
+    let settings = AgentSettings::from_env(args.agent_image);
+    main(identity, &args.common, |runtime, shutdown| run(runtime, namespace, settings, shutdown)).await
 }
 
 /// Reconciles that may run at once. Reconciles spend their time waiting on the API server (and

@@ -175,3 +175,101 @@ contexts:
     user: nobody
 current-context: nowhere
 ";
+
+/// Asserts that controller `binary` refuses to start without an agent image, naming the flag.
+pub fn assert_binary_needs_an_agent_image(binary: &str) {
+    let output = std::process::Command::new(binary)
+        .args(["--leader-election", "false", "--metrics-address", "127.0.0.1:0"])
+        .env_remove("AGENT_IMAGE")
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--agent-image <AGENT_IMAGE>"), "{stderr}");
+}
+
+/// A [`crate::Runtime`] of controller `name` for reconcile tests, talking to a mock API server.
+pub fn mock_runtime(name: &str) -> (crate::Runtime, MockApiServer) {
+    let (client, server) = mock_client();
+    let runtime = crate::Runtime {
+        client: client.clone(),
+        metrics: std::sync::Arc::new(crate::metrics::Metrics::new(name)),
+        backoff: crate::backoff::ObjectBackoff::new(Duration::from_millis(500), Duration::from_secs(300)),
+        events: crate::events::Events::new(client, name, None),
+        field_manager: name.into(),
+        resync: Duration::from_secs(600),
+    };
+    (runtime, server)
+}
+
+/// The stored `object` with the applied status, as the API server answers a status apply.
+pub fn with_applied_status<K: serde::Serialize>(object: &K) -> impl FnOnce(&Received) -> (StatusCode, Value) + use<K> {
+    let mut stored = serde_json::to_value(object).expect("a Kubernetes object serializes");
+    move |received| {
+        stored["status"] = received.body["status"].clone();
+        (StatusCode::OK, stored)
+    }
+}
+
+pub fn not_found() -> Value {
+    status_error(404, "NotFound", "not found")
+}
+
+/// What agent runs on VisitorsApp `ex` in namespace `shop` read, as the API server returns it:
+/// the app, its credentials Secret, the backup claim `backups`, its database Lease, Jobs and
+/// the agent's pods.
+pub mod shop {
+    use serde_json::{Value, json};
+
+    pub const APP_PATH: &str = "/apis/example.com/v1/namespaces/shop/visitorsapps/ex";
+    pub const SECRET_PATH: &str = "/api/v1/namespaces/shop/secrets/ex-mysql-credentials";
+    pub const CLAIM_PATH: &str = "/api/v1/namespaces/shop/persistentvolumeclaims/backups";
+    pub const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases/ex-mysql-operations";
+    pub const LEASES_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases";
+    pub const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/shop/events";
+    pub const JOBS_PATH: &str = "/apis/batch/v1/namespaces/shop/jobs";
+    pub const PODS_PATH: &str = "/api/v1/namespaces/shop/pods";
+
+    /// VisitorsApp `ex` with `size` backend replicas.
+    pub fn app(size: i32) -> Value {
+        json!({"apiVersion": "example.com/v1", "kind": "VisitorsApp",
+               "metadata": {"name": "ex", "namespace": "shop", "uid": "app-1"}, "spec": {"size": size}})
+    }
+
+    pub fn credentials_secret() -> Value {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ex-mysql-credentials", "namespace": "shop"},
+               "data": {"root-password": "c2VjcmV0"}})
+    }
+
+    /// The metadata of claim `backups`.
+    pub fn claim() -> Value {
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+               "metadata": {"name": "backups", "namespace": "shop"}})
+    }
+
+    /// The database Lease of `ex`, held by `holder` (an identity, or "" when free).
+    pub fn lease(holder: &str) -> Value {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "ex-mysql-operations", "namespace": "shop", "resourceVersion": "5", "uid": "l-1"},
+               "spec": {"holderIdentity": holder}})
+    }
+
+    /// Job `name` of the `kind` object `owner` (UID `uid`), started, with Job `conditions`.
+    pub fn job(name: &str, kind: &str, owner: &str, uid: &str, conditions: Value) -> Value {
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": name, "namespace": "shop",
+                            "ownerReferences": [{"apiVersion": "example.com/v1", "kind": kind, "name": owner, "uid": uid, "controller": true}]},
+               "spec": {"template": {"spec": {"containers": []}}},
+               "status": {"startTime": "2026-11-23T10:00:00Z", "conditions": conditions}})
+    }
+
+    /// The pod list of a Job whose agent container in `pod` exited with `exit_code` and
+    /// termination `message`.
+    pub fn agent_pod_with_message(pod: &str, message: &str, exit_code: i32) -> Value {
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [{
+            "metadata": {"name": pod, "namespace": "shop"},
+            "status": {"containerStatuses": [{"name": "agent", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": exit_code, "reason": "Completed", "message": message}}}]}
+        }]})
+    }
+}

@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
+use controller_common::agent_run::AgentSettings;
 use controller_common::finalizer::{FinalizerError, reconcile_with_finalizer};
-use controller_common::reconcile::{explain_kube_error, kube_error_label};
+use controller_common::reconcile::ApiError;
 use controller_common::runner::{Identity, api_in, drive, primary_stream};
 use controller_common::{ReconcileFailure, Runtime};
 use futures::Stream;
@@ -23,18 +24,9 @@ pub const IDENTITY: Identity = Identity { name: "restore-controller", crd: "mysq
 /// Held on a restore until its Job is stopped and its database lock released.
 pub const FINALIZER: &str = "example.com/restore-cleanup";
 
-/// What the controller is configured with beyond the shared flags.
-#[derive(Debug, Clone, Default)]
-pub struct Settings {
-    /// The image of the agent Jobs.
-    pub agent_image: String,
-    /// The OTLP endpoint handed to the agent, when the controller exports traces.
-    pub otlp_endpoint: Option<String>,
-}
-
 pub struct Context {
     pub runtime: Arc<Runtime>,
-    pub settings: Settings,
+    pub settings: AgentSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,12 +35,8 @@ pub enum Error {
         "MySQLRestore {0:?} has no namespace, but the kind is namespaced; this is a bug in the API server or the CRD"
     )]
     NoNamespace(String),
-    #[error("{action} failed: {}", explain_kube_error(.source))]
-    Kube {
-        action: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error("the finalizer {FINALIZER} could not be handled: {0}")]
     Finalizer(String),
 }
@@ -58,15 +46,9 @@ impl ReconcileFailure for Error {
         match self {
             Error::NoNamespace(_) => "NoNamespace",
             Error::Finalizer(_) => "Finalizer",
-            Error::Kube { source, .. } => kube_error_label(source),
+            Error::Api(error) => error.metric_label(),
         }
     }
-}
-
-/// Wraps a kube error with what was being done.
-pub fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let action = action.into();
-    move |source| Error::Kube { action, source }
 }
 
 pub async fn reconcile(restore: Arc<MySQLRestore>, context: Arc<Context>) -> Result<Action, Error> {
@@ -88,10 +70,10 @@ pub async fn reconcile(restore: Arc<MySQLRestore>, context: Arc<Context>) -> Res
             .map_err(|error| match error {
                 FinalizerError::Reconcile(error) => error,
                 FinalizerError::Add(source) => {
-                    Error::Kube { action: format!("adding the finalizer {FINALIZER}"), source }
+                    Error::Api(ApiError { action: format!("adding the finalizer {FINALIZER}"), source })
                 }
                 FinalizerError::Remove(source) => {
-                    Error::Kube { action: format!("removing the finalizer {FINALIZER}"), source }
+                    Error::Api(ApiError { action: format!("removing the finalizer {FINALIZER}"), source })
                 }
                 other => Error::Finalizer(other.to_string()),
             })
@@ -138,7 +120,13 @@ pub fn restores_of_backend(restores: &Store<MySQLRestore>, deployment: &Deployme
 /// Watches MySQLRestores, their Jobs (a restore wakes when its Job changes or is deleted) and
 /// the backend Deployments (a quiescing restore wakes when its app's backend stops), until
 /// `shutdown`.
-pub async fn run(runtime: Arc<Runtime>, namespace: Option<&str>, settings: Settings, shutdown: CancellationToken) {
+pub async fn run(
+    runtime: Arc<Runtime>,
+    namespace: Option<String>,
+    settings: AgentSettings,
+    shutdown: CancellationToken,
+) {
+    let namespace = namespace.as_deref();
     let client = runtime.client.clone();
     let (reader, writer) = reflector::store();
     let restores = primary_stream(api_in::<MySQLRestore>(client.clone(), namespace), writer);

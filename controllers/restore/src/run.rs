@@ -4,39 +4,40 @@
 //! Every step reads the API, so a restarted controller picks a restore up where it is; an
 //! ended restore makes no request at all.
 
-use controller_common::job::{self, JobState, RunEnd, TRACEPARENT_ENV, traceparent};
-use controller_common::lock::{Acquired, DatabaseLock, Holder, REASON_WAITING_FOR_LOCK};
-use k8s_openapi::ByteString;
+use controller_common::agent_run::{AgentRun, Wait, pending_reason};
+use controller_common::job::RunEnd;
+use controller_common::reconcile::{ApiError, api_err};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, ListParams, PostParams, PropagationPolicy};
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::{Api, Resource, ResourceExt};
 use visitors_api::agent_summary::Operation;
 use visitors_api::backup::BackupPhase;
-use visitors_api::conditions;
 use visitors_api::labels::names;
 use visitors_api::restore::RestorePhase;
-use visitors_api::storage::BackupStorage;
-use visitors_api::visitors_app::secret_keys;
-use visitors_api::{MySQLBackup, MySQLRestore, MySQLRestoreStatus, VisitorsApp};
+use visitors_api::{MySQLBackup, MySQLRestore, MySQLRestoreStatus};
 
-use crate::build::job::{JobInputs, job_name, restore_job};
-use crate::build::{Backup, agent_location, agent_location_of_recorded, display_location};
-use crate::controller::{Context, Error, kube_err};
+use crate::build::job::{job_name, restore_job};
+use crate::build::{Backup, agent_location_of_recorded, display_location};
+use crate::controller::{Context, Error};
 use crate::{status, validate};
 
 /// Why a restore cannot start now: it waits (and says for what), or it can never run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Blocked {
-    Wait { reason: &'static str, message: String },
+    Wait(Wait),
     Refuse { reason: &'static str, message: String },
 }
 
+impl From<Wait> for Blocked {
+    fn from(wait: Wait) -> Self {
+        Blocked::Wait(wait)
+    }
+}
+
 fn wait(reason: &'static str, message: String) -> Blocked {
-    Blocked::Wait { reason, message }
+    Blocked::Wait(Wait::new(reason, message))
 }
 
 fn refuse(reason: &'static str, message: String) -> Blocked {
@@ -44,25 +45,20 @@ fn refuse(reason: &'static str, message: String) -> Blocked {
 }
 
 pub async fn reconcile(restore: &MySQLRestore, namespace: &str, ctx: &Context) -> Result<Action, Error> {
-    Restore { restore, ctx, namespace, name: restore.name_any() }.reconcile().await
+    Restore::new(restore, namespace, ctx).reconcile().await
 }
 
 /// The clean-up of a deleted restore: its Job is stopped and the database lock released. The
 /// VisitorsApp controller starts the backend again on its own: a restore being deleted does not
 /// quiesce its app.
 pub async fn clean_up(restore: &MySQLRestore, namespace: &str, ctx: &Context) -> Result<Action, Error> {
-    let run = Restore { restore, ctx, namespace, name: restore.name_any() };
+    let run = Restore::new(restore, namespace, ctx);
     if !restore.has_ended() {
         let job_name = job_name(restore);
-        let params =
-            DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
-        match run.api::<Job>().delete(&job_name, &params).await {
-            Ok(_) => tracing::info!(job = %job_name, "restore deleted: its Job is stopped"),
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => return Err(Error::Kube { action: format!("deleting Job {job_name}"), source }),
-        }
+        run.agent.delete_job(&job_name).await?;
+        tracing::info!(job = %job_name, "restore deleted: its Job is stopped");
     }
-    run.release().await?;
+    run.agent.release_lock().await?;
     ctx.runtime.forget(restore);
     Ok(Action::await_change())
 }
@@ -70,28 +66,18 @@ pub async fn clean_up(restore: &MySQLRestore, namespace: &str, ctx: &Context) ->
 struct Restore<'a> {
     restore: &'a MySQLRestore,
     ctx: &'a Context,
-    namespace: &'a str,
-    name: String,
+    agent: AgentRun<'a, MySQLRestore>,
 }
 
-impl Restore<'_> {
-    fn api<K>(&self) -> Api<K>
-    where
-        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
-    {
-        Api::namespaced(self.ctx.runtime.client.clone(), self.namespace)
+impl<'a> Restore<'a> {
+    fn new(restore: &'a MySQLRestore, namespace: &'a str, ctx: &'a Context) -> Self {
+        let agent =
+            AgentRun { object: restore, runtime: &ctx.runtime, namespace, app: &restore.spec.target.visitors_app };
+        Restore { restore, ctx, agent }
     }
 
     fn app(&self) -> &str {
-        &self.restore.spec.target.visitors_app
-    }
-
-    fn holder(&self) -> Holder {
-        Holder { kind: "MySQLRestore".into(), name: self.name.clone(), uid: self.restore.uid().unwrap_or_default() }
-    }
-
-    fn lock(&self) -> DatabaseLock {
-        DatabaseLock::new(self.ctx.runtime.client.clone(), self.namespace, self.app())
+        self.agent.app
     }
 
     fn phase(&self) -> Option<RestorePhase> {
@@ -110,13 +96,12 @@ impl Restore<'_> {
             return Ok(runtime.until_spec_changes(self.restore));
         }
         let job_name = job_name(self.restore);
-        match self.api::<Job>().get_opt(&job_name).await.map_err(kube_err(format!("reading Job {job_name}")))? {
+        match self.agent.job(&job_name).await? {
             Some(job) => self.follow(&job).await,
             None if self.job_was_started() => self.job_lost(&job_name).await,
             None => self.start(&job_name).await,
         }
     }
-
     /// An ended restore is a record: a later spec change is only noted.
     async fn ended(&self) -> Result<Action, Error> {
         let status = self.restore.status.as_ref();
@@ -142,169 +127,75 @@ impl Restore<'_> {
             Ok(backup) => backup,
             Err(blocked) => return self.blocked(blocked, None).await,
         };
-        let credentials = match self.resolve_target().await? {
+        let credentials = match self.agent.app_credentials("spec.target.visitorsApp").await? {
             Ok(credentials) => credentials,
-            Err(blocked) => return self.blocked(blocked, Some(&backup)).await,
+            Err(wait) => return self.blocked(wait.into(), Some(&backup)).await,
         };
-        if let Err(blocked) = self.take_lock().await? {
-            return self.blocked(blocked, Some(&backup)).await;
+        if let Err(wait) = self.agent.take_lock().await? {
+            return self.blocked(wait.into(), Some(&backup)).await;
         }
         if self.restore.spec.quiesce()
             && let Some(running) = self.backend_still_running().await?
         {
             return self.quiescing(&backup, running).await;
         }
-        let inputs = JobInputs {
-            image: self.ctx.settings.agent_image.clone(),
-            credentials_secret: credentials,
-            backup: backup.clone(),
-            traceparent: traceparent(&tracing::Span::current()),
-            otlp_endpoint: self.ctx.settings.otlp_endpoint.clone(),
-        };
-        if inputs.traceparent.is_some() {
-            tracing::debug!(env = TRACEPARENT_ENV, "the Job joins this reconcile's trace");
-        }
-        let params =
-            PostParams { field_manager: Some(self.ctx.runtime.field_manager.clone()), ..PostParams::default() };
-        match self.api::<Job>().create(&params, &restore_job(self.restore, &inputs)).await {
-            Ok(_) => {
-                let note = format!("Job {job_name} restores {} into VisitorsApp {}", backup.location, self.app());
-                self.ctx.runtime.events.normal(self.restore, "Started", "CreateJob", note).await;
-            }
-            // Created by an earlier reconcile whose status write was lost: follow that one.
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(source) => return Err(Error::Kube { action: format!("creating Job {job_name}"), source }),
-        }
+        let job = restore_job(self.restore, &backup, &self.ctx.settings.inputs(), &credentials);
+        let note = format!("Job {job_name} restores {} into VisitorsApp {}", backup.location, self.app());
+        self.agent.create_job(&job, note).await?;
         self.publish(status::running(self.restore, job_name, &backup, None, now())).await?;
         Ok(self.ctx.runtime.watching(self.restore))
     }
 
     /// The backup to read: a run that succeeded (its recorded location and manifest), or the
-    /// explicit storage location.
-    async fn resolve_backup(&self) -> Result<Result<Backup, Blocked>, Error> {
+    /// explicit storage location; its storage's Secret or claim must exist.
+    async fn resolve_backup(&self) -> Result<Result<Backup, Blocked>, ApiError> {
         let source = &self.restore.spec.source;
-        let Some(run_name) = &source.backup else {
-            let storage = source.storage.clone().unwrap_or_default();
-            let path = source.path.clone().unwrap_or_default();
-            let backup = Backup {
-                agent_location: agent_location(&storage, &path),
-                location: storage.location(&path),
-                storage,
-                ..Backup::default()
-            };
-            return Ok(self.check_storage(&backup.storage).await?.map(|()| backup));
-        };
-        let run = self
-            .api::<MySQLBackup>()
-            .get_opt(run_name)
-            .await
-            .map_err(kube_err(format!("reading MySQLBackup {run_name}")))?;
-        let Some(run) = run else {
-            let message = format!(
-                "MySQLBackup {run_name} (spec.source.backup) does not exist in namespace {}; the restore waits for it",
-                self.namespace
-            );
-            return Ok(Err(wait("BackupNotFound", message)));
-        };
-        let backup = match backup_of_run(&run) {
-            Ok(backup) => backup,
-            Err(blocked) => return Ok(Err(blocked)),
-        };
-        Ok(self.check_storage(&backup.storage).await?.map(|()| backup))
-    }
-
-    /// The storage's Secret or claim exists.
-    async fn check_storage(&self, storage: &BackupStorage) -> Result<Result<(), Blocked>, Error> {
-        if let Some(keys) = storage.s3.as_ref().and_then(|s3| s3.credentials_secret.as_ref()) {
-            let needed = [keys.access_key_id_key(), keys.secret_access_key_key()];
-            return self.secret_has_keys(&keys.name, &needed, "WaitingForStorageSecret").await;
-        }
-        if let Some(pvc) = &storage.persistent_volume_claim {
-            let claim = &pvc.claim_name;
-            let found = self
-                .api::<PersistentVolumeClaim>()
-                .get_metadata_opt(claim)
-                .await
-                .map_err(kube_err(format!("reading PersistentVolumeClaim {claim}")))?;
-            if found.is_none() {
-                let message = format!(
-                    "PersistentVolumeClaim {claim} of the backup does not exist in namespace {}",
-                    self.namespace
-                );
-                return Ok(Err(wait("WaitingForBackupVolume", message)));
+        let (backup, claim_field) = match &source.backup {
+            None => {
+                let storage = source.storage.clone().unwrap_or_default();
+                let path = source.path.clone().unwrap_or_default();
+                let backup = Backup {
+                    agent_location: storage.agent_location(&path),
+                    location: storage.location(&path),
+                    storage,
+                    ..Backup::default()
+                };
+                (backup, "spec.source.storage.persistentVolumeClaim.claimName".to_string())
             }
-        }
-        Ok(Ok(()))
-    }
-
-    /// The target app and its credentials Secret; returns the Secret's name.
-    async fn resolve_target(&self) -> Result<Result<String, Blocked>, Error> {
-        let app_name = self.app();
-        let app = self
-            .api::<VisitorsApp>()
-            .get_opt(app_name)
-            .await
-            .map_err(kube_err(format!("reading VisitorsApp {app_name}")))?;
-        let Some(app) = app else {
-            let message = format!(
-                "VisitorsApp {app_name} (spec.target.visitorsApp) does not exist in namespace {}",
-                self.namespace
-            );
-            return Ok(Err(wait("WaitingForVisitorsApp", message)));
+            Some(run_name) => {
+                let Some(run) = self
+                    .agent
+                    .api::<MySQLBackup>()
+                    .get_opt(run_name)
+                    .await
+                    .map_err(api_err(format!("reading MySQLBackup {run_name}")))?
+                else {
+                    let message = format!(
+                        "MySQLBackup {run_name} (spec.source.backup) does not exist in namespace {}; the restore waits for it",
+                        self.agent.namespace
+                    );
+                    return Ok(Err(wait("BackupNotFound", message)));
+                };
+                match backup_of_run(&run) {
+                    Ok(backup) => (backup, format!("the storage of MySQLBackup {run_name}")),
+                    Err(blocked) => return Ok(Err(blocked)),
+                }
+            }
         };
-        let secret = app.spec.credentials_secret.clone().unwrap_or_else(|| names::credentials_secret(app_name));
-        let check = self.secret_has_keys(&secret, &[secret_keys::ROOT_PASSWORD], "WaitingForCredentialsSecret").await?;
-        Ok(check.map(|()| secret))
-    }
-
-    /// Checks that Secret `name` holds non-empty `keys`; the values go nowhere but this check.
-    async fn secret_has_keys(
-        &self,
-        name: &str,
-        keys: &[&str],
-        reason: &'static str,
-    ) -> Result<Result<(), Blocked>, Error> {
-        let secret = self.api::<Secret>().get_opt(name).await.map_err(kube_err(format!("reading Secret {name}")))?;
-        let Some(secret) = secret else {
-            return Ok(Err(wait(reason, format!("Secret {name} does not exist in namespace {}", self.namespace))));
-        };
-        let has = |key: &str| {
-            let data = secret.data.as_ref().and_then(|d| d.get(key)).is_some_and(|v: &ByteString| !v.0.is_empty());
-            let string = secret.string_data.as_ref().and_then(|d| d.get(key)).is_some_and(|v| !v.is_empty());
-            data || string
-        };
-        let missing: Vec<&str> = keys.iter().copied().filter(|key| !has(key)).collect();
-        if missing.is_empty() {
-            return Ok(Ok(()));
-        }
-        Ok(Err(wait(reason, format!("Secret {name} has no value for key {}", missing.join(", ")))))
-    }
-
-    async fn take_lock(&self) -> Result<Result<(), Blocked>, Error> {
-        let owner =
-            self.restore.controller_owner_ref(&()).expect("a MySQLRestore read from the API has a name and UID");
-        let lock = self.lock();
-        let acquired = lock.acquire(&self.holder(), owner, &self.ctx.runtime.field_manager).await.map_err(kube_err(
-            format!("taking Lease {} (the database lock of VisitorsApp {})", lock.name(), self.app()),
-        ))?;
-        Ok(match acquired {
-            Acquired::Held => Ok(()),
-            Acquired::Busy(holder) => Err(wait(
-                REASON_WAITING_FOR_LOCK,
-                format!(
-                    "{holder} is using the database of VisitorsApp {}; one backup or restore runs at a time per database",
-                    self.app()
-                ),
-            )),
-        })
+        let ready = self.agent.storage_ready(&backup.storage, &claim_field).await?;
+        Ok(ready.map(|()| backup).map_err(Blocked::from))
     }
 
     /// What still runs of the app's backend (`None` once it has no pods), read from its
     /// Deployment; the VisitorsApp controller scales it to zero while this restore quiesces.
     async fn backend_still_running(&self) -> Result<Option<String>, Error> {
         let name = names::backend(self.app());
-        let deployment =
-            self.api::<Deployment>().get_opt(&name).await.map_err(kube_err(format!("reading Deployment {name}")))?;
+        let deployment = self
+            .agent
+            .api::<Deployment>()
+            .get_opt(&name)
+            .await
+            .map_err(api_err(format!("reading Deployment {name}")))?;
         let Some(deployment) = deployment else { return Ok(None) };
         let wanted = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
         let status = deployment.status.unwrap_or_default();
@@ -330,12 +221,14 @@ impl Restore<'_> {
 
     async fn blocked(&self, blocked: Blocked, backup: Option<&Backup>) -> Result<Action, Error> {
         match blocked {
-            Blocked::Wait { reason, message } => {
-                let before = self.pending_reason();
-                let wrote = self.publish(status::pending(self.restore, reason, message.clone(), now())).await?;
-                if wrote && before.as_deref() != Some(reason) {
-                    tracing::info!(reason, why = %message, "waiting");
-                    self.ctx.runtime.events.normal(self.restore, reason, "Start", message).await;
+            Blocked::Wait(wait) => {
+                let before = self
+                    .restore
+                    .status
+                    .as_ref()
+                    .and_then(|s| pending_reason(&s.conditions, status::condition::PENDING));
+                if self.publish(status::pending(self.restore, wait.reason, wait.message.clone(), now())).await? {
+                    self.agent.announce_wait(&wait, before.as_deref()).await;
                 }
                 Ok(self.ctx.runtime.waiting(self.restore))
             }
@@ -344,13 +237,6 @@ impl Restore<'_> {
                 self.finish(None, backup.cloned().unwrap_or_default(), end).await
             }
         }
-    }
-
-    fn pending_reason(&self) -> Option<String> {
-        let status = self.restore.status.as_ref()?;
-        conditions::find(&status.conditions, status::condition::PENDING)
-            .filter(|c| c.status == "True")
-            .map(|c| c.reason.clone())
     }
 
     // ----- while and after the Job -----
@@ -369,25 +255,24 @@ impl Restore<'_> {
     }
 
     async fn follow(&self, job: &Job) -> Result<Action, Error> {
+        if !self.agent.owns(job) {
+            return self.blocked(self.agent.job_name_taken(job).into(), None).await;
+        }
         let job_name = job.name_any();
-        if !job.owner_references().iter().any(|o| Some(&o.uid) == self.restore.uid().as_ref()) {
-            let message = format!("Job {job_name} exists but does not belong to this restore; delete or rename it");
-            return self.blocked(wait("JobNameTaken", message), None).await;
-        }
         let backup = self.recorded_backup();
-        let state = job::job_state(job);
-        if state == JobState::Active {
-            let started = job::started_at(job);
-            self.publish(status::running(self.restore, &job_name, &backup, started, now())).await?;
-            return Ok(self.ctx.runtime.watching(self.restore));
-        }
-        let pods = self.pods(&job_name).await?;
         let deadline = self.restore.spec.active_deadline_seconds();
-        let end = job::run_end(&state, &pods, Operation::Restore, deadline).expect("a finished Job has an end");
-        let end = self.verified(end);
-        self.finish(Some(&job_name), backup, end).await
+        match self.agent.end_of(job, Operation::Restore, deadline).await? {
+            Some(end) => {
+                let end = self.verified(end);
+                self.finish(Some(&job_name), backup, end).await
+            }
+            None => {
+                let started = controller_common::job::started_at(job);
+                self.publish(status::running(self.restore, &job_name, &backup, started, now())).await?;
+                Ok(self.ctx.runtime.watching(self.restore))
+            }
+        }
     }
-
     /// A successful agent run checked against what the backup run recorded: the same manifest
     /// and the same number of tables and rows.
     fn verified(&self, end: RunEnd) -> RunEnd {
@@ -410,13 +295,6 @@ impl Restore<'_> {
         end
     }
 
-    async fn pods(&self, job_name: &str) -> Result<Vec<Pod>, Error> {
-        let params = ListParams::default().labels(&format!("{}={job_name}", job::JOB_NAME_LABEL));
-        let pods =
-            self.api::<Pod>().list(&params).await.map_err(kube_err(format!("listing the pods of Job {job_name}")))?;
-        Ok(pods.items)
-    }
-
     async fn job_lost(&self, job_name: &str) -> Result<Action, Error> {
         let message = format!(
             "Job {job_name} was deleted before it finished; the agent restores all or nothing, so the database is as it was or fully restored: check it, and create a new MySQLRestore to restore again"
@@ -429,17 +307,10 @@ impl Restore<'_> {
         .await
     }
 
-    async fn release(&self) -> Result<(), Error> {
-        let lock = self.lock();
-        lock.release(&self.holder())
-            .await
-            .map_err(kube_err(format!("releasing Lease {} (the database lock)", lock.name())))
-    }
-
     /// Releases the lock first, then writes the end; the phase leaving `Running` is what lets
     /// the VisitorsApp controller start the backend again.
     async fn finish(&self, job_name: Option<&str>, backup: Backup, end: RunEnd) -> Result<Action, Error> {
-        self.release().await?;
+        self.agent.release_lock().await?;
         let status = status::finished(self.restore, job_name, &backup, &end, now());
         if self.publish(status.clone()).await? {
             self.announce(&end, &status).await;
@@ -468,11 +339,7 @@ impl Restore<'_> {
     }
 
     async fn publish(&self, status: MySQLRestoreStatus) -> Result<bool, Error> {
-        self.ctx
-            .runtime
-            .write_status(self.restore, self.restore.status.as_ref(), &status)
-            .await
-            .map_err(kube_err(format!("writing the status of MySQLRestore {}", self.name)))
+        Ok(self.agent.publish(self.restore.status.as_ref(), &status).await?)
     }
 }
 
@@ -563,7 +430,7 @@ mod tests {
 
         for phase in ["Running", "Pending"] {
             let unfinished = run(serde_json::json!({"phase": phase}));
-            assert!(matches!(backup_of_run(&unfinished), Err(Blocked::Wait { reason: "BackupNotFinished", .. })));
+            assert!(matches!(backup_of_run(&unfinished), Err(Blocked::Wait(Wait { reason: "BackupNotFinished", .. }))));
         }
         let unverifiable = run(serde_json::json!({"phase": "Succeeded", "location": "s3://b/x"}));
         assert!(matches!(backup_of_run(&unverifiable), Err(Blocked::Refuse { reason: "BackupUnverifiable", .. })));

@@ -3,53 +3,29 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use controller_common::Runtime;
-use controller_common::backoff::ObjectBackoff;
-use controller_common::events::Events;
-use controller_common::metrics::Metrics;
-use controller_common::testing::{MockApiServer, Received, mock_client, status_error};
+use controller_common::agent_run::AgentSettings;
+use controller_common::testing::shop::{
+    self, APP_PATH, CLAIM_PATH, EVENTS_PATH, JOBS_PATH, LEASE_PATH, LEASES_PATH, PODS_PATH, SECRET_PATH,
+};
+use controller_common::testing::{MockApiServer, mock_runtime, not_found, with_applied_status};
 use http::{Method, StatusCode};
 use kube::runtime::controller::Action;
-use restore_controller::controller::{Context, FINALIZER, Settings, reconcile};
+use restore_controller::controller::{Context, FINALIZER, reconcile};
 use serde_json::{Value, json};
 use visitors_api::MySQLRestore;
 use visitors_api::agent_summary::{AgentSummary, Operation};
 
 const RESTORE_PATH: &str = "/apis/example.com/v1/namespaces/shop/mysqlrestores/r1";
 const STATUS_PATH: &str = "/apis/example.com/v1/namespaces/shop/mysqlrestores/r1/status";
-const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/shop/events";
 const JOB_PATH: &str = "/apis/batch/v1/namespaces/shop/jobs/r1-restore";
-const JOBS_PATH: &str = "/apis/batch/v1/namespaces/shop/jobs";
 const BACKUP_PATH: &str = "/apis/example.com/v1/namespaces/shop/mysqlbackups/b1";
-const APP_PATH: &str = "/apis/example.com/v1/namespaces/shop/visitorsapps/ex";
-const SECRET_PATH: &str = "/api/v1/namespaces/shop/secrets/ex-mysql-credentials";
-const CLAIM_PATH: &str = "/api/v1/namespaces/shop/persistentvolumeclaims/backups";
-const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases/ex-mysql-operations";
-const LEASES_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases";
 const BACKEND_PATH: &str = "/apis/apps/v1/namespaces/shop/deployments/ex-backend";
-const PODS_PATH: &str = "/api/v1/namespaces/shop/pods";
 const SHA: &str = "abababababababababababababababababababababababababababababababab";
 
 fn context() -> (Arc<Context>, MockApiServer) {
-    let (client, server) = mock_client();
-    let runtime = Runtime {
-        client: client.clone(),
-        metrics: Arc::new(Metrics::new("restore-controller")),
-        backoff: ObjectBackoff::new(Duration::from_millis(500), Duration::from_secs(300)),
-        events: Events::new(client, "restore-controller", None),
-        field_manager: "restore-controller".into(),
-        resync: Duration::from_secs(600),
-    };
-    let settings = Settings { agent_image: "registry/visitors-operator:1.0".into(), otlp_endpoint: None };
+    let (runtime, server) = mock_runtime("restore-controller");
+    let settings = AgentSettings { agent_image: "registry/visitors-operator:1.0".into(), otlp_endpoint: None };
     (Arc::new(Context { runtime: Arc::new(runtime), settings }), server)
-}
-
-fn with_applied_status(restore: &MySQLRestore) -> impl FnOnce(&Received) -> (StatusCode, Value) {
-    let mut stored = serde_json::to_value(restore).unwrap();
-    move |received| {
-        stored["status"] = received.body["status"].clone();
-        (StatusCode::OK, stored)
-    }
 }
 
 /// A restore of run b1 into app ex that already carries the finalizer.
@@ -67,10 +43,6 @@ fn with_status(mut restore: MySQLRestore, status: Value) -> MySQLRestore {
     restore
 }
 
-fn not_found() -> Value {
-    status_error(404, "NotFound", "not found")
-}
-
 fn run(status: Value) -> Value {
     json!({"apiVersion": "example.com/v1", "kind": "MySQLBackup",
            "metadata": {"name": "b1", "namespace": "shop", "uid": "u-1"},
@@ -83,46 +55,14 @@ fn succeeded_run() -> Value {
                "completionTime": "2026-11-23T09:00:00Z", "tables": 2, "rows": 7}))
 }
 
-fn app() -> Value {
-    json!({"apiVersion": "example.com/v1", "kind": "VisitorsApp",
-           "metadata": {"name": "ex", "namespace": "shop", "uid": "app-1"}, "spec": {"size": 2}})
-}
-
-fn secret() -> Value {
-    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ex-mysql-credentials", "namespace": "shop"},
-           "data": {"root-password": "c2VjcmV0"}})
-}
-
-fn claim() -> Value {
-    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": "backups", "namespace": "shop"}})
-}
-
-fn lease(holder: &str) -> Value {
-    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-           "metadata": {"name": "ex-mysql-operations", "namespace": "shop", "resourceVersion": "5", "uid": "l-1"},
-           "spec": {"holderIdentity": holder}})
-}
-
 fn backend(replicas: i32, pods: i32) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ex-backend", "namespace": "shop"},
            "spec": {"replicas": replicas, "selector": {}, "template": {}},
            "status": {"replicas": pods, "readyReplicas": pods}})
 }
 
-fn job(conditions: Value) -> Value {
-    json!({"apiVersion": "batch/v1", "kind": "Job",
-           "metadata": {"name": "r1-restore", "namespace": "shop",
-                        "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MySQLRestore", "name": "r1", "uid": "r-1", "controller": true}]},
-           "spec": {"template": {"spec": {"containers": []}}},
-           "status": {"startTime": "2026-11-23T10:00:00Z", "conditions": conditions}})
-}
-
 fn pods_with_message(message: &str, exit_code: i32) -> Value {
-    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [{
-        "metadata": {"name": "r1-restore-x", "namespace": "shop"},
-        "status": {"containerStatuses": [{"name": "agent", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
-            "state": {"terminated": {"exitCode": exit_code, "reason": "Completed", "message": message}}}]}
-    }]})
+    shop::agent_pod_with_message("r1-restore-x", message, exit_code)
 }
 
 fn running_status() -> Value {
@@ -138,9 +78,9 @@ fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
 async fn resolves_run_and_target(server: &mut MockApiServer) {
     server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
     server.expect(Method::GET, BACKUP_PATH, StatusCode::OK, succeeded_run()).await;
-    server.expect(Method::GET, CLAIM_PATH, StatusCode::OK, claim()).await;
-    server.expect(Method::GET, APP_PATH, StatusCode::OK, app()).await;
-    server.expect(Method::GET, SECRET_PATH, StatusCode::OK, secret()).await;
+    server.expect(Method::GET, CLAIM_PATH, StatusCode::OK, shop::claim()).await;
+    server.expect(Method::GET, APP_PATH, StatusCode::OK, shop::app(2)).await;
+    server.expect(Method::GET, SECRET_PATH, StatusCode::OK, shop::credentials_secret()).await;
 }
 
 #[tokio::test]
@@ -202,7 +142,7 @@ async fn a_busy_database_is_waited_for() {
     let restore = restore();
     let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
     resolves_run_and_target(&mut server).await;
-    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLBackup/nightly-1/u-9")).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLBackup/nightly-1/u-9")).await;
     let running = run(json!({"phase": "Running"}));
     server
         .expect(Method::GET, "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly-1", StatusCode::OK, {
@@ -247,7 +187,7 @@ async fn a_stopped_backend_lets_the_job_start_with_the_runs_manifest() {
     let restore = with_status(restore(), json!({"phase": "Quiescing"}));
     let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
     resolves_run_and_target(&mut server).await;
-    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLRestore/r1/r-1")).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLRestore/r1/r-1")).await;
     server.expect(Method::GET, BACKEND_PATH, StatusCode::OK, backend(0, 0)).await;
     let created = server.expect_echo(Method::POST, JOBS_PATH).await;
     let job = &created.body;
@@ -285,8 +225,8 @@ async fn the_agents_summary_ends_the_restore_and_frees_the_database() {
         ..AgentSummary::default()
     };
     server.expect(Method::GET, PODS_PATH, StatusCode::OK, pods_with_message(&summary.to_line(), 0)).await;
-    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLRestore/r1/r-1")).await;
-    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, lease("")).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLRestore/r1/r-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
     let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
     let status = &written.body["status"];
     assert_eq!(status["phase"], "Succeeded");
@@ -314,8 +254,8 @@ async fn a_corrupt_backup_fails_with_the_agents_error() {
         ..AgentSummary::default()
     };
     server.expect(Method::GET, PODS_PATH, StatusCode::OK, pods_with_message(&summary.to_line(), 1)).await;
-    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLRestore/r1/r-1")).await;
-    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, lease("")).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLRestore/r1/r-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
     let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
     let status = &written.body["status"];
     assert_eq!(status["phase"], "Failed");
@@ -332,8 +272,8 @@ async fn a_deleted_job_fails_the_restore_with_a_reason() {
     let restore = with_status(restore(), running_status());
     let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
     server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
-    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLRestore/r1/r-1")).await;
-    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, lease("")).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLRestore/r1/r-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
     let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
     assert_eq!(written.body["status"]["phase"], "Failed");
     assert_eq!(condition(&written.body["status"], "Ready")["reason"], "JobDeleted");
@@ -370,11 +310,15 @@ async fn a_restore_deleted_mid_way_stops_its_job_and_frees_the_database() {
     let task = tokio::spawn(reconcile(Arc::new(deleting.clone()), context));
     let deleted = server.expect(Method::DELETE, JOB_PATH, StatusCode::OK, job(json!([]))).await;
     assert_eq!(deleted.body["propagationPolicy"], "Background", "the Job's pod goes too");
-    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, lease("MySQLRestore/r1/r-1")).await;
-    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, lease("")).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLRestore/r1/r-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
     let mut released = serde_json::to_value(&deleting).unwrap();
     released["metadata"]["finalizers"] = json!([]);
     let patch = server.expect(Method::PATCH, RESTORE_PATH, StatusCode::OK, released).await;
     assert!(patch.body.to_string().contains("remove"), "{}", patch.body);
     assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+}
+
+fn job(conditions: Value) -> Value {
+    shop::job("r1-restore", "MySQLRestore", "r1", "r-1", conditions)
 }

@@ -1,33 +1,13 @@
 //! The Job that runs one backup: `visitors-agent backup --to <location>` against the app's
 //! MySQL Service, as root, with every credential from a Secret reference.
 
-use controller_common::job::{AgentJob, TRACEPARENT_ENV, env, env_from_secret};
+use controller_common::job::{AgentInputs, AgentJob, StorageAccess};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{EnvVar, PersistentVolumeClaimVolumeSource, Volume, VolumeMount};
 use kube::{Resource, ResourceExt};
 use visitors_api::MySQLBackup;
 use visitors_api::labels::names;
-use visitors_api::storage::{PvcStorage, S3Storage};
-use visitors_api::visitors_app::{MYSQL_PORT, secret_keys};
 
 use super::{backup_path, run_labels};
-
-/// Where a backup volume is mounted in the Job.
-pub const VOLUME_MOUNT: &str = "/backup";
-const VOLUME_NAME: &str = "backup";
-
-/// What the backup Job needs beyond the run itself.
-#[derive(Debug, Clone, Default)]
-pub struct JobInputs {
-    /// The agent image.
-    pub image: String,
-    /// The Secret holding the app's MySQL credentials (key `root-password`).
-    pub credentials_secret: String,
-    /// The W3C trace context of the reconcile that starts the Job.
-    pub traceparent: Option<String>,
-    /// The OTLP endpoint the agent sends its spans to.
-    pub otlp_endpoint: Option<String>,
-}
 
 /// The Job's name: derived from the run, so a repeated reconcile finds it instead of starting a
 /// second one.
@@ -35,34 +15,15 @@ pub fn job_name(backup: &MySQLBackup) -> String {
     names::backup_job(&backup.name_any())
 }
 
-/// The app's MySQL client Service by its namespace-qualified name (what cluster DNS, and the
-/// test cluster's hosts file, resolve).
-pub fn mysql_host(backup: &MySQLBackup) -> String {
-    format!("{}.{}.svc", names::mysql(&backup.spec.source.visitors_app), backup.namespace().unwrap_or_default())
-}
-
 /// The agent's `--to` location of the run.
 pub fn agent_location(backup: &MySQLBackup) -> String {
-    let path = backup_path(backup);
-    match (&backup.spec.storage.s3, &backup.spec.storage.persistent_volume_claim) {
-        (Some(s3), _) => format!("s3://{}/{}", s3.bucket, join(s3.prefix.as_deref(), &path)),
-        (None, Some(pvc)) => format!("file://{VOLUME_MOUNT}/{}", join(pvc.sub_path.as_deref(), &path)),
-        (None, None) => String::new(),
-    }
+    backup.spec.storage.agent_location(&backup_path(backup))
 }
 
-fn join(root: Option<&str>, path: &str) -> String {
-    [root.unwrap_or(""), path]
-        .iter()
-        .map(|p| p.trim_matches('/'))
-        .filter(|p| !p.is_empty())
-        .collect::<Vec<_>>()
-        .join("/")
-}
-
-/// The Job of run `backup`.
-pub fn backup_job(backup: &MySQLBackup, inputs: &JobInputs) -> Job {
-    let mut args = vec![
+/// The Job of run `backup`, connecting as root with the password of `credentials_secret`.
+pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, credentials_secret: &str) -> Job {
+    let namespace = backup.namespace().unwrap_or_default();
+    let args = vec![
         "backup".to_string(),
         "--to".into(),
         agent_location(backup),
@@ -70,71 +31,22 @@ pub fn backup_job(backup: &MySQLBackup, inputs: &JobInputs) -> Job {
         backup.spec.compression().as_str().into(),
         "--parallelism".into(),
         backup.spec.parallelism().to_string(),
+        "--progress-interval".into(),
+        "30".into(),
     ];
-    args.extend(["--progress-interval".into(), "30".into()]);
-    let mut environment = vec![
-        env("MYSQL_HOST", &mysql_host(backup)),
-        env("MYSQL_TCP_PORT", &MYSQL_PORT.to_string()),
-        env("MYSQL_USER", "root"),
-        env_from_secret("MYSQL_PWD", &inputs.credentials_secret, secret_keys::ROOT_PASSWORD),
-    ];
-    let (mut volumes, mut mounts) = (Vec::new(), Vec::new());
-    if let Some(s3) = &backup.spec.storage.s3 {
-        environment.extend(s3_env(s3));
-    }
-    if let Some(pvc) = &backup.spec.storage.persistent_volume_claim {
-        let (volume, mount) = backup_volume(pvc);
-        volumes.push(volume);
-        mounts.push(mount);
-    }
-    if let Some(traceparent) = &inputs.traceparent {
-        environment.push(env(TRACEPARENT_ENV, traceparent));
-    }
-    if let Some(endpoint) = &inputs.otlp_endpoint {
-        environment.push(env(controller_common::telemetry::OTLP_ENDPOINT_ENV, endpoint));
-    }
     AgentJob {
         name: job_name(backup),
-        namespace: backup.namespace().unwrap_or_default(),
+        namespace: namespace.clone(),
         labels: run_labels(backup),
         owner: backup.controller_owner_ref(&()),
-        image: inputs.image.clone(),
         args,
-        env: environment,
-        volumes,
-        mounts,
         active_deadline_seconds: backup.spec.active_deadline_seconds(),
         resources: backup.spec.resources.clone(),
+        ..AgentJob::of(inputs)
+            .with_database(&backup.spec.source.visitors_app, &namespace, credentials_secret)
+            .with_storage(&backup.spec.storage, StorageAccess::ReadWrite)
     }
     .build()
-}
-
-fn s3_env(s3: &S3Storage) -> Vec<EnvVar> {
-    let mut environment = vec![env("AWS_REGION", s3.region())];
-    if let Some(endpoint) = &s3.endpoint {
-        environment.push(env("AWS_ENDPOINT_URL", endpoint));
-    }
-    if s3.force_path_style == Some(true) {
-        environment.push(env("AWS_S3_FORCE_PATH_STYLE", "true"));
-    }
-    if let Some(secret) = &s3.credentials_secret {
-        environment.push(env_from_secret("AWS_ACCESS_KEY_ID", &secret.name, secret.access_key_id_key()));
-        environment.push(env_from_secret("AWS_SECRET_ACCESS_KEY", &secret.name, secret.secret_access_key_key()));
-    }
-    environment
-}
-
-fn backup_volume(pvc: &PvcStorage) -> (Volume, VolumeMount) {
-    let volume = Volume {
-        name: VOLUME_NAME.into(),
-        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-            claim_name: pvc.claim_name.clone(),
-            read_only: None,
-        }),
-        ..Volume::default()
-    };
-    let mount = VolumeMount { name: VOLUME_NAME.into(), mount_path: VOLUME_MOUNT.into(), ..VolumeMount::default() };
-    (volume, mount)
 }
 
 #[cfg(test)]
@@ -143,10 +55,11 @@ mod tests {
     use crate::build::fixtures::{run, s3_run};
     use k8s_openapi::api::core::v1::Container;
 
-    fn inputs() -> JobInputs {
-        JobInputs {
+    const CREDENTIALS: &str = "ex-mysql-credentials";
+
+    fn inputs() -> AgentInputs {
+        AgentInputs {
             image: "registry/visitors-operator:1.0".into(),
-            credentials_secret: "ex-mysql-credentials".into(),
             traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
             otlp_endpoint: Some("http://jaeger:4318".into()),
         }
@@ -171,7 +84,7 @@ mod tests {
     fn pvc_backup_job() {
         let mut run = run();
         run.spec.resources = serde_json::from_value(serde_json::json!({"limits": {"memory": "512Mi"}})).unwrap();
-        let job = backup_job(&run, &inputs());
+        let job = backup_job(&run, &inputs(), CREDENTIALS);
         assert_eq!(job.metadata.name.as_deref(), Some("b1-backup"));
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("MySQLBackup", "b1", Some(true)));
@@ -201,7 +114,8 @@ mod tests {
 
     #[test]
     fn s3_backup_job_reads_keys_from_the_secret() {
-        let job = backup_job(&s3_run(), &JobInputs { traceparent: None, otlp_endpoint: None, ..inputs() });
+        let job =
+            backup_job(&s3_run(), &AgentInputs { traceparent: None, otlp_endpoint: None, ..inputs() }, CREDENTIALS);
         let container = container(&job);
         let args = container.args.as_ref().unwrap().join(" ");
         assert!(args.contains("--to s3://backups/prod/shop/ex/b1"), "{args}");

@@ -1,48 +1,25 @@
 //! The Job that runs one restore: `visitors-agent restore --from <location> --drop-existing`
 //! against the target app's MySQL Service, as root, every credential from a Secret reference.
 
-use controller_common::job::{AgentJob, TRACEPARENT_ENV, env, env_from_secret};
+use controller_common::job::{AgentInputs, AgentJob, StorageAccess};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{EnvVar, PersistentVolumeClaimVolumeSource, Volume, VolumeMount};
 use kube::{Resource, ResourceExt};
 use visitors_api::MySQLRestore;
 use visitors_api::labels::names;
-use visitors_api::storage::S3Storage;
-use visitors_api::visitors_app::{MYSQL_PORT, secret_keys};
 
-use super::{Backup, VOLUME_MOUNT, restore_labels};
-
-const VOLUME_NAME: &str = "backup";
-
-/// What the restore Job needs beyond the restore itself.
-#[derive(Debug, Clone, Default)]
-pub struct JobInputs {
-    /// The agent image.
-    pub image: String,
-    /// The Secret holding the target app's MySQL credentials (key `root-password`).
-    pub credentials_secret: String,
-    /// The backup to read.
-    pub backup: Backup,
-    /// The W3C trace context of the reconcile that starts the Job.
-    pub traceparent: Option<String>,
-    /// The OTLP endpoint the agent sends its spans to.
-    pub otlp_endpoint: Option<String>,
-}
+use super::{Backup, restore_labels};
 
 /// The Job's name: derived from the restore, so a repeated reconcile finds it.
 pub fn job_name(restore: &MySQLRestore) -> String {
     names::restore_job(&restore.name_any())
 }
 
-/// The target app's MySQL client Service by its namespace-qualified name.
-pub fn mysql_host(restore: &MySQLRestore) -> String {
-    format!("{}.{}.svc", names::mysql(&restore.spec.target.visitors_app), restore.namespace().unwrap_or_default())
-}
-
-/// The Job of `restore`. The restore replaces what the app's database holds (`--drop-existing`:
-/// an in-place restore), all or nothing, after the agent checked the whole backup.
-pub fn restore_job(restore: &MySQLRestore, inputs: &JobInputs) -> Job {
-    let backup = &inputs.backup;
+/// The Job of `restore` from `backup`, connecting as root with the password of
+/// `credentials_secret`. The restore replaces what the app's database holds
+/// (`--drop-existing`: an in-place restore), all or nothing, after the agent checked the whole
+/// backup; the backup is mounted read-only.
+pub fn restore_job(restore: &MySQLRestore, backup: &Backup, inputs: &AgentInputs, credentials_secret: &str) -> Job {
+    let namespace = restore.namespace().unwrap_or_default();
     let mut args = vec![
         "restore".to_string(),
         "--from".into(),
@@ -56,75 +33,27 @@ pub fn restore_job(restore: &MySQLRestore, inputs: &JobInputs) -> Job {
     if let Some(sha) = &backup.manifest_sha256 {
         args.extend(["--expect-manifest-sha256".into(), sha.clone()]);
     }
-    let mut environment = vec![
-        env("MYSQL_HOST", &mysql_host(restore)),
-        env("MYSQL_TCP_PORT", &MYSQL_PORT.to_string()),
-        env("MYSQL_USER", "root"),
-        env_from_secret("MYSQL_PWD", &inputs.credentials_secret, secret_keys::ROOT_PASSWORD),
-    ];
-    let (mut volumes, mut mounts) = (Vec::new(), Vec::new());
-    if let Some(s3) = &backup.storage.s3 {
-        environment.extend(s3_env(s3));
-    }
-    if let Some(pvc) = &backup.storage.persistent_volume_claim {
-        volumes.push(Volume {
-            name: VOLUME_NAME.into(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: pvc.claim_name.clone(),
-                read_only: Some(true),
-            }),
-            ..Volume::default()
-        });
-        mounts.push(VolumeMount {
-            name: VOLUME_NAME.into(),
-            mount_path: VOLUME_MOUNT.into(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        });
-    }
-    if let Some(traceparent) = &inputs.traceparent {
-        environment.push(env(TRACEPARENT_ENV, traceparent));
-    }
-    if let Some(endpoint) = &inputs.otlp_endpoint {
-        environment.push(env(controller_common::telemetry::OTLP_ENDPOINT_ENV, endpoint));
-    }
     AgentJob {
         name: job_name(restore),
-        namespace: restore.namespace().unwrap_or_default(),
+        namespace: namespace.clone(),
         labels: restore_labels(restore),
         owner: restore.controller_owner_ref(&()),
-        image: inputs.image.clone(),
         args,
-        env: environment,
-        volumes,
-        mounts,
         active_deadline_seconds: restore.spec.active_deadline_seconds(),
-        resources: None,
+        ..AgentJob::of(inputs)
+            .with_database(&restore.spec.target.visitors_app, &namespace, credentials_secret)
+            .with_storage(&backup.storage, StorageAccess::ReadOnly)
     }
     .build()
-}
-
-fn s3_env(s3: &S3Storage) -> Vec<EnvVar> {
-    let mut environment = vec![env("AWS_REGION", s3.region())];
-    if let Some(endpoint) = &s3.endpoint {
-        environment.push(env("AWS_ENDPOINT_URL", endpoint));
-    }
-    if s3.force_path_style == Some(true) {
-        environment.push(env("AWS_S3_FORCE_PATH_STYLE", "true"));
-    }
-    if let Some(secret) = &s3.credentials_secret {
-        environment.push(env_from_secret("AWS_ACCESS_KEY_ID", &secret.name, secret.access_key_id_key()));
-        environment.push(env_from_secret("AWS_SECRET_ACCESS_KEY", &secret.name, secret.secret_access_key_key()));
-    }
-    environment
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::build::agent_location_of_recorded;
     use crate::build::fixtures::{from_run, from_s3};
-    use crate::build::{agent_location, agent_location_of_recorded};
     use k8s_openapi::api::core::v1::Container;
+    use k8s_openapi::api::core::v1::EnvVar;
 
     fn pvc_backup() -> Backup {
         Backup {
@@ -138,11 +67,11 @@ mod tests {
         }
     }
 
-    fn inputs(backup: Backup) -> JobInputs {
-        JobInputs {
+    const CREDENTIALS: &str = "ex-mysql-credentials";
+
+    fn inputs() -> AgentInputs {
+        AgentInputs {
             image: "registry/visitors-operator:1.0".into(),
-            credentials_secret: "ex-mysql-credentials".into(),
-            backup,
             traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
             otlp_endpoint: None,
         }
@@ -159,7 +88,7 @@ mod tests {
     #[test]
     fn a_run_is_restored_in_place_with_its_manifest_checked() {
         let restore = from_run();
-        let job = restore_job(&restore, &inputs(pvc_backup()));
+        let job = restore_job(&restore, &pvc_backup(), &inputs(), CREDENTIALS);
         assert_eq!(job.metadata.name.as_deref(), Some("r1-restore"));
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("MySQLRestore", "r1", Some(true)));
@@ -191,8 +120,8 @@ mod tests {
     fn an_explicit_s3_location_reads_keys_from_the_secret_and_has_no_expected_manifest() {
         let restore = from_s3();
         let storage = restore.spec.source.storage.clone().unwrap();
-        let backup = Backup { agent_location: agent_location(&storage, "shop/ex/b1"), storage, ..Backup::default() };
-        let job = restore_job(&restore, &inputs(backup));
+        let backup = Backup { agent_location: storage.agent_location("shop/ex/b1"), storage, ..Backup::default() };
+        let job = restore_job(&restore, &backup, &inputs(), CREDENTIALS);
         let container = container(&job);
         let args = container.args.as_ref().unwrap().join(" ");
         assert!(args.contains("--from s3://backups/prod/shop/ex/b1"), "{args}");

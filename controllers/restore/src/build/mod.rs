@@ -8,13 +8,10 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 use visitors_api::MySQLRestore;
 use visitors_api::labels::{Component, DATABASE_LABEL, labels};
-use visitors_api::storage::BackupStorage;
+use visitors_api::storage::{BackupStorage, VOLUME_MOUNT, join_path};
 
 /// Label on a restore Job naming the restore it belongs to.
 pub const RESTORE_LABEL: &str = "example.com/restore";
-/// Where a backup volume is mounted in the Job (as in backup Jobs, so a run's recorded
-/// `file:///backup/...` location reads the same here).
-pub const VOLUME_MOUNT: &str = "/backup";
 
 /// The labels of a restore's Job: the app's standard set in the `restore` tier, the database it
 /// acts on, and the restore.
@@ -46,17 +43,6 @@ pub struct Backup {
     pub rows: Option<i64>,
 }
 
-/// The agent's `--from` for folder `path` of `storage`.
-pub fn agent_location(storage: &BackupStorage, path: &str) -> String {
-    match (&storage.s3, &storage.persistent_volume_claim) {
-        (Some(s3), _) => format!("s3://{}/{}", s3.bucket, join(&[s3.prefix.as_deref().unwrap_or(""), path])),
-        (None, Some(pvc)) => {
-            format!("file://{VOLUME_MOUNT}/{}", join(&[pvc.sub_path.as_deref().unwrap_or(""), path]))
-        }
-        (None, None) => String::new(),
-    }
-}
-
 /// The agent's `--from` for a location a backup run recorded: `s3://` and `file:///backup/`
 /// as they are (what the backup's agent wrote to), `pvc://claim/path` as the mounted folder.
 pub fn agent_location_of_recorded(recorded: &str) -> Option<String> {
@@ -64,7 +50,7 @@ pub fn agent_location_of_recorded(recorded: &str) -> Option<String> {
         return Some(recorded.to_string());
     }
     let (_claim, path) = recorded.strip_prefix("pvc://")?.split_once('/')?;
-    Some(format!("file://{VOLUME_MOUNT}/{}", join(&[path])))
+    Some(format!("file://{VOLUME_MOUNT}/{}", join_path(&[path])))
 }
 
 /// The location for people of a recorded agent location on a claim: `pvc://claim/path`.
@@ -73,10 +59,6 @@ pub fn display_location(storage: &BackupStorage, agent_location: &str) -> String
         (Some(pvc), Some(path)) => format!("pvc://{}/{path}", pvc.claim_name),
         _ => agent_location.to_string(),
     }
-}
-
-fn join(parts: &[&str]) -> String {
-    parts.iter().map(|p| p.trim_matches('/')).filter(|p| !p.is_empty()).collect::<Vec<_>>().join("/")
 }
 
 #[cfg(test)]
@@ -120,11 +102,11 @@ mod tests {
 
     #[test]
     fn explicit_locations_name_the_mounted_folder_or_the_bucket_key() {
-        assert_eq!(agent_location(&pvc(Some("mysql/")), "shop/ex/b1"), "file:///backup/mysql/shop/ex/b1");
-        assert_eq!(agent_location(&pvc(None), ""), "file:///backup/");
+        assert_eq!(pvc(Some("mysql/")).agent_location("shop/ex/b1"), "file:///backup/mysql/shop/ex/b1");
+        assert_eq!(pvc(None).agent_location(""), "file:///backup/");
         let restore = fixtures::from_s3();
         let storage = restore.spec.source.storage.as_ref().unwrap();
-        assert_eq!(agent_location(storage, "shop/ex/b1"), "s3://backups/prod/shop/ex/b1");
+        assert_eq!(storage.agent_location("shop/ex/b1"), "s3://backups/prod/shop/ex/b1");
     }
 
     #[test]
