@@ -62,17 +62,9 @@ pub async fn reconcile(backup: Arc<MySQLBackup>, context: Arc<Context>) -> Resul
         .await
 }
 
-/// Counts the failure and retries after the object's backoff; a Warning Event tells the user
-/// (a conflict only means the object changed meanwhile: no Event).
+/// See [`controller_common::reconcile::error_policy`].
 pub fn error_policy(backup: Arc<MySQLBackup>, error: &Error, context: Arc<Context>) -> Action {
-    let action = context.runtime.failed(&*backup, error);
-    let reason = error.metric_label();
-    if reason != "Conflict" {
-        let runtime = context.runtime.clone();
-        let note = error.to_string();
-        tokio::spawn(async move { runtime.events.warning(&*backup, reason, "Reconcile", note).await });
-    }
-    action
+    controller_common::reconcile::error_policy(&context.runtime, backup, error)
 }
 
 /// Selects the Jobs of backup runs.

@@ -3,6 +3,7 @@
 use controller_common::job::RunEnd;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use visitors_api::InvalidSpec;
+use visitors_api::agent_summary::{AgentSummary, seconds_between, status_count};
 use visitors_api::backup::{BackupPhase, MySQLBackup, MySQLBackupStatus, condition};
 use visitors_api::conditions::{self, Desired, READY, REASON_INVALID_SPEC, Status};
 
@@ -96,7 +97,7 @@ pub fn finished(backup: &MySQLBackup, job: &str, end: &RunEnd, location: String,
     if status.duration_seconds.is_none()
         && let (Some(start), Some(end)) = (&status.start_time, &status.completion_time)
     {
-        status.duration_seconds = Some((end.0.as_millisecond() - start.0.as_millisecond()) as f64 / 1000.0);
+        status.duration_seconds = Some(seconds_between(start, end));
     }
     let ready = match end {
         RunEnd::Succeeded(_) => {
@@ -119,20 +120,19 @@ pub fn finished(backup: &MySQLBackup, job: &str, end: &RunEnd, location: String,
     status
 }
 
-fn fill_from_summary(status: &mut MySQLBackupStatus, summary: &visitors_api::agent_summary::AgentSummary) {
-    let time = |text: &Option<String>| text.as_deref().and_then(|t| t.parse::<jiff::Timestamp>().ok()).map(Time);
-    if let Some(start) = time(&summary.started_at) {
+fn fill_from_summary(status: &mut MySQLBackupStatus, summary: &AgentSummary) {
+    if let Some(start) = summary.started() {
         status.start_time = Some(start);
     }
-    if let Some(end) = time(&summary.finished_at) {
+    if let Some(end) = summary.finished() {
         status.completion_time = Some(end);
     }
-    let count = |n: Option<u64>| n.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+    let (tables, rows) = summary.counts();
     status.duration_seconds = summary.duration_seconds.or(status.duration_seconds);
     status.location = summary.location.clone().or(status.location.take());
-    status.size_bytes = count(summary.stored_bytes);
-    status.tables = count(summary.tables);
-    status.rows = count(summary.rows);
+    status.size_bytes = status_count(summary.stored_bytes);
+    status.tables = tables;
+    status.rows = rows;
     status.manifest_sha256 = summary.manifest_sha256.clone();
     status.server_version = summary.server_version.clone();
 }

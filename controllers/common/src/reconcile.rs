@@ -141,6 +141,24 @@ impl Runtime {
     }
 }
 
+/// The error policy every controller shares: count the failure, retry after the object's
+/// backoff, and tell the user by a Warning Event (a conflict only means the object changed
+/// meanwhile: no Event).
+pub fn error_policy<K, E>(runtime: &Arc<Runtime>, object: Arc<K>, error: &E) -> Action
+where
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+    E: ReconcileFailure,
+{
+    let action = runtime.failed(&*object, error);
+    let reason = error.metric_label();
+    if reason != "Conflict" {
+        let runtime = runtime.clone();
+        let note = error.to_string();
+        tokio::spawn(async move { runtime.events.warning(&*object, reason, "Reconcile", note).await });
+    }
+    action
+}
+
 /// A failed API request and what the reconcile was doing: `"{action} failed: {why}"`.
 #[derive(Debug, thiserror::Error)]
 #[error("{action} failed: {}", explain_kube_error(.source))]

@@ -81,17 +81,9 @@ pub async fn reconcile(restore: Arc<MySQLRestore>, context: Arc<Context>) -> Res
         .await
 }
 
-/// Counts the failure and retries after the object's backoff; a Warning Event tells the user
-/// (a conflict only means the object changed meanwhile: no Event).
+/// See [`controller_common::reconcile::error_policy`].
 pub fn error_policy(restore: Arc<MySQLRestore>, error: &Error, context: Arc<Context>) -> Action {
-    let action = context.runtime.failed(&*restore, error);
-    let reason = error.metric_label();
-    if reason != "Conflict" {
-        let runtime = context.runtime.clone();
-        let note = error.to_string();
-        tokio::spawn(async move { runtime.events.warning(&*restore, reason, "Reconcile", note).await });
-    }
-    action
+    controller_common::reconcile::error_policy(&context.runtime, restore, error)
 }
 
 /// Selects the Jobs of restores.

@@ -3,7 +3,7 @@
 use controller_common::job::RunEnd;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use visitors_api::InvalidSpec;
-use visitors_api::agent_summary::AgentSummary;
+use visitors_api::agent_summary::{AgentSummary, seconds_between};
 use visitors_api::conditions::{self, Desired, READY, Status};
 use visitors_api::restore::{MySQLRestore, MySQLRestoreStatus, RestorePhase};
 
@@ -136,7 +136,7 @@ pub fn finished(
     if status.duration_seconds.is_none()
         && let (Some(start), Some(end)) = (&status.start_time, &status.completion_time)
     {
-        status.duration_seconds = Some((end.0.as_millisecond() - start.0.as_millisecond()) as f64 / 1000.0);
+        status.duration_seconds = Some(seconds_between(start, end));
     }
     let desired = match end {
         RunEnd::Succeeded(_) => {
@@ -190,17 +190,16 @@ fn record_backup(status: &mut MySQLRestoreStatus, backup: &Backup) {
 }
 
 fn fill_from_summary(status: &mut MySQLRestoreStatus, summary: &AgentSummary) {
-    let time = |text: &Option<String>| text.as_deref().and_then(|t| t.parse::<jiff::Timestamp>().ok()).map(Time);
     if status.start_time.is_none() {
-        status.start_time = time(&summary.started_at);
+        status.start_time = summary.started();
     }
-    if let Some(end) = time(&summary.finished_at) {
+    if let Some(end) = summary.finished() {
         status.completion_time = Some(end);
     }
-    let count = |n: Option<u64>| n.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+    let (tables, rows) = summary.counts();
     status.duration_seconds = summary.duration_seconds.or(status.duration_seconds);
-    status.tables = count(summary.tables).or(status.tables);
-    status.rows = count(summary.rows).or(status.rows);
+    status.tables = tables.or(status.tables);
+    status.rows = rows.or(status.rows);
     if summary.manifest_sha256.is_some() {
         status.manifest_sha256 = summary.manifest_sha256.clone();
     }
