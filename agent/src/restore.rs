@@ -2,6 +2,12 @@
 //! each database all or nothing: its tables are created and loaded in a staging schema beside
 //! it, checked there, and swapped in with one `RENAME TABLE`; views, routines and triggers are
 //! recreated after the swap, and what was replaced is dropped (see [`staging`]).
+//!
+//! The restore can also run as two processes ([`RestoreStep`]): `--stage-only` loads and
+//! checks every database in its staging schema and leaves it there, marked complete;
+//! `--from-stage` checks the staged copy against the manifest again and swaps it in. The
+//! restore controller runs them as the init and main containers of one pod, so that it can
+//! show `Running` and then `Verifying`.
 
 mod load;
 mod staging;
@@ -17,9 +23,23 @@ use crate::format::{DatabaseEntry, FileEntry, Manifest, quote_ident, read_statem
 use crate::mysql::connection::describe_server;
 use crate::mysql::{ConnectionSettings, Connector, catalog};
 use crate::storage::{S3Settings, Storage};
-use crate::verify::{load_manifest, verify_files};
+use crate::verify::{load_manifest_and_sha256, verify_files, verify_object_files};
 
-pub use staging::{replaced_schema_name, staging_schema_name};
+pub use staging::{STAGED_MARKER, replaced_schema_name, staging_schema_name};
+
+/// Which part of a restore one run does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RestoreStep {
+    /// Load, check and swap in: the whole restore.
+    #[default]
+    All,
+    /// Load and check every database in its staging schema, and leave it there marked as
+    /// complete for [`RestoreStep::FromStage`]; the target is not touched.
+    StageOnly,
+    /// Check the staged copy left by [`RestoreStep::StageOnly`] against the manifest again
+    /// (row counts, checksums) and swap it in; no data is read from the backup.
+    FromStage,
+}
 
 #[derive(Clone, Debug)]
 pub struct RestoreOptions {
@@ -39,6 +59,8 @@ pub struct RestoreOptions {
     /// Keep the restore out of the binary log (`sql_log_bin = 0`; needs the privilege).
     pub skip_binlog: bool,
     pub progress_interval: Duration,
+    /// The whole restore, or one of its two steps.
+    pub step: RestoreStep,
 }
 
 impl RestoreOptions {
@@ -54,6 +76,7 @@ impl RestoreOptions {
             users: false,
             skip_binlog: false,
             progress_interval: Duration::from_secs(10),
+            step: RestoreStep::All,
         }
     }
 }
@@ -66,19 +89,30 @@ pub struct RestoreReport {
 
 pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
     let storage = Storage::open(&options.from, &options.s3, false)?;
-    let manifest = load_manifest(&storage, options.expect_manifest_sha256.as_deref()).await?;
+    let (manifest, manifest_sha256) =
+        load_manifest_and_sha256(&storage, options.expect_manifest_sha256.as_deref()).await?;
     let databases = select_databases(&manifest, &options.databases)?;
     if options.users && manifest.users.is_none() {
         return Err(AgentError::Usage("the backup holds no users: it was taken without --users".into()));
     }
-    verify_files(&storage, &manifest, options.parallelism.max(2)).await?;
-    tracing::info!("all {} files of the backup match the manifest", manifest.files().len());
+    if options.step == RestoreStep::FromStage {
+        // The data was checked when it was staged, and is checked again where it is staged.
+        verify_object_files(&storage, &manifest, options.parallelism.max(2)).await?;
+        tracing::info!("the object files of the backup match the manifest; its data is checked where it is staged");
+    } else {
+        verify_files(&storage, &manifest, options.parallelism.max(2)).await?;
+        tracing::info!("all {} files of the backup match the manifest", manifest.files().len());
+    }
 
     let connector = Connector::new(options.connection.clone());
     let mut conn = connector.connect().await?;
     session_setup(&connector, &mut conn, options).await?;
     // Every check that can refuse the restore runs before the first write.
     preflight(&connector, &mut conn, &databases, options.drop_existing).await?;
+    // The staged copy already takes its room: the swap needs none.
+    if options.step != RestoreStep::FromStage {
+        staging::check_space(&connector, &mut conn, &databases).await?;
+    }
     let (_, server_version) = describe_server(&connector, &mut conn).await?;
     let checksums_comparable = server_version == manifest.server.version;
     let _ = conn.disconnect().await;
@@ -91,6 +125,7 @@ pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
             storage: &storage,
             database,
             manifest: &manifest,
+            manifest_sha256: &manifest_sha256,
             options,
             checksums_comparable,
         };
@@ -101,13 +136,16 @@ pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
                 tables += database.tables.len() as u64;
                 rows += loaded;
             }
-            Err(error) if restored.is_empty() => return Err(error),
+            // Staging touches no target: a failure there leaves every database as it was.
+            Err(error) if restored.is_empty() || options.step == RestoreStep::StageOnly => return Err(error),
             Err(error) => {
                 return Err(AgentError::PartiallyRestored { restored: restored.join(", "), error: Box::new(error) });
             }
         }
     }
-    if let Some(file) = manifest.users.as_ref().filter(|_| options.users) {
+    if options.step == RestoreStep::StageOnly {
+        tracing::info!("{} databases staged and checked; `restore --from-stage` swaps them in", restored.len());
+    } else if let Some(file) = manifest.users.as_ref().filter(|_| options.users) {
         restore_users(&connector, &storage, file, options)
             .await
             .map_err(|error| AgentError::PartiallyRestored { restored: restored.join(", "), error: Box::new(error) })?;
@@ -162,7 +200,7 @@ async fn preflight(
             return Err(AgentError::TableExists { table: format!("`{}`.`{name}`", database.name) });
         }
     }
-    staging::check_space(connector, conn, databases).await
+    Ok(())
 }
 
 fn select_databases(manifest: &Manifest, requested: &[String]) -> Result<Vec<DatabaseEntry>> {

@@ -13,17 +13,22 @@ use crate::storage::{S3Settings, Storage};
 /// anything else: its SHA-256 against `expected_sha256` when given (the value the backup run
 /// reported), its format, and its own consistency ([`Manifest::inconsistency`]).
 pub async fn load_manifest(storage: &Storage, expected_sha256: Option<&str>) -> Result<Manifest> {
+    load_manifest_and_sha256(storage, expected_sha256).await.map(|(manifest, _)| manifest)
+}
+
+/// [`load_manifest`], with the SHA-256 of the manifest read (in lowercase hexadecimal).
+pub async fn load_manifest_and_sha256(storage: &Storage, expected_sha256: Option<&str>) -> Result<(Manifest, String)> {
     let location = storage.location().to_string();
     let bytes = match storage.read(MANIFEST_FILE).await {
         Ok(bytes) => bytes,
         Err(AgentError::FileMissing { .. }) => return Err(AgentError::ManifestMissing { location }),
         Err(error) => return Err(error),
     };
-    if let Some(expected) = expected_sha256 {
-        let actual = hex::encode(Sha256::digest(&bytes));
-        if !actual.eq_ignore_ascii_case(expected) {
-            return Err(AgentError::ManifestChanged { location, expected: expected.to_ascii_lowercase(), actual });
-        }
+    let actual = hex::encode(Sha256::digest(&bytes));
+    if let Some(expected) = expected_sha256
+        && !actual.eq_ignore_ascii_case(expected)
+    {
+        return Err(AgentError::ManifestChanged { location, expected: expected.to_ascii_lowercase(), actual });
     }
     let manifest: Manifest = serde_json::from_slice(&bytes)
         .map_err(|e| AgentError::ManifestInvalid { location: location.clone(), reason: e.to_string() })?;
@@ -42,7 +47,7 @@ pub async fn load_manifest(storage: &Storage, expected_sha256: Option<&str>) -> 
             reason: format!("{problem}: the manifest was edited or is corrupt; use another backup"),
         });
     }
-    Ok(manifest)
+    Ok((manifest, actual))
 }
 
 /// Whether `value` can be a SHA-256 in hexadecimal, for `--expect-manifest-sha256`.
@@ -52,9 +57,27 @@ pub fn is_sha256_hex(value: &str) -> bool {
 
 /// Checks the size and SHA-256 of every file the manifest lists; fails naming the first bad one.
 pub async fn verify_files(storage: &Storage, manifest: &Manifest, parallelism: usize) -> Result<()> {
+    verify_entries(storage, manifest.files().into_iter().cloned().collect(), parallelism).await
+}
+
+/// Checks the size and SHA-256 of the files that describe the backup's objects (database and
+/// table definitions, views, routines, triggers, users), not the table chunks: what a restore
+/// reads again after its data was loaded and checked (`restore --from-stage`).
+pub async fn verify_object_files(storage: &Storage, manifest: &Manifest, parallelism: usize) -> Result<()> {
+    let chunks: std::collections::HashSet<&str> = manifest
+        .databases
+        .iter()
+        .flat_map(|d| &d.tables)
+        .flat_map(|t| &t.chunks)
+        .map(|c| c.file.path.as_str())
+        .collect();
+    let files = manifest.files().into_iter().filter(|f| !chunks.contains(f.path.as_str())).cloned().collect();
+    verify_entries(storage, files, parallelism).await
+}
+
+async fn verify_entries(storage: &Storage, files: Vec<FileEntry>, parallelism: usize) -> Result<()> {
     // Owned entries keep the future `Send` for any caller (borrowing closures in a stream
     // make the compiler lose the lifetimes).
-    let files: Vec<FileEntry> = manifest.files().into_iter().cloned().collect();
     stream::iter(files)
         .map(|file| {
             let storage = storage.clone();

@@ -11,12 +11,16 @@
 //! 4. views, routines and triggers are recreated in `D`, and what was replaced is dropped.
 //!
 //! Until step 3 `D` is untouched, whatever fails and whenever the process is killed.
+//!
+//! In two runs ([`RestoreStep`]): `--stage-only` does steps 1–2 and leaves the staging schema
+//! with a marker table written last; `--from-stage` takes the lock again, refuses a staging
+//! schema without the marker of this manifest, checks the staged tables again and does 3–4.
 
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use sha2::{Digest, Sha256};
 
-use super::{RestoreOptions, file_statements, load, run_file, session_setup};
+use super::{RestoreOptions, RestoreStep, file_statements, load, run_file, session_setup};
 use crate::error::{AgentError, Result};
 use crate::format::{DatabaseEntry, Manifest, quote_ident};
 use crate::mysql::{Connector, catalog};
@@ -32,6 +36,11 @@ pub fn replaced_schema_name(database: &str) -> String {
     format!("visitors_replaced_{}", short_hash(database))
 }
 
+/// The table, in a staging schema, that marks it as loaded and checked by `--stage-only` from
+/// the manifest whose SHA-256 it holds. Written last: a staging schema without it is the
+/// leftover of a run that died.
+pub const STAGED_MARKER: &str = "visitors_restore_staged";
+
 fn lock_name(database: &str) -> String {
     format!("visitors-restore:{}", short_hash(database))
 }
@@ -45,6 +54,8 @@ pub(super) struct DatabaseRestore<'a> {
     pub storage: &'a Storage,
     pub database: &'a DatabaseEntry,
     pub manifest: &'a Manifest,
+    /// The SHA-256 of the manifest read, recorded in (and compared with) the staged marker.
+    pub manifest_sha256: &'a str,
     pub options: &'a RestoreOptions,
     /// The target runs the backup's server version: `CHECKSUM TABLE` values compare.
     pub checksums_comparable: bool,
@@ -70,9 +81,16 @@ impl DatabaseRestore<'_> {
         // The lock lives as long as this connection: it must not time out during the load.
         self.execute(&mut conn, "SET SESSION wait_timeout = 604800", "preparing the restore session").await?;
         self.lock(&mut conn).await?;
-        self.remove_leftovers(&mut conn).await?;
-        let result = self.stage_and_swap(&mut conn, &staging).await;
-        if let Err(error) = self.drop_schema(&mut conn, &staging).await {
+        let step = self.options.step;
+        let result = match step {
+            RestoreStep::All => self.stage_and_swap(&mut conn, &staging).await,
+            RestoreStep::StageOnly => self.stage_and_mark(&mut conn, &staging).await,
+            RestoreStep::FromStage => self.swap_staged(&mut conn, &staging).await,
+        };
+        // A complete staged copy waits for `--from-stage`; anything else is dropped.
+        if (step != RestoreStep::StageOnly || result.is_err())
+            && let Err(error) = self.drop_schema(&mut conn, &staging).await
+        {
             tracing::warn!("could not drop the staging schema {staging}: {error}; drop it by hand");
         }
         let _ = conn.disconnect().await;
@@ -80,7 +98,82 @@ impl DatabaseRestore<'_> {
     }
 
     async fn stage_and_swap(&self, conn: &mut Conn, staging: &str) -> Result<u64> {
+        self.remove_leftovers(conn).await?;
+        let rows = self.stage(conn, staging).await?;
+        self.swap_and_finish(conn, staging).await?;
+        Ok(rows)
+    }
+
+    /// Steps 1–2 of `--stage-only`: the staged copy, checked, then its marker.
+    async fn stage_and_mark(&self, conn: &mut Conn, staging: &str) -> Result<u64> {
+        self.remove_leftovers(conn).await?;
+        let rows = self.stage(conn, staging).await?;
+        let marker = format!("{}.{}", quote_ident(staging), quote_ident(STAGED_MARKER));
+        let create = format!("CREATE TABLE {marker} (manifest_sha256 CHAR(64) NOT NULL)");
+        self.execute(conn, &create, "marking the staged copy complete").await?;
+        conn.exec_drop(format!("INSERT INTO {marker} VALUES (?)"), (self.manifest_sha256,))
+            .await
+            .map_err(|e| self.connector.error("marking the staged copy complete", e))?;
+        tracing::info!("database {}: staged and checked in {staging}", self.database.name);
+        Ok(rows)
+    }
+
+    /// `--from-stage`: the staged copy of this manifest, checked again, swapped in.
+    async fn swap_staged(&self, conn: &mut Conn, staging: &str) -> Result<u64> {
         let name = &self.database.name;
+        let replaced = replaced_schema_name(name);
+        if self.schema_exists(conn, &replaced).await? {
+            tracing::warn!("found the schema {replaced}, left by an earlier restore of database {name}; dropping it");
+            self.drop_schema(conn, &replaced).await?;
+        }
+        self.check_marker(conn, staging).await?;
+        self.check_staged(conn, staging).await?;
+        tracing::info!("database {name}: the staged copy in {staging} matches the manifest");
+        self.swap_and_finish(conn, staging).await?;
+        Ok(self.database.tables.iter().map(|t| t.rows).sum())
+    }
+
+    /// The staging schema holds a complete copy staged from this very manifest.
+    async fn check_marker(&self, conn: &mut Conn, staging: &str) -> Result<()> {
+        let name = &self.database.name;
+        let not_staged = |why: String| {
+            AgentError::VerifyMismatch(format!(
+                "no complete staged copy of database {name} to swap in: {why}; run `restore --stage-only` first \
+                 (database {name} was left as it was)"
+            ))
+        };
+        let marked: Option<String> = conn
+            .exec_first(
+                "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+                (staging, STAGED_MARKER),
+            )
+            .await
+            .map_err(|e| self.connector.error("looking for the staged copy", e))?;
+        if marked.is_none() {
+            let exists = self.schema_exists(conn, staging).await?;
+            let why = if exists {
+                format!("the schema {staging} has no {STAGED_MARKER} table (its staging did not finish)")
+            } else {
+                format!("there is no schema {staging}")
+            };
+            return Err(not_staged(why));
+        }
+        let sql = format!("SELECT manifest_sha256 FROM {}.{}", quote_ident(staging), quote_ident(STAGED_MARKER));
+        let staged_from: Option<String> =
+            conn.query_first(sql).await.map_err(|e| self.connector.error("reading the staged copy's marker", e))?;
+        match staged_from {
+            Some(sha) if sha.eq_ignore_ascii_case(self.manifest_sha256) => Ok(()),
+            other => Err(not_staged(format!(
+                "{staging} was staged from a manifest with SHA-256 {}, not {}",
+                other.unwrap_or_default(),
+                self.manifest_sha256
+            ))),
+        }
+    }
+
+    /// Step 2: the tables created and loaded in the staging schema, checked, the routines and
+    /// triggers rehearsed there.
+    async fn stage(&self, conn: &mut Conn, staging: &str) -> Result<u64> {
         self.create_staging(conn, staging).await?;
         let rows = load::load_database(
             self.connector,
@@ -93,13 +186,18 @@ impl DatabaseRestore<'_> {
         .await?;
         self.check_staged(conn, staging).await?;
         self.rehearse_objects(conn, staging).await?;
+        Ok(rows)
+    }
+
+    /// Steps 3–4: the swap, then the views, routines and triggers.
+    async fn swap_and_finish(&self, conn: &mut Conn, staging: &str) -> Result<()> {
+        let name = &self.database.name;
         let existing = self.existing(conn).await?;
         self.swap(conn, staging, &existing).await?;
         tracing::info!("database {name}: {} tables swapped in", self.database.tables.len());
         self.finish_after_swap(conn, &existing)
             .await
-            .map_err(|error| AgentError::ObjectsIncomplete { database: name.clone(), error: Box::new(error) })?;
-        Ok(rows)
+            .map_err(|error| AgentError::ObjectsIncomplete { database: name.clone(), error: Box::new(error) })
     }
 
     async fn session(&self) -> Result<Conn> {
@@ -203,9 +301,14 @@ impl DatabaseRestore<'_> {
     /// refuses (a definer the user may not name, say) fails the restore before the swap. The
     /// triggers are dropped again: a table with triggers cannot move to another schema.
     async fn rehearse_objects(&self, conn: &mut Conn, staging: &str) -> Result<()> {
+        let name = &self.database.name;
         for file in [&self.database.routines, &self.database.triggers].into_iter().flatten() {
             let mut session = self.session().await?;
-            run_file(self.connector, &mut session, self.storage, staging, file).await?;
+            self.execute(&mut session, &format!("USE {}", quote_ident(staging)), "selecting a database").await?;
+            for statement in file_statements(self.storage, file).await? {
+                let statement = trigger_moved_to(&statement, name, staging);
+                self.execute(&mut session, &statement, &format!("rehearsing {}", file.path)).await?;
+            }
             let _ = session.disconnect().await;
         }
         for trigger in self.triggers_of(conn, staging).await? {
@@ -374,6 +477,104 @@ impl DatabaseRestore<'_> {
     }
 }
 
+/// `statement` with the database of a `CREATE TRIGGER`'s name and table changed from
+/// `database` to `schema` (any other statement as it is). The server keeps a trigger's text as
+/// it was written, so a trigger created as `db.t_ins ... ON db.t` names its database: rehearsed
+/// as it is, it would be created in the target database instead of the staging schema (and
+/// collide with the target's trigger of that name).
+fn trigger_moved_to(statement: &str, database: &str, schema: &str) -> String {
+    let tokens = header_tokens(statement);
+    let Some(trigger) = tokens.iter().position(|t| t.is_word("TRIGGER")) else { return statement.to_string() };
+    if !tokens.first().is_some_and(|t| t.is_word("CREATE")) {
+        return statement.to_string();
+    }
+    let mut name = trigger + 1;
+    if tokens.get(name).is_some_and(|t| t.is_word("IF")) {
+        name += 3; // IF NOT EXISTS
+    }
+    let mut qualifiers: Vec<&Token> = qualifier_at(&tokens, name, database).into_iter().collect();
+    if let Some(on) = tokens.iter().skip(name).position(|t| t.is_word("ON")) {
+        qualifiers.extend(qualifier_at(&tokens, name + on + 1, database));
+    }
+    let mut moved = statement.to_string();
+    for qualifier in qualifiers.into_iter().rev() {
+        moved.replace_range(qualifier.start..qualifier.end, &quote_ident(schema));
+    }
+    moved
+}
+
+/// The token at `at` when it is the database part, `database`, of a qualified name.
+fn qualifier_at<'a, 's>(tokens: &'a [Token<'s>], at: usize, database: &str) -> Option<&'a Token<'s>> {
+    let (qualifier, dot, name) = (tokens.get(at)?, tokens.get(at + 1)?, tokens.get(at + 2)?);
+    let qualified = dot.text == "." && name.identifier().is_some();
+    (qualified && qualifier.identifier().as_deref() == Some(database)).then_some(qualifier)
+}
+
+/// A piece of a statement's text, with its byte range.
+struct Token<'a> {
+    text: &'a str,
+    start: usize,
+    end: usize,
+}
+
+impl Token<'_> {
+    fn is_word(&self, word: &str) -> bool {
+        self.text.eq_ignore_ascii_case(word)
+    }
+
+    /// The name a bare or backquoted identifier stands for.
+    fn identifier(&self) -> Option<String> {
+        if let Some(quoted) = self.text.strip_prefix('`').and_then(|t| t.strip_suffix('`')) {
+            return Some(quoted.replace("``", "`"));
+        }
+        let bare = !self.text.is_empty() && self.text.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$');
+        bare.then(|| self.text.to_string())
+    }
+}
+
+/// The tokens of a statement up to `FOR EACH ROW` (a trigger's header): words, backquoted
+/// names, quoted strings, and single characters.
+fn header_tokens(statement: &str) -> Vec<Token<'_>> {
+    let bytes = statement.as_bytes();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let start = i;
+        if c.is_ascii_whitespace() {
+            i += 1;
+            continue;
+        }
+        if matches!(c, b'`' | b'\'' | b'"') {
+            i += 1;
+            while i < bytes.len() {
+                if bytes[i] == c && bytes.get(i + 1) == Some(&c) {
+                    i += 2;
+                } else if bytes[i] == c {
+                    i += 1;
+                    break;
+                } else {
+                    i += 1;
+                }
+            }
+        } else if c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80 {
+            while i < bytes.len()
+                && (bytes[i].is_ascii_alphanumeric() || matches!(bytes[i], b'_' | b'$') || bytes[i] >= 0x80)
+            {
+                i += 1;
+            }
+        } else {
+            i += 1;
+        }
+        let token = Token { text: &statement[start..i], start, end: i };
+        if token.is_word("FOR") {
+            break;
+        }
+        tokens.push(token);
+    }
+    tokens
+}
+
 /// Groups `SET` statements with the object statement that follows them.
 fn group_objects(statements: Vec<String>) -> Vec<Vec<String>> {
     let mut objects = Vec::new();
@@ -443,6 +644,36 @@ mod tests {
         assert!(staging_schema_name(&long).len() <= 64 && replaced_schema_name(&long).len() <= 64);
         assert!(lock_name(&long).len() <= 64);
         assert!(staging_schema_name("shop").starts_with("visitors_restore_"));
+    }
+
+    #[test]
+    fn a_trigger_naming_its_database_is_rehearsed_in_the_staging_schema() {
+        let moved = |statement: &str| trigger_moved_to(statement, "app", "visitors_restore_1");
+        assert_eq!(
+            moved(
+                "CREATE DEFINER=`root`@`localhost` TRIGGER app.a_logged AFTER INSERT ON app.a FOR EACH ROW INSERT INTO app.log VALUES (1)"
+            ),
+            "CREATE DEFINER=`root`@`localhost` TRIGGER `visitors_restore_1`.a_logged AFTER INSERT ON `visitors_restore_1`.a FOR EACH ROW INSERT INTO app.log VALUES (1)"
+        );
+        assert_eq!(
+            moved(
+                "create definer='u'@'%' trigger if not exists `app`.`t``x` before update on `app`.`t y` for each row set @a = 1"
+            ),
+            "create definer='u'@'%' trigger if not exists `visitors_restore_1`.`t``x` before update on `visitors_restore_1`.`t y` for each row set @a = 1"
+        );
+        let unqualified = "CREATE TRIGGER a_logged AFTER INSERT ON a FOR EACH ROW INSERT INTO app.log VALUES (1)";
+        assert_eq!(moved(unqualified), unqualified, "an unqualified trigger goes where USE says");
+        let other = "CREATE TRIGGER other.x AFTER INSERT ON other.a FOR EACH ROW SET @a = 1";
+        assert_eq!(moved(other), other, "only the restored database's name is moved");
+        let set = "SET SESSION sql_mode = 'STRICT_TRANS_TABLES'";
+        assert_eq!(moved(set), set);
+        let function = "CREATE DEFINER=`root`@`localhost` FUNCTION `twice`(x INT) RETURNS int(11) RETURN 2 * x";
+        assert_eq!(moved(function), function);
+        let non_ascii = "CREATE TRIGGER `hård`.`tr` AFTER INSERT ON `hård`.`t` FOR EACH ROW SET @a = 1";
+        assert_eq!(
+            trigger_moved_to(non_ascii, "hård", "s"),
+            "CREATE TRIGGER `s`.`tr` AFTER INSERT ON `s`.`t` FOR EACH ROW SET @a = 1"
+        );
     }
 
     #[test]

@@ -166,3 +166,156 @@ async fn a_swap_the_server_refuses_leaves_the_target_as_it_was() {
     assert_eq!(server.sql("SHOW TABLES FROM d; SHOW CREATE TABLE d.other"), before);
     assert_eq!(schemas(&server), "");
 }
+
+/// The restore in the two steps the restore controller runs as two containers.
+fn agent_restore_step(location: &str, server: &MariaDb, step: &str) -> Command {
+    let mut command = agent_restore(location, server);
+    command.arg(step);
+    command
+}
+
+fn marker_of(server: &MariaDb, staging: &str) -> String {
+    server.sql(&format!("SELECT manifest_sha256 FROM `{staging}`.`{}`", restore::STAGED_MARKER))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_step_restore_stages_without_touching_the_target_then_checks_and_swaps() {
+    let Some(server) = MariaDb::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (report, backed_up) = backup_then_diverge(&server, dir.path()).await;
+    let before = state(&server);
+    let location = file_location(dir.path());
+    let staging = staging_schema_name("app");
+
+    let staged = agent_restore_step(&location, &server, "--stage-only").output().unwrap();
+    assert!(staged.status.success(), "{}", String::from_utf8_lossy(&staged.stderr));
+    assert_eq!(state(&server), before, "staging touched the target");
+    assert_eq!(schemas(&server), format!("{staging}\n"), "the staged copy is left for the second step");
+    assert_eq!(marker_of(&server, &staging), format!("{}\n", report.manifest_sha256), "marked with its manifest");
+    let summary = String::from_utf8_lossy(&staged.stdout);
+    assert!(summary.contains("\"ok\":true") && summary.contains("\"rows\":"), "{summary}");
+
+    let swapped = agent_restore_step(&location, &server, "--from-stage").output().unwrap();
+    let stderr = String::from_utf8_lossy(&swapped.stderr);
+    assert!(swapped.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("the staged copy in {staging} matches the manifest")), "{stderr}");
+    assert_eq!(state(&server), backed_up, "the two steps give exactly the backed-up database");
+    assert_eq!(schemas(&server), "", "staging and replaced schemas are gone");
+    let summary = String::from_utf8_lossy(&swapped.stdout);
+    let rows: u64 = report.manifest.databases.iter().flat_map(|d| &d.tables).map(|t| t.rows).sum();
+    assert!(summary.contains(&format!("\"rows\":{rows}")), "the swap reports the checked rows: {summary}");
+    server.sql("INSERT INTO app.a VALUES (3, NULL)");
+    assert_eq!(server.sql("SELECT what FROM app.log"), "a 3\n", "the backup's trigger is back and fires");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_during_or_between_the_steps_leaves_the_target_as_it_was() {
+    let Some(server) = MariaDb::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_, backed_up) = backup_then_diverge(&server, dir.path()).await;
+    let before = state(&server);
+    let location = file_location(dir.path());
+    let staging = staging_schema_name("app");
+
+    // Staging killed mid-load: the second step finds no complete copy, refuses, and drops it.
+    let mut child = agent_restore_step(&location, &server, "--stage-only")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let loading = format!(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{staging}' AND TABLE_NAME = 't'
+           AND TABLE_ROWS > 0"
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while server.sql(&loading) != "1\n" {
+        assert!(child.try_wait().unwrap().is_none(), "the staging ended before it loaded anything");
+        assert!(Instant::now() < deadline, "the staging never began loading");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let refused = agent_restore_step(&location, &server, "--from-stage").output().unwrap();
+    assert!(!refused.status.success());
+    let summary = String::from_utf8_lossy(&refused.stdout);
+    assert!(summary.contains("no complete staged copy of database app"), "{summary}");
+    assert!(summary.contains(&format!("has no {} table", restore::STAGED_MARKER)), "{summary}");
+    assert!(summary.contains("\"errorKind\":\"verifyMismatch\""), "{summary}");
+    assert_eq!(state(&server), before, "a killed staging changed the target");
+    assert_eq!(schemas(&server), "", "the incomplete staged copy is dropped");
+
+    // Killed between the steps (staged, never swapped): the target is as it was, and the next
+    // run names the staged copy it finds and starts afresh.
+    let staged = agent_restore_step(&location, &server, "--stage-only").output().unwrap();
+    assert!(staged.status.success(), "{}", String::from_utf8_lossy(&staged.stderr));
+    assert_eq!(state(&server), before);
+    let output = agent_restore_step(&location, &server, "--stage-only").output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("found the schema {staging}, left by an earlier restore")), "{stderr}");
+    let swapped = agent_restore_step(&location, &server, "--from-stage").output().unwrap();
+    assert!(swapped.status.success(), "{}", String::from_utf8_lossy(&swapped.stderr));
+    assert_eq!(state(&server), backed_up);
+    assert_eq!(schemas(&server), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_second_step_refuses_a_staged_copy_changed_since_or_staged_from_another_manifest() {
+    let Some(server) = MariaDb::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _) = backup_then_diverge(&server, dir.path()).await;
+    let before = state(&server);
+    let location = file_location(dir.path());
+    let staging = staging_schema_name("app");
+    let mut options = restore_options(&server, &location);
+    options.drop_existing = true;
+
+    // Nothing staged.
+    options.step = restore::RestoreStep::FromStage;
+    let error = restore::run(&options).await.err().expect("nothing staged: refused");
+    assert!(error.to_string().contains(&format!("there is no schema {staging}")), "{error}");
+    assert_eq!(state(&server), before);
+
+    // A row deleted from the staged copy after it was checked.
+    options.step = restore::RestoreStep::StageOnly;
+    restore::run(&options).await.expect("staging");
+    server.sql(&format!("DELETE FROM `{staging}`.t WHERE id = 5"));
+    options.step = restore::RestoreStep::FromStage;
+    let error = restore::run(&options).await.err().expect("a changed staged copy: refused");
+    assert_eq!(error.kind(), "verifyMismatch");
+    assert!(error.to_string().contains("has 119999 rows, the backup 120000"), "{error}");
+    assert_eq!(state(&server), before, "the target was touched");
+    assert_eq!(schemas(&server), "", "the wrong staged copy is dropped");
+
+    // A copy staged from another manifest (its SHA-256 in the marker differs).
+    options.step = restore::RestoreStep::StageOnly;
+    restore::run(&options).await.expect("staging");
+    server.sql(&format!("UPDATE `{staging}`.`{}` SET manifest_sha256 = REPEAT('0', 64)", restore::STAGED_MARKER));
+    options.step = restore::RestoreStep::FromStage;
+    let error = restore::run(&options).await.err().expect("another manifest's copy: refused");
+    assert!(
+        error.to_string().contains(&format!("was staged from a manifest with SHA-256 {}", "0".repeat(64))),
+        "{error}"
+    );
+    assert_eq!(state(&server), before);
+    assert_eq!(schemas(&server), "");
+}
+
+/// The server keeps a trigger's text as written: `CREATE TRIGGER app.a_logged ... ON app.a`
+/// names its database. Its rehearsal in the staging schema created it in the target instead,
+/// which failed a replacing restore over a database holding that trigger ("already exists").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacing_restore_over_the_same_qualified_trigger_succeeds() {
+    let Some(server) = MariaDb::start() else { return };
+    server.sql(APP);
+    let dir = tempfile::tempdir().unwrap();
+    let location = file_location(dir.path());
+    back_up(&small_backup(&server, &location)).await;
+    let backed_up = state(&server);
+    server.sql("DELETE FROM app.t WHERE id > 100000");
+    let mut options = restore_options(&server, &location);
+    options.drop_existing = true;
+    restore::run(&options).await.unwrap_or_else(|e| panic!("restore failed: {e}"));
+    assert_eq!(state(&server), backed_up);
+    assert_eq!(schemas(&server), "");
+}
