@@ -10,7 +10,10 @@
 #   bench/controllers/scale.sh [N ...]          default: 100 1000
 #
 # Needs KUBE_BIN_DIR (default ~/.cache/visitors-operator/kube-bin) like e2e/run.sh --local.
-# Settings: IDLE_SECONDS (default 300), the idle window, long enough for backoffs to grow.
+# Settings: IDLE_SECONDS (default 300), the idle window, long enough for backoffs to grow;
+# RESYNC_SECONDS (default: the controller's, 600), so that an idle window can span resyncs.
+# Each phase also reports where the work went (see e2e/src/bin/scale-bench.rs): CPU seconds of
+# etcd, kube-apiserver, kube-controller-manager and the controller, and the API server's requests.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$(pwd)
@@ -25,8 +28,14 @@ METRICS=127.0.0.1:18090
 counts=("$@")
 [ ${#counts[@]} -gt 0 ] || counts=(100 1000)
 
-cargo build --locked --release --bin visitors-controller --bin e2e-setup --bin scale-bench
-bin=${CARGO_TARGET_DIR:-target}/release
+# BIN_DIR: measure the binaries there (visitors-controller, e2e-setup, scale-bench) instead of
+# building the release ones, for example a copy kept from an earlier commit.
+if [ -n "${BIN_DIR:-}" ]; then
+    bin=$BIN_DIR
+else
+    cargo build --locked --release --bin visitors-controller --bin e2e-setup --bin scale-bench
+    bin=${CARGO_TARGET_DIR:-target}/release
+fi
 
 controller_pid=
 stop_all() {
@@ -44,11 +53,17 @@ for n in "${counts[@]}"; do
     "$bin/e2e-setup" --namespace visitors-operator-system >/dev/null
     # DATABASE_CHECK=pod: no database ever starts without a node; the SQL check would only
     # add timeouts to the figure.
+    [ -z "${RESYNC_SECONDS:-}" ] || export RESYNC_SECONDS
     METRICS_ADDRESS=$METRICS LEADER_ELECTION=false LOG_FORMAT=json RUST_LOG=warn DATABASE_CHECK=pod \
         "$bin/visitors-controller" > "${TMPDIR:-/tmp}/scale-bench-controller.log" 2>&1 &
     controller_pid=$!
-    report=$("$bin/scale-bench" --apps "$n" --namespace "scale-$n" --metrics "http://$METRICS/metrics" --idle-seconds "$IDLE_SECONDS")
+    pids=(--pid "controller=$controller_pid")
+    for part in etcd kube-apiserver kube-controller-manager; do
+        pids+=(--pid "$part=$(cat "$TEST_CLUSTER_STATE/run/$part.pid")")
+    done
+    report=$("$bin/scale-bench" --apps "$n" --namespace "scale-$n" --metrics "http://$METRICS/metrics" \
+        --idle-seconds "$IDLE_SECONDS" "${pids[@]}")
     peak_rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$controller_pid/status")
     kill "$controller_pid"; wait "$controller_pid" 2>/dev/null || true; controller_pid=
-    echo "$report" | python3 -c "import json,sys; r=json.load(sys.stdin); r['controller_peak_rss_mib']=round($peak_rss_kib/1024,1); print(json.dumps(r))"
+    echo "$report" | python3 -c "import json,sys; r=json.load(sys.stdin); r['controller_peak_rss_mib']=round($peak_rss_kib/1024,1); print(json.dumps(r, indent=1))"
 done

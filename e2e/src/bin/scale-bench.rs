@@ -4,8 +4,15 @@
 //! backend waits for a ready database, which a cluster without a node never has), then reads the
 //! controller's `/metrics` over `--idle-seconds` to report what waiting apps cost. Prints one
 //! JSON object.
+//!
+//! For each phase (the burst: creation until every app is reconciled; the idle window) it also
+//! reports where the work went: the CPU seconds of each process named by `--pid NAME=PID` (the
+//! control plane's and the controller's), the API server's requests by verb and resource and
+//! their mean server-side latency (its own `/metrics`, so every client's requests, the
+//! controller-manager's included), API Priority and Fairness queueing, and the controller's
+//! reconciles and their mean duration.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
@@ -24,6 +31,8 @@ struct Options {
     metrics: String,
     idle_seconds: u64,
     timeout_seconds: u64,
+    /// Processes whose CPU time is reported, by name.
+    pids: Vec<(String, u32)>,
 }
 
 fn options() -> Result<Options, String> {
@@ -33,6 +42,7 @@ fn options() -> Result<Options, String> {
         metrics: "http://127.0.0.1:18090/metrics".into(),
         idle_seconds: 300,
         timeout_seconds: 1800,
+        pids: Vec::new(),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
@@ -44,6 +54,11 @@ fn options() -> Result<Options, String> {
             "--metrics" => options.metrics = value.clone(),
             "--idle-seconds" => options.idle_seconds = number()?,
             "--timeout-seconds" => options.timeout_seconds = number()?,
+            "--pid" => {
+                let (name, pid) = value.split_once('=').ok_or_else(|| format!("--pid {value}: NAME=PID"))?;
+                let pid = pid.parse().map_err(|e| format!("--pid {value}: {e}"))?;
+                options.pids.push((name.to_string(), pid));
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -56,7 +71,7 @@ async fn main() -> std::process::ExitCode {
         Ok(options) => options,
         Err(problem) => {
             eprintln!(
-                "scale-bench: {problem}\nusage: scale-bench [--apps N] [--namespace NS] [--metrics URL] [--idle-seconds S] [--timeout-seconds S]"
+                "scale-bench: {problem}\nusage: scale-bench [--apps N] [--namespace NS] [--metrics URL] [--idle-seconds S] [--timeout-seconds S] [--pid NAME=PID ...]"
             );
             return std::process::ExitCode::from(2);
         }
@@ -77,6 +92,7 @@ async fn main() -> std::process::ExitCode {
 async fn run(client: &Client, options: &Options) -> Result<serde_json::Value, String> {
     create_namespace(client, &options.namespace).await?;
     let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &options.namespace);
+    let before_burst = Snapshot::take(client, options).await?;
     let start = Instant::now();
     let names: Vec<String> = (0..options.apps).map(|i| format!("app-{i:04}")).collect();
     futures::stream::iter(names.iter().cloned())
@@ -112,9 +128,10 @@ async fn run(client: &Client, options: &Options) -> Result<serde_json::Value, St
     }
     eprintln!("every app reconciled after {converged_seconds:.1} s; measuring {} s of waiting", options.idle_seconds);
 
-    let before = reconciles(&options.metrics).await?;
+    let after_burst = Snapshot::take(client, options).await?;
     tokio::time::sleep(Duration::from_secs(options.idle_seconds)).await;
-    let after = reconciles(&options.metrics).await?;
+    let after_idle = Snapshot::take(client, options).await?;
+    let (before, after) = (after_burst.reconciles, after_idle.reconciles);
     let per_app_per_minute = (after - before) / options.apps as f64 / (options.idle_seconds as f64 / 60.0);
     Ok(serde_json::json!({
         "apps": options.apps,
@@ -123,6 +140,8 @@ async fn run(client: &Client, options: &Options) -> Result<serde_json::Value, St
         "idle_window_seconds": options.idle_seconds,
         "reconciles_in_window": after - before,
         "reconciles_per_waiting_app_per_minute": round(per_app_per_minute),
+        "burst": after_burst.since(&before_burst, options.apps),
+        "idle": after_idle.since(&after_burst, options.apps),
     }))
 }
 
@@ -143,8 +162,10 @@ async fn create_namespace(client: &Client, name: &str) -> Result<(), String> {
 }
 
 /// The apps that lack `observedGeneration` 1, their StatefulSet or their frontend Deployment.
+/// Read from the API server's watch cache (`resourceVersion=0`), not from etcd: a poll every
+/// second of a thousand objects must not load the server it measures.
 async fn not_yet_reconciled(client: &Client, namespace: &str, names: &[String]) -> Result<Vec<String>, String> {
-    let list = ListParams::default();
+    let list = ListParams::default().match_any();
     let apps =
         Api::<VisitorsApp>::namespaced(client.clone(), namespace).list(&list).await.map_err(|e| e.to_string())?;
     let observed: HashSet<String> = apps
@@ -180,8 +201,150 @@ async fn not_yet_reconciled(client: &Client, namespace: &str, names: &[String]) 
         .collect())
 }
 
-async fn reconciles(metrics_url: &str) -> Result<f64, String> {
-    let text = visitors_e2e::http_get(metrics_url).await?;
-    visitors_e2e::metric_value(&text, "visitors_operator_reconciles_total", r#"controller="visitors-controller""#)
-        .ok_or_else(|| format!("no visitors_operator_reconciles_total at {metrics_url}"))
+/// Counters at one moment: see the module documentation.
+struct Snapshot {
+    at: Instant,
+    load_average: String,
+    cpu_seconds: BTreeMap<String, f64>,
+    reconciles: f64,
+    reconcile_seconds: f64,
+    /// `VERB resource[/subresource]` → requests the API server answered.
+    requests: BTreeMap<String, f64>,
+    /// Verb → (sum of seconds, count) of the API server's request durations.
+    request_seconds: BTreeMap<String, (f64, f64)>,
+    /// Priority level → (sum of seconds, count) of API Priority and Fairness queue waits.
+    queue_wait_seconds: BTreeMap<String, (f64, f64)>,
+}
+
+const CONTROLLER_LABEL: &str = r#"controller="visitors-controller""#;
+
+impl Snapshot {
+    async fn take(client: &Client, options: &Options) -> Result<Self, String> {
+        let controller = controller_metrics(&options.metrics).await?;
+        let controller_metric = |name: &str| visitors_e2e::metric_value(&controller, name, CONTROLLER_LABEL);
+        let request = http::Request::get("/metrics").body(Vec::new()).map_err(|e| e.to_string())?;
+        let apiserver = client.request_text(request).await.map_err(|e| format!("the API server's /metrics: {e}"))?;
+        let mut requests = BTreeMap::new();
+        let mut request_seconds: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        let mut queue_wait_seconds: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        for (name, labels, value) in apiserver.lines().filter_map(sample) {
+            let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
+            match name {
+                "apiserver_request_total" => {
+                    let resource = match label("subresource").as_str() {
+                        "" => label("resource"),
+                        sub => format!("{}/{sub}", label("resource")),
+                    };
+                    *requests.entry(format!("{} {resource}", label("verb"))).or_insert(0.0) += value;
+                }
+                "apiserver_request_duration_seconds_sum" => {
+                    request_seconds.entry(label("verb")).or_default().0 += value
+                }
+                "apiserver_request_duration_seconds_count" => {
+                    request_seconds.entry(label("verb")).or_default().1 += value
+                }
+                "apiserver_flowcontrol_request_wait_duration_seconds_sum" => {
+                    queue_wait_seconds.entry(label("priority_level")).or_default().0 += value
+                }
+                "apiserver_flowcontrol_request_wait_duration_seconds_count" => {
+                    queue_wait_seconds.entry(label("priority_level")).or_default().1 += value
+                }
+                _ => {}
+            }
+        }
+        Ok(Self {
+            at: Instant::now(),
+            load_average: std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string(),
+            cpu_seconds: options.pids.iter().map(|(name, pid)| (name.clone(), cpu_seconds(*pid))).collect(),
+            // Absent until the first reconcile.
+            reconciles: controller_metric("visitors_operator_reconciles_total").unwrap_or(0.0),
+            reconcile_seconds: controller_metric("visitors_operator_reconcile_duration_seconds_sum").unwrap_or(0.0),
+            requests,
+            request_seconds,
+            queue_wait_seconds,
+        })
+    }
+
+    /// What happened between `earlier` and this snapshot.
+    fn since(&self, earlier: &Snapshot, apps: usize) -> serde_json::Value {
+        let reconciles = self.reconciles - earlier.reconciles;
+        let delta = |now: &BTreeMap<String, f64>, then: &BTreeMap<String, f64>| -> BTreeMap<String, f64> {
+            now.iter()
+                .map(|(key, value)| (key.clone(), value - then.get(key).copied().unwrap_or(0.0)))
+                .filter(|(_, value)| *value > 0.0)
+                .collect()
+        };
+        let mean = |now: &BTreeMap<String, (f64, f64)>,
+                    then: &BTreeMap<String, (f64, f64)>|
+         -> BTreeMap<String, String> {
+            now.iter()
+                .filter_map(|(key, (sum, count))| {
+                    let (sum0, count0) = then.get(key).copied().unwrap_or_default();
+                    let count = count - count0;
+                    (count > 0.0).then(|| (key.clone(), format!("{:.1} ms × {count}", (sum - sum0) / count * 1000.0)))
+                })
+                .collect()
+        };
+        let requests = delta(&self.requests, &earlier.requests);
+        let total: f64 = requests.values().sum();
+        let writes: f64 = requests
+            .iter()
+            .filter(|(key, _)| !["GET ", "LIST ", "WATCH "].iter().any(|v| key.starts_with(v)))
+            .map(|(_, v)| v)
+            .sum();
+        serde_json::json!({
+            "seconds": round(self.at.duration_since(earlier.at).as_secs_f64()),
+            "load_average_at_end": self.load_average,
+            "cpu_seconds": delta(&self.cpu_seconds, &earlier.cpu_seconds).into_iter().map(|(k, v)| (k, round(v))).collect::<BTreeMap<_, _>>(),
+            "reconciles": reconciles,
+            "reconciles_per_app": round(reconciles / apps as f64),
+            "mean_reconcile_seconds": round(if reconciles > 0.0 { (self.reconcile_seconds - earlier.reconcile_seconds) / reconciles } else { 0.0 }),
+            "apiserver_requests": total,
+            "apiserver_writes": writes,
+            "apiserver_requests_by_verb_and_resource": requests,
+            "apiserver_mean_latency_by_verb": mean(&self.request_seconds, &earlier.request_seconds),
+            "apf_mean_queue_wait_by_priority_level": mean(&self.queue_wait_seconds, &earlier.queue_wait_seconds),
+        })
+    }
+}
+
+/// The controller's `/metrics`, waiting up to a minute for the controller to start serving.
+async fn controller_metrics(url: &str) -> Result<String, String> {
+    let mut tries = 0;
+    loop {
+        match visitors_e2e::http_get(url).await {
+            Ok(text) => return Ok(text),
+            Err(problem) if tries >= 60 => return Err(problem),
+            Err(_) => tries += 1,
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// One sample of the Prometheus text format: name, labels, value.
+fn sample(line: &str) -> Option<(&str, BTreeMap<String, String>, f64)> {
+    if line.starts_with('#') {
+        return None;
+    }
+    let (series, value) = line.rsplit_once(' ')?;
+    let value = value.parse().ok()?;
+    let Some((name, labels)) = series.split_once('{') else { return Some((series, BTreeMap::new(), value)) };
+    let labels = labels
+        .trim_end_matches('}')
+        .split("\",")
+        .filter_map(|pair| pair.split_once("=\""))
+        .map(|(key, value)| (key.to_string(), value.trim_end_matches('"').to_string()))
+        .collect();
+    Some((name, labels, value))
+}
+
+/// User plus system CPU seconds of process `pid` (0 when it is gone). /proc counts in clock
+/// ticks, 100 a second on Linux (USER_HZ).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may contain spaces.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
 }
