@@ -7,7 +7,7 @@ use std::sync::Arc;
 use controller_common::apply::{apply, apply_status};
 use controller_common::runner::{Identity, api_in, controller_config, drive, primary_stream, trim_for_cache};
 use controller_common::{ReconcileFailure, Runtime};
-use futures::{FutureExt, Stream};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -29,6 +29,7 @@ use visitors_api::{MySQLRestore, VisitorsApp, VisitorsAppStatus};
 use crate::build::{self, secret::Credentials};
 use crate::db::{DatabaseProbe, Target};
 use crate::repair;
+use crate::seen::{Fingerprint, Seen};
 use crate::status::{self, Database, Observed, Workload};
 use crate::validate::{self, Invalid};
 
@@ -54,6 +55,9 @@ pub struct Context {
     /// controller that cannot reach pod networks, e.g. one running outside the cluster).
     pub probe: Option<Arc<dyn DatabaseProbe>>,
     pub stores: Stores,
+    /// What the reconciles have seen of each app and child: the watches wake an app only for
+    /// news, not for the echoes of its own reconcile's writes.
+    pub seen: Seen,
 }
 
 /// Caches of the owned workloads, filled by the owned-object watches. The reconcile reads them
@@ -200,6 +204,7 @@ impl<'a> Reconciler<'a> {
     }
 
     async fn run(&self) -> Result<Action, Error> {
+        self.ctx.seen.record(self.app);
         if self.app.metadata.deletion_timestamp.is_some() {
             return self.clean_up().await;
         }
@@ -242,9 +247,14 @@ impl<'a> Reconciler<'a> {
         }
         let mut finalizers = self.app.finalizers().to_vec();
         finalizers.push(FINALIZER.to_string());
-        self.set_finalizers(finalizers)
+        self.set_finalizers(finalizers.clone())
             .await
-            .map_err(kube_err(format!("adding finalizer to VisitorsApp {}", self.name)))
+            .map_err(kube_err(format!("adding finalizer to VisitorsApp {}", self.name)))?;
+        // The watch will report the app with its finalizer: this reconcile goes on with it.
+        let mut with_finalizer = self.app.clone();
+        with_finalizer.metadata.finalizers = Some(finalizers);
+        self.ctx.seen.record(&with_finalizer);
+        Ok(())
     }
 
     /// The app is being deleted. Owner references delete the children; the StatefulSet's claim
@@ -286,6 +296,7 @@ impl<'a> Reconciler<'a> {
             }
         }
         self.ctx.runtime.forget(self.app);
+        self.ctx.seen.forget(self.app);
         Ok(Action::await_change())
     }
 
@@ -405,20 +416,35 @@ impl<'a> Reconciler<'a> {
 
     /// Applies every child. A child that cannot be applied does not stop the others: its
     /// failure is collected, the status is computed from what is there (the cache stands in for
-    /// a child whose apply failed) and names it.
+    /// a child whose apply failed) and names it. The children that do not wait for the database
+    /// are applied at once, not one after the other: a reconcile takes one round trip for them.
     async fn apply_children(&self, credentials: &Credentials) -> (Observed, Vec<Error>) {
         let mut failed = Vec::new();
         let secret = build::secret::secret_name(self.app);
         let existing_sts = self.cached(&self.ctx.stores.statefulsets, &names::mysql(&self.name));
         let claim = existing_sts.as_deref().and_then(build::mysql::data_claim_template);
-        let desired = build::mysql::statefulset(self.app, &secret, claim);
-        let sts = collect(self.apply_child(&desired, existing_sts.is_none()).await, &mut failed)
-            .or_else(|| existing_sts.as_deref().cloned());
+        let desired_sts = build::mysql::statefulset(self.app, &secret, claim);
+        let headless = build::mysql::headless_service(self.app);
+        let client = build::mysql::client_service(self.app);
+        let frontend_name = names::frontend(&self.name);
+        let existing_frontend = self.cached(&self.ctx.stores.deployments, &frontend_name);
+        let desired_frontend = build::frontend::deployment(self.app);
+        let frontend_service = build::frontend::service(self.app);
+        let (sts, headless, client, frontend, frontend_service) = futures::join!(
+            self.ensure_workload(&desired_sts, existing_sts.as_deref()),
+            self.ensure_service(&headless),
+            self.ensure_service(&client),
+            self.ensure_workload(&desired_frontend, existing_frontend.as_deref()),
+            self.ensure_service(&frontend_service),
+        );
+        let sts = collect(sts, &mut failed).or_else(|| existing_sts.as_deref().cloned());
+        collect(headless, &mut failed);
+        collect(client, &mut failed);
+        let frontend = collect(frontend, &mut failed).or_else(|| existing_frontend.as_deref().cloned());
+        collect(frontend_service, &mut failed);
         if claim.is_some_and(|template| build::mysql::asks_for_more_than_template(self.app, template)) {
             self.grow_claim_if_asked().await;
         }
-        collect(self.apply_child(&build::mysql::headless_service(self.app), false).await, &mut failed);
-        collect(self.apply_child(&build::mysql::client_service(self.app), false).await, &mut failed);
 
         let mysql = sts.as_ref().map(Workload::from_statefulset).unwrap_or_default();
         let database = self.check_database(&mysql, credentials).await;
@@ -432,22 +458,13 @@ impl<'a> Reconciler<'a> {
             if quiesced_by.is_some() {
                 desired = build::backend::quiesced(desired);
             }
-            let applied = collect(self.apply_child(&desired, existing_backend.is_none()).await, &mut failed);
-            collect(self.apply_child(&build::backend::service(self.app), false).await, &mut failed);
+            let applied = collect(self.ensure_workload(&desired, existing_backend.as_deref()).await, &mut failed);
+            collect(self.ensure_service(&build::backend::service(self.app)).await, &mut failed);
             let backend = applied.or_else(|| existing_backend.as_deref().cloned());
             (backend.as_ref().map(Workload::from_deployment), false)
         } else {
             (existing_backend.as_deref().map(Workload::from_deployment), true)
         };
-
-        let frontend_name = names::frontend(&self.name);
-        let existing_frontend = self.cached(&self.ctx.stores.deployments, &frontend_name);
-        let applied = collect(
-            self.apply_child(&build::frontend::deployment(self.app), existing_frontend.is_none()).await,
-            &mut failed,
-        );
-        collect(self.apply_child(&build::frontend::service(self.app), false).await, &mut failed);
-        let frontend = applied.or_else(|| existing_frontend.as_deref().cloned());
 
         let observed = Observed {
             secret,
@@ -494,6 +511,33 @@ impl<'a> Reconciler<'a> {
         store.get(&ObjectRef::new(name).within(&self.namespace))
     }
 
+    /// A workload as desired: the cached one when applying would change nothing (see
+    /// [`Seen::unchanged_since_applied`]), else the apply response.
+    async fn ensure_workload<K>(&self, desired: &K, cached: Option<&K>) -> Result<K, Error>
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Fingerprint
+            + Serialize
+            + DeserializeOwned
+            + Clone
+            + Debug,
+    {
+        match cached {
+            Some(cached) if self.ctx.seen.unchanged_since_applied(desired, self.ctx.runtime.resync) => {
+                Ok(cached.clone())
+            }
+            _ => self.apply_child(desired, cached.is_none()).await,
+        }
+    }
+
+    /// A Service as desired: applied unless that would change nothing.
+    async fn ensure_service(&self, desired: &Service) -> Result<(), Error> {
+        if self.ctx.seen.unchanged_since_applied(desired, self.ctx.runtime.resync) {
+            return Ok(());
+        }
+        self.apply_child(desired, false).await.map(drop)
+    }
+
     /// Server-side applies one child (an unchanged child is a no-op on the server), then
     /// removes what server-side apply cannot: items another client put in the keyed lists the
     /// controller sets (see [`repair`]). An apply the API server rejects is retried once after
@@ -502,6 +546,7 @@ impl<'a> Reconciler<'a> {
     async fn apply_child<K>(&self, desired: &K, announce: bool) -> Result<K, Error>
     where
         K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Fingerprint
             + Serialize
             + DeserializeOwned
             + Clone
@@ -515,6 +560,7 @@ impl<'a> Reconciler<'a> {
     async fn apply_and_repair<K>(&self, desired: &K, announce: bool) -> Result<K, Error>
     where
         K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Fingerprint
             + Serialize
             + DeserializeOwned
             + Clone
@@ -549,6 +595,8 @@ impl<'a> Reconciler<'a> {
                 repaired
             }
         };
+        // Its watch event is the echo of this write: no news for the app.
+        self.ctx.seen.record_apply(desired, &applied);
         if announce {
             self.ctx.runtime.events.normal(self.app, "Created", "Apply", what).await;
         }
@@ -694,29 +742,35 @@ impl Watches {
         shutdown: CancellationToken,
     ) {
         let client = runtime.client.clone();
+        let seen = Seen::default();
         let children = watcher::Config::default().labels(&child_selector());
         let (app_reader, app_writer) = reflector::store::store();
-        let apps = primary_stream(api_in::<VisitorsApp>(client.clone(), namespace), app_writer);
+        let app_news = seen.clone();
+        let apps = primary_stream(api_in::<VisitorsApp>(client.clone(), namespace), app_writer)
+            .try_filter(move |app| std::future::ready(app_news.is_news(app)));
         let statefulsets = owned(
             watcher(api_in::<StatefulSet>(client.clone(), namespace), children.clone())
                 .modify(trim_for_cache)
                 .reflect(self.statefulsets),
+            seen.clone(),
         );
         let deployments = owned(
             watcher(api_in::<Deployment>(client.clone(), namespace), children.clone())
                 .modify(trim_for_cache)
                 .reflect(self.deployments),
+            seen.clone(),
         );
         // Secrets are not watched: that would need list and watch on every Secret. A deleted
         // generated Secret is noticed at the next reconcile.
-        let services = owned(watcher(api_in::<PartialObjectMeta<Service>>(client.clone(), namespace), children));
+        let services =
+            owned(watcher(api_in::<PartialObjectMeta<Service>>(client.clone(), namespace), children), seen.clone());
         // Every change of a restore (its phase above all) wakes the app it targets.
         let restores = watcher(api_in::<MySQLRestore>(client, namespace), watcher::Config::default())
             .default_backoff()
             .modify(trim_for_cache)
             .reflect(self.restores)
             .touched_objects();
-        let ctx = Arc::new(Context { runtime, probe, stores: self.stores });
+        let ctx = Arc::new(Context { runtime, probe, stores: self.stores, seen });
         let controller = Controller::for_stream(apps, app_reader)
             .with_config(controller_config())
             .owns_stream(statefulsets)
@@ -733,13 +787,28 @@ impl Default for Watches {
     }
 }
 
-/// Children's changes and deletions both wake the owner (a deleted child must come back).
-fn owned<K, S>(events: S) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+/// A child's deletion wakes its owner (a deleted child must come back), and so does a change no
+/// reconcile has seen ([`Seen`]): drift, or a workload's status moving. The echoes of the
+/// controller's own applies do not.
+pub fn owned<K, S>(events: S, seen: Seen) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
-    K: Resource + Clone + Send + 'static,
+    K: Fingerprint + Clone + Send + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
-    events.default_backoff().touched_objects()
+    events.default_backoff().filter_map(move |event| {
+        let wake = match event {
+            Ok(watcher::Event::Apply(child) | watcher::Event::InitApply(child)) => {
+                seen.is_news(&child).then_some(Ok(child))
+            }
+            Ok(watcher::Event::Delete(child)) => {
+                seen.forget(&child);
+                Some(Ok(child))
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Err(error) => Some(Err(error)),
+        };
+        std::future::ready(wake)
+    })
 }
 
 #[cfg(test)]
@@ -771,9 +840,41 @@ mod tests {
             Ok(watcher::Event::Apply(became_ready())),
             Ok(watcher::Event::Delete(became_ready())),
         ]);
-        let requests: Vec<_> = trigger_owners::<VisitorsApp, _>(owned(events), (), ()).collect().await;
+        let requests: Vec<_> = trigger_owners::<VisitorsApp, _>(owned(events, Seen::default()), (), ()).collect().await;
         let woken: Vec<String> = requests.into_iter().map(|r| r.expect("no watch error").obj_ref.to_string()).collect();
         assert_eq!(woken.len(), 2, "both the status change and the deletion wake the owner: {woken:?}");
         assert!(woken.iter().all(|r| r.starts_with("VisitorsApp.v1.example.com/ex.shop")), "{woken:?}");
+    }
+
+    /// What the StatefulSet watch reports right after the reconcile created it: the apply
+    /// response itself, and then the StatefulSet controller's first status.
+    fn created() -> StatefulSet {
+        let mut sts = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None);
+        sts.metadata.uid = Some("uid-sts".into());
+        sts.metadata.generation = Some(1);
+        sts.metadata.resource_version = Some("5".into());
+        sts
+    }
+
+    #[tokio::test]
+    async fn the_echo_of_the_reconciles_own_apply_does_not_wake_the_app() {
+        let seen = Seen::default();
+        // The reconcile recorded the apply response.
+        seen.record(&created());
+        let mut counted = created();
+        counted.metadata.resource_version = Some("6".into());
+        counted.status = Some(StatefulSetStatus { observed_generation: Some(1), replicas: 1, ..Default::default() });
+        let events = futures::stream::iter([
+            Ok(watcher::Event::Apply(created())),
+            Ok(watcher::Event::Apply(counted.clone())),
+            Ok(watcher::Event::Apply(counted)),
+            Ok(watcher::Event::Delete(created())),
+        ]);
+        let woken: Vec<String> = trigger_owners::<VisitorsApp, _>(owned(events, seen.clone()), (), ())
+            .map(|r| r.expect("no watch error").obj_ref.to_string())
+            .collect()
+            .await;
+        assert_eq!(woken.len(), 2, "the status change once, and the deletion; not the echo: {woken:?}");
+        assert!(seen.is_empty(), "a deleted child is forgotten");
     }
 }

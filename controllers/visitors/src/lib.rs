@@ -8,5 +8,6 @@ pub mod build;
 pub mod controller;
 pub mod db;
 pub mod repair;
+pub mod seen;
 pub mod status;
 pub mod validate;

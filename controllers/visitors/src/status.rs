@@ -17,7 +17,7 @@ use crate::build::mysql::client_host;
 use crate::validate::Invalid;
 
 /// What a workload's own status says.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Workload {
     pub desired: i32,
     pub ready: i32,

@@ -166,6 +166,59 @@ async fn converged_reconcile_changes_nothing() {
     assert!(h.api.events().is_empty(), "{:?}", h.api.events());
 }
 
+/// Each write of a reconcile comes back through a watch. Those echoes must not wake the app
+/// again (at scale they crowd out new apps): only what the reconcile did not do itself does.
+#[tokio::test]
+async fn the_watch_events_of_a_reconciles_own_writes_are_no_news() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    let seen = &h.ctx.seen;
+    assert!(seen.is_news(&h.app()), "a new app");
+    h.reconcile().await.unwrap();
+
+    assert!(!seen.is_news(&h.app()), "the finalizer the reconcile added");
+    assert!(!seen.is_news(&h.api.get::<StatefulSet>("ex-mysql").unwrap()), "the StatefulSet it created");
+    assert!(!seen.is_news(&h.api.get::<Deployment>("ex-frontend").unwrap()), "the Deployment it created");
+    for name in ["ex-mysql", "ex-mysql-headless", "ex-frontend"] {
+        assert!(!seen.is_news(&h.api.get::<Service>(name).unwrap()), "the Service {name} it created");
+    }
+
+    h.mysql_pod_ready();
+    assert!(seen.is_news(&h.api.get::<StatefulSet>("ex-mysql").unwrap()), "the database pod became ready");
+    h.api.edit::<Service>("ex-frontend", |service| {
+        service.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 1;
+    });
+    assert!(seen.is_news(&h.api.get::<Service>("ex-frontend").unwrap()), "someone edited a Service");
+    h.edit_spec(|spec| spec.size = 3);
+    assert!(seen.is_news(&h.app()), "a new generation");
+}
+
+/// A reconcile woken by a workload's status (the StatefulSet controller counting its pod)
+/// applies nothing again: server-side apply is the API server's most expensive request, and at
+/// scale such reconciles are most of them. It reads the Secret and writes the status if it moved.
+#[tokio::test]
+async fn a_status_change_of_a_child_costs_no_apply() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.reconcile().await.unwrap();
+    h.api.clear_requests();
+
+    h.api.edit::<StatefulSet>("ex-mysql", |sts| {
+        sts.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
+            observed_generation: sts.metadata.generation,
+            replicas: 1,
+            ..Default::default()
+        });
+    });
+    h.reconcile().await.unwrap();
+
+    let requests = h.api.requests();
+    let applies: Vec<_> =
+        requests.iter().filter(|r| r.method.as_str() == "PATCH" && !r.path.ends_with("/status")).collect();
+    assert!(applies.is_empty(), "{applies:?}");
+    assert_eq!(requests.iter().filter(|r| r.method.as_str() == "GET").count(), 1, "the Secret: {requests:?}");
+}
+
 #[tokio::test]
 async fn size_change_scales_the_backend() {
     let h = Harness::new();
@@ -289,6 +342,8 @@ async fn a_child_that_cannot_be_applied_is_named_and_the_others_are_still_report
     h.converge().await;
     let denial = "services \"ex-mysql\" is forbidden: User \"system:serviceaccount:ops:visitors-controller\" cannot patch resource \"services\"";
     h.api.fail_with("/services/ex-mysql", 403, denial);
+    // Deleted, so that it must be applied again (an unchanged child is not).
+    h.api.remove::<Service>("ex-mysql");
     h.edit_spec(|spec| spec.size = 3);
 
     let error = h.reconcile().await.expect_err("the failed child fails the reconcile, for its backoff");

@@ -32,6 +32,7 @@ use serde_json::{Value, json};
 use visitors_api::{MySQLRestore, VisitorsApp, VisitorsAppSpec};
 use visitors_controller::controller::{self, Context, Stores};
 use visitors_controller::db::{DatabaseProbe, Target};
+use visitors_controller::seen::{Fingerprint, Seen};
 
 pub const NAMESPACE: &str = "shop";
 pub const RESYNC: Duration = Duration::from_secs(600);
@@ -111,13 +112,19 @@ impl FakeApi {
         state.applied.remove(&key);
     }
 
-    /// Changes a stored object the way another client would (new resourceVersion).
+    /// Changes a stored object the way another client would (new resourceVersion, and a new
+    /// generation when the spec changed).
     pub fn edit<K>(&self, name: &str, change: impl FnOnce(&mut K))
     where
         K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
     {
         let mut object: K = self.get(name).expect("object to edit");
+        let spec_before = serde_json::to_value(&object).unwrap()["spec"].clone();
         change(&mut object);
+        if serde_json::to_value(&object).unwrap()["spec"] != spec_before {
+            let generation = object.meta().generation.unwrap_or(1);
+            object.meta_mut().generation = Some(generation + 1);
+        }
         self.put(&object);
     }
 
@@ -543,7 +550,8 @@ impl Harness {
             field_manager: controller::NAME.to_string(),
             resync: RESYNC,
         });
-        let ctx = Arc::new(Context { runtime, probe: Some(probe.clone() as Arc<dyn DatabaseProbe>), stores });
+        let probe_handle = Some(probe.clone() as Arc<dyn DatabaseProbe>);
+        let ctx = Arc::new(Context { runtime, probe: probe_handle, stores, seen: Seen::default() });
         Self {
             api,
             probe,
@@ -568,10 +576,8 @@ impl Harness {
 
     /// Changes the app's spec (new generation), as a user would.
     pub fn edit_spec(&self, change: impl FnOnce(&mut VisitorsAppSpec)) {
-        self.api.edit::<VisitorsApp>("ex", |app| {
-            change(&mut app.spec);
-            app.metadata.generation = Some(app.metadata.generation.unwrap_or(1) + 1);
-        });
+        // The fake API moves the generation, as a real one does on a spec change.
+        self.api.edit::<VisitorsApp>("ex", |app| change(&mut app.spec));
     }
 
     /// One reconcile of the app as it is in the API, after the caches caught up.
@@ -581,8 +587,10 @@ impl Harness {
         controller::reconcile(app, self.ctx.clone()).await
     }
 
-    /// Fills the caches from the fake API, as the owned-object watches would.
+    /// Fills the caches from the fake API, and tells the controller what changed, as the
+    /// owned-object watches would.
     pub fn sync_caches(&self) {
+        self.watch_children();
         fill(&mut self.statefulsets.lock().unwrap(), self.api.get::<StatefulSet>("ex-mysql"));
         let deployments: Vec<Deployment> =
             ["ex-backend", "ex-frontend"].into_iter().filter_map(|n| self.api.get(n)).collect();
@@ -596,6 +604,31 @@ impl Harness {
     }
 
     /// The StatefulSet controller reports the MySQL pod ready.
+    /// What the watches report of each child: its state, or its deletion.
+    fn watch_children(&self) {
+        let seen = &self.ctx.seen;
+        let statefulsets = ["ex-mysql"].map(|name| (name, self.api.get::<StatefulSet>(name)));
+        let deployments = ["ex-backend", "ex-frontend"].map(|name| (name, self.api.get::<Deployment>(name)));
+        let services = ["ex-mysql", "ex-mysql-headless", "ex-backend", "ex-frontend"]
+            .map(|name| (name, self.api.get::<k8s_openapi::api::core::v1::Service>(name)));
+        fn report<K: Fingerprint + Default>(seen: &Seen, name: &str, object: Option<K>) {
+            match object {
+                Some(object) => {
+                    seen.is_news(&object);
+                }
+                None => {
+                    let mut gone = K::default();
+                    gone.meta_mut().name = Some(name.to_string());
+                    gone.meta_mut().namespace = Some(NAMESPACE.to_string());
+                    seen.forget(&gone);
+                }
+            }
+        }
+        statefulsets.into_iter().for_each(|(name, o)| report(seen, name, o));
+        deployments.into_iter().for_each(|(name, o)| report(seen, name, o));
+        services.into_iter().for_each(|(name, o)| report(seen, name, o));
+    }
+
     pub fn mysql_pod_ready(&self) {
         self.api.edit::<StatefulSet>("ex-mysql", |sts| {
             sts.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {

@@ -1,0 +1,326 @@
+//! What the reconciles have already seen of each object, so that a watch wakes an app only for
+//! news. Without it, every write of a reconcile comes back through the watches and wakes the app
+//! again: the finalizer it adds, each child it creates (five of them for a new app), each child
+//! it updates. At scale those repeat reconciles crowd out the first reconciles of new apps (kube's
+//! scheduler hands out due reconciles in no particular order once every worker is busy).
+//!
+//! A reconcile records the state of each object it read or wrote (the apply responses); a watch
+//! event whose object is in a recorded state is dropped, any other state wakes the app and is
+//! recorded. What counts as "state" is what a reconcile acts on, per kind: see [`Fingerprint`].
+//!
+//! The same record spares a reconcile the applies that would change nothing: a child that is
+//! as the controller's last apply left it (no one changed what the controller sets since, as
+//! far as the watch reports) and whose desired form is unchanged is not applied again
+//! ([`Seen::unchanged_since_applied`]). Server-side apply is the API server's most expensive
+//! request; without this, the reconcile a workload's status change causes re-applies every
+//! child. Each child is still applied again once a resync period has passed, the safety net for
+//! a change no watch reported.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::Service;
+use kube::core::PartialObjectMeta;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use visitors_api::VisitorsApp;
+
+use crate::status::Workload;
+
+/// The part of an object a reconcile acts on, as hashes: two states with the same fingerprints
+/// lead to the same reconcile.
+pub trait Fingerprint: Resource<DynamicType = ()> {
+    /// What the controller sets (or, for the app, what triggers a reconcile): it stays as an
+    /// apply response says until someone changes it.
+    fn fingerprint(&self) -> u64;
+    /// What the controller reads of the object's status; 0 for none.
+    fn observed(&self) -> u64 {
+        0
+    }
+}
+
+/// Identity and metadata a reconcile reads or repairs: the object's incarnation (uid), its spec
+/// (generation: every spec change moves it), labels, owners and deletion. Not annotations: the
+/// children carry none of ours, and the Deployment controller writes its own (the revision).
+fn hash_metadata<K: Resource>(object: &K, hasher: &mut DefaultHasher) {
+    let meta = object.meta();
+    meta.uid.hash(hasher);
+    meta.generation.hash(hasher);
+    meta.labels.hash(hasher);
+    serde_json::to_string(&meta.owner_references).unwrap_or_default().hash(hasher);
+    meta.deletion_timestamp.is_some().hash(hasher);
+}
+
+fn metadata_fingerprint<K: Resource>(object: &K) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    hash_metadata(object, &mut hasher);
+    hasher.finish()
+}
+
+/// What the app's status reads of a workload ([`Workload`]). A status update that moves none of
+/// it (a condition's timestamp, say) is no news.
+fn hash_of(workload: &Workload) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    workload.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl Fingerprint for StatefulSet {
+    fn fingerprint(&self) -> u64 {
+        metadata_fingerprint(self)
+    }
+    fn observed(&self) -> u64 {
+        hash_of(&Workload::from_statefulset(self))
+    }
+}
+
+impl Fingerprint for Deployment {
+    fn fingerprint(&self) -> u64 {
+        metadata_fingerprint(self)
+    }
+    fn observed(&self) -> u64 {
+        hash_of(&Workload::from_deployment(self))
+    }
+}
+
+/// A Service has no generation: any change moves its resourceVersion, and only ours leave it
+/// where the apply response says.
+fn version_fingerprint<K: Resource>(object: &K) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    object.meta().uid.hash(&mut hasher);
+    object.meta().resource_version.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl Fingerprint for Service {
+    fn fingerprint(&self) -> u64 {
+        version_fingerprint(self)
+    }
+}
+
+impl Fingerprint for PartialObjectMeta<Service> {
+    fn fingerprint(&self) -> u64 {
+        version_fingerprint(self)
+    }
+}
+
+/// The app itself triggers a reconcile on a new generation, a change of its finalizers or its
+/// deletion (status writes never do): the same here, so the finalizer a reconcile adds is no news.
+impl Fingerprint for VisitorsApp {
+    fn fingerprint(&self) -> u64 {
+        let mut hasher = DefaultHasher::new();
+        self.meta().uid.hash(&mut hasher);
+        self.meta().generation.hash(&mut hasher);
+        self.finalizers().hash(&mut hasher);
+        self.meta().deletion_timestamp.is_some().hash(&mut hasher);
+        hasher.finish()
+    }
+}
+
+/// `(kind, namespace, name)`: a Service and its metadata-only watch share one entry.
+type Key = (&'static str, String, String);
+
+/// An object's fingerprints: see [`Fingerprint`].
+type State = (u64, u64);
+
+fn state<K: Fingerprint>(object: &K) -> State {
+    (object.fingerprint(), object.observed())
+}
+
+/// The controller's last apply of a child: a hash of what it sent, the fingerprint of what the
+/// API server answered, and when.
+struct Applied {
+    desired: u64,
+    fingerprint: u64,
+    at: Instant,
+}
+
+#[derive(Default)]
+struct Records {
+    states: HashMap<Key, State>,
+    applied: HashMap<Key, Applied>,
+}
+
+/// The seen states, shared by the reconciles (which record) and the watches (which ask).
+#[derive(Clone, Default)]
+pub struct Seen {
+    records: Arc<Mutex<Records>>,
+}
+
+fn desired_hash<K: Serialize>(desired: &K) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    serde_json::to_vec(desired).unwrap_or_default().hash(&mut hasher);
+    hasher.finish()
+}
+
+fn key<K: Resource<DynamicType = ()>>(object: &K) -> Key {
+    (kind_of::<K>(), object.namespace().unwrap_or_default(), object.name_any())
+}
+
+/// The kind's name with a lifetime a map key can keep.
+fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
+    match K::kind(&()).as_ref() {
+        "StatefulSet" => "StatefulSet",
+        "Deployment" => "Deployment",
+        "Service" => "Service",
+        "VisitorsApp" => "VisitorsApp",
+        _ => "other",
+    }
+}
+
+impl Seen {
+    /// A reconcile has seen `object` in this state (it read it, or an apply returned it).
+    pub fn record<K: Fingerprint>(&self, object: &K) {
+        self.lock().states.insert(key(object), state(object));
+    }
+
+    /// The controller applied `desired` and the API server answered `response`.
+    pub fn record_apply<K: Fingerprint + Serialize>(&self, desired: &K, response: &K) {
+        let applied =
+            Applied { desired: desired_hash(desired), fingerprint: response.fingerprint(), at: Instant::now() };
+        let mut records = self.lock();
+        records.states.insert(key(response), state(response));
+        records.applied.insert(key(response), applied);
+    }
+
+    /// Whether applying `desired` would change nothing: the controller applied the same less
+    /// than `max_age` ago, and no watch has reported a change of what it sets since.
+    pub fn unchanged_since_applied<K: Fingerprint + Serialize>(&self, desired: &K, max_age: Duration) -> bool {
+        let key = key(desired);
+        let records = self.lock();
+        let (Some(applied), Some((fingerprint, _))) = (records.applied.get(&key), records.states.get(&key)) else {
+            return false;
+        };
+        applied.at.elapsed() < max_age
+            && applied.fingerprint == *fingerprint
+            && applied.desired == desired_hash(desired)
+    }
+
+    /// Whether a watch reporting `object` brings news: a state no reconcile has seen nor been
+    /// woken for. Either way the state counts as seen from now on: the reconcile it wakes sees it.
+    pub fn is_news<K: Fingerprint>(&self, object: &K) -> bool {
+        let state = state(object);
+        self.lock().states.insert(key(object), state) != Some(state)
+    }
+
+    /// The object is gone (deleted, or an app's reconciles are over).
+    pub fn forget<K: Fingerprint>(&self, object: &K) {
+        let key = key(object);
+        let mut records = self.lock();
+        records.states.remove(&key);
+        records.applied.remove(&key);
+    }
+
+    /// Objects remembered.
+    pub fn len(&self) -> usize {
+        self.lock().states.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Records> {
+        self.records.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{self, fixtures::book_app};
+    use k8s_openapi::api::apps::v1::StatefulSetStatus;
+
+    fn created_statefulset() -> StatefulSet {
+        let mut sts = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None);
+        sts.metadata.uid = Some("uid-sts".into());
+        sts.metadata.generation = Some(1);
+        sts.metadata.resource_version = Some("10".into());
+        sts
+    }
+
+    #[test]
+    fn the_echo_of_a_recorded_apply_is_no_news_but_a_status_change_is() {
+        let seen = Seen::default();
+        let applied = created_statefulset();
+        seen.record(&applied);
+        assert!(!seen.is_news(&applied), "the watch event of our own create");
+
+        let mut counted = applied.clone();
+        counted.metadata.resource_version = Some("11".into());
+        counted.status = Some(StatefulSetStatus { observed_generation: Some(1), replicas: 1, ..Default::default() });
+        assert!(seen.is_news(&counted), "the StatefulSet controller counted the pod: the app's status moves");
+        assert!(!seen.is_news(&counted), "once");
+
+        let mut edited = counted.clone();
+        edited.metadata.generation = Some(2);
+        assert!(seen.is_news(&edited), "someone edited the spec: drift to repair");
+
+        let mut relabelled = edited.clone();
+        relabelled.labels_mut().insert("app.kubernetes.io/name".into(), "other".into());
+        assert!(seen.is_news(&relabelled), "someone edited the labels");
+    }
+
+    #[test]
+    fn an_apply_is_spared_only_while_the_child_is_as_it_left_it() {
+        const RESYNC: Duration = Duration::from_secs(600);
+        let seen = Seen::default();
+        let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None);
+        assert!(!seen.unchanged_since_applied(&desired, RESYNC), "never applied");
+        let response = created_statefulset();
+        seen.record_apply(&desired, &response);
+        assert!(seen.unchanged_since_applied(&desired, RESYNC));
+        assert!(!seen.unchanged_since_applied(&desired, Duration::ZERO), "a resync period later: apply again");
+
+        let mut counted = response.clone();
+        counted.status = Some(StatefulSetStatus { observed_generation: Some(1), replicas: 1, ..Default::default() });
+        assert!(seen.is_news(&counted));
+        assert!(seen.unchanged_since_applied(&desired, RESYNC), "a status change leaves what the controller set");
+
+        let mut resized = desired.clone();
+        resized.spec.as_mut().unwrap().replicas = Some(2);
+        assert!(!seen.unchanged_since_applied(&resized, RESYNC), "the desired form changed");
+
+        let mut edited = counted.clone();
+        edited.metadata.generation = Some(2);
+        assert!(seen.is_news(&edited));
+        assert!(!seen.unchanged_since_applied(&desired, RESYNC), "someone edited the spec: apply to repair");
+        seen.forget(&edited);
+        assert!(!seen.unchanged_since_applied(&desired, RESYNC));
+    }
+
+    #[test]
+    fn a_service_is_news_whenever_its_version_moves_past_ours() {
+        let seen = Seen::default();
+        let mut service = build::mysql::client_service(&book_app());
+        service.metadata.uid = Some("uid-svc".into());
+        service.metadata.resource_version = Some("7".into());
+        seen.record(&service);
+        let watched = PartialObjectMeta::<Service> {
+            metadata: service.metadata.clone(),
+            ..PartialObjectMeta::<Service>::default()
+        };
+        assert!(!seen.is_news(&watched), "the metadata watch echoes our own apply");
+        let mut edited = watched.clone();
+        edited.metadata.resource_version = Some("8".into());
+        assert!(seen.is_news(&edited));
+    }
+
+    #[test]
+    fn an_added_finalizer_is_no_news_once_recorded_but_a_new_generation_is() {
+        let seen = Seen::default();
+        let mut app = book_app();
+        app.metadata.generation = Some(1);
+        assert!(seen.is_news(&app), "a new app");
+        app.finalizers_mut().push("example.com/visitors-app-cleanup".into());
+        seen.record(&app);
+        assert!(!seen.is_news(&app), "the watch event of the finalizer the reconcile added");
+        app.metadata.generation = Some(2);
+        assert!(seen.is_news(&app));
+        seen.forget(&app);
+        assert!(seen.is_empty());
+    }
+}
