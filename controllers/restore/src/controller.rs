@@ -20,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 use visitors_api::MySQLRestore;
 use visitors_api::labels::MANAGED_BY;
 
+use crate::metrics::RestoreMetrics;
+
 pub const IDENTITY: Identity = Identity { name: "restore-controller", crd: "mysqlrestores.example.com" };
 /// Held on a restore until its Job is stopped and its database lock released.
 pub const FINALIZER: &str = "example.com/restore-cleanup";
@@ -27,6 +29,7 @@ pub const FINALIZER: &str = "example.com/restore-cleanup";
 pub struct Context {
     pub runtime: Arc<Runtime>,
     pub settings: AgentSettings,
+    pub metrics: RestoreMetrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,7 +134,9 @@ pub async fn run(
         watcher(api_in::<Deployment>(client, namespace), watcher::Config::default().labels(&backend_selector()))
             .default_backoff()
             .touched_objects();
-    let context = Arc::new(Context { runtime, settings });
+    let metrics = RestoreMetrics::default();
+    metrics.register(&runtime.metrics);
+    let context = Arc::new(Context { runtime, settings, metrics });
     let controller = Controller::for_stream(restores, reader).with_config(ControllerConfig::default().concurrency(16));
     let store = controller.store();
     let controller = controller

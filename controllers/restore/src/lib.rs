@@ -2,6 +2,7 @@
 
 pub mod build;
 pub mod controller;
+pub mod metrics;
 pub mod run;
 pub mod status;
 pub mod validate;

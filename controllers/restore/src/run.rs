@@ -21,6 +21,7 @@ use visitors_api::{MySQLBackup, MySQLRestore, MySQLRestoreStatus};
 use crate::build::job::{job_name, restore_job};
 use crate::build::{Backup, agent_location_of_recorded, display_location};
 use crate::controller::{Context, Error};
+use crate::metrics::RestoreLabels;
 use crate::{status, validate};
 
 /// Why a restore cannot start now: it waits (and says for what), or it can never run.
@@ -59,6 +60,7 @@ pub async fn clean_up(restore: &MySQLRestore, namespace: &str, ctx: &Context) ->
         tracing::info!(job = %job_name, "restore deleted: its Job is stopped");
     }
     run.agent.release_lock().await?;
+    ctx.metrics.deleted(&run.metric_labels());
     ctx.runtime.forget(restore);
     Ok(Action::await_change())
 }
@@ -105,6 +107,7 @@ impl<'a> Restore<'a> {
     /// An ended restore is a record: a later spec change is only noted.
     async fn ended(&self) -> Result<Action, Error> {
         let status = self.restore.status.as_ref();
+        self.ctx.metrics.observe(self.metric_labels(), status);
         let observed = status.and_then(|s| s.observed_generation);
         if observed.is_some() && observed != self.restore.metadata.generation {
             let noted = status::spec_ignored(self.restore, now());
@@ -339,7 +342,13 @@ impl<'a> Restore<'a> {
     }
 
     async fn publish(&self, status: MySQLRestoreStatus) -> Result<bool, Error> {
-        Ok(self.agent.publish(self.restore.status.as_ref(), &status).await?)
+        let written = self.agent.publish(self.restore.status.as_ref(), &status).await?;
+        self.ctx.metrics.observe(self.metric_labels(), Some(&status));
+        Ok(written)
+    }
+
+    fn metric_labels(&self) -> RestoreLabels {
+        RestoreLabels { namespace: self.agent.namespace.to_string(), restore: self.restore.name_any() }
     }
 }
 

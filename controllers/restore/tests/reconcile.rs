@@ -11,6 +11,7 @@ use controller_common::testing::{MockApiServer, mock_runtime, not_found, with_ap
 use http::{Method, StatusCode};
 use kube::runtime::controller::Action;
 use restore_controller::controller::{Context, FINALIZER, reconcile};
+use restore_controller::metrics::RestoreMetrics;
 use serde_json::{Value, json};
 use visitors_api::MySQLRestore;
 use visitors_api::agent_summary::{AgentSummary, Operation};
@@ -25,7 +26,16 @@ const SHA: &str = "ababababababababababababababababababababababababababababababa
 fn context() -> (Arc<Context>, MockApiServer) {
     let (runtime, server) = mock_runtime("restore-controller");
     let settings = AgentSettings { agent_image: "registry/visitors-operator:1.0".into(), otlp_endpoint: None };
-    (Arc::new(Context { runtime: Arc::new(runtime), settings }), server)
+    let metrics = RestoreMetrics::default();
+    metrics.register(&runtime.metrics);
+    (Arc::new(Context { runtime: Arc::new(runtime), settings, metrics }), server)
+}
+
+/// The value of `visitors_operator_restore_failed` for restore r1, if exported.
+fn restore_failed_metric(context: &Context) -> Option<String> {
+    let text = context.runtime.metrics.encode();
+    let prefix = r#"visitors_operator_restore_failed{namespace="shop",restore="r1"} "#;
+    text.lines().find_map(|line| line.strip_prefix(prefix)).map(str::to_string)
 }
 
 /// A restore of run b1 into app ex that already carries the finalizer.
@@ -99,7 +109,7 @@ async fn the_finalizer_comes_first() {
 async fn a_failed_run_is_refused_and_nothing_is_touched() {
     let (context, mut server) = context();
     let restore = restore();
-    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context.clone()));
     server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
     let failed = run(json!({"phase": "Failed", "error": "MySQL rejected user root"}));
     server.expect(Method::GET, BACKUP_PATH, StatusCode::OK, failed).await;
@@ -116,6 +126,7 @@ async fn a_failed_run_is_refused_and_nothing_is_touched() {
     let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
     assert_eq!((event.body["reason"].as_str(), event.body["type"].as_str()), (Some("BackupFailed"), Some("Warning")));
     assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+    assert_eq!(restore_failed_metric(&context).as_deref(), Some("1"), "the restore-failed alert's gauge");
 }
 
 #[tokio::test]
@@ -213,7 +224,8 @@ async fn a_stopped_backend_lets_the_job_start_with_the_runs_manifest() {
 async fn the_agents_summary_ends_the_restore_and_frees_the_database() {
     let (context, mut server) = context();
     let restore = with_status(restore(), running_status());
-    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context.clone()));
+    assert_eq!(restore_failed_metric(&context), None, "a running restore exports nothing");
     server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(json!([{"type": "Complete", "status": "True"}]))).await;
     let summary = AgentSummary {
         operation: Some(Operation::Restore),
@@ -237,6 +249,7 @@ async fn the_agents_summary_ends_the_restore_and_frees_the_database() {
     assert_eq!(event.body["reason"], "Succeeded");
     assert!(event.body["note"].as_str().unwrap().contains("2 tables, 7 rows"));
     assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+    assert_eq!(restore_failed_metric(&context).as_deref(), Some("0"));
 }
 
 #[tokio::test]
@@ -288,6 +301,8 @@ async fn an_ended_restore_is_a_record() {
     let task = tokio::spawn(reconcile(Arc::new(ended.clone()), context.clone()));
     assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
     server.expect_no_request(Duration::from_millis(50)).await;
+    // A restarted controller exports the ended restore again.
+    assert_eq!(restore_failed_metric(&context).as_deref(), Some("0"));
 
     ended.metadata.generation = Some(2);
     let task = tokio::spawn(reconcile(Arc::new(ended.clone()), context));
@@ -307,7 +322,14 @@ async fn a_restore_deleted_mid_way_stops_its_job_and_frees_the_database() {
     let mut deleting = with_status(restore(), running_status());
     deleting.metadata.deletion_timestamp =
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()));
-    let task = tokio::spawn(reconcile(Arc::new(deleting.clone()), context));
+    context.metrics.observe(
+        restore_controller::metrics::RestoreLabels { namespace: "shop".into(), restore: "r1".into() },
+        Some(&visitors_api::restore::MySQLRestoreStatus {
+            phase: Some(visitors_api::restore::RestorePhase::Failed),
+            ..Default::default()
+        }),
+    );
+    let task = tokio::spawn(reconcile(Arc::new(deleting.clone()), context.clone()));
     let deleted = server.expect(Method::DELETE, JOB_PATH, StatusCode::OK, job(json!([]))).await;
     assert_eq!(deleted.body["propagationPolicy"], "Background", "the Job's pod goes too");
     server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLRestore/r1/r-1")).await;
@@ -317,6 +339,7 @@ async fn a_restore_deleted_mid_way_stops_its_job_and_frees_the_database() {
     let patch = server.expect(Method::PATCH, RESTORE_PATH, StatusCode::OK, released).await;
     assert!(patch.body.to_string().contains("remove"), "{}", patch.body);
     assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+    assert_eq!(restore_failed_metric(&context), None, "a deleted restore is forgotten");
 }
 
 fn job(conditions: Value) -> Value {
