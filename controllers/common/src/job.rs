@@ -375,17 +375,26 @@ pub fn parse_summary(message: &str) -> Option<AgentSummary> {
     serde_json::from_str(line).ok()
 }
 
+/// The agent's container once it terminated; when it never ran, an init container that ran a
+/// step of the agent before it and failed (a restore loads its data in one), which ended the pod.
 fn terminated_agent(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStateTerminated> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == AGENT_CONTAINER)?
-        .state
-        .as_ref()?
-        .terminated
-        .as_ref()
+    let status = pod.status.as_ref()?;
+    let agent = status.container_statuses.iter().flatten().filter(|c| c.name == AGENT_CONTAINER).find_map(terminated);
+    agent.or_else(|| status.init_container_statuses.iter().flatten().filter_map(terminated).find(|t| t.exit_code != 0))
+}
+
+fn terminated(
+    container: &k8s_openapi::api::core::v1::ContainerStatus,
+) -> Option<&k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    container.state.as_ref()?.terminated.as_ref()
+}
+
+/// Whether init container `name` of the Job's pod ended successfully: the agent step it ran
+/// is done, and the pod went on to the next one.
+pub fn init_step_done(pods: &[Pod], name: &str) -> bool {
+    pods.iter().filter_map(|p| p.status.as_ref()?.init_container_statuses.as_ref()).flatten().any(|c| {
+        c.name == name && c.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code == 0)
+    })
 }
 
 /// A pod that Kubernetes took away: evicted, preempted, or its node lost.
@@ -546,6 +555,44 @@ mod tests {
         let password = &container.env.as_ref().unwrap()[0];
         assert_eq!(password.value, None, "credentials only through a Secret reference");
         assert_eq!(password.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap().key, "root-password");
+    }
+
+    /// A pod whose init container `stage` ended with `code` and `message`; the agent container
+    /// waits (it never ran when the step failed).
+    fn after_init_step(code: i32, message: Option<String>) -> Pod {
+        let mut pod = pod(None);
+        let status = pod.status.as_mut().unwrap();
+        status.init_container_statuses = Some(vec![ContainerStatus {
+            name: "stage".into(),
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated { exit_code: code, message, ..Default::default() }),
+                ..ContainerState::default()
+            }),
+            ..ContainerStatus::default()
+        }]);
+        pod
+    }
+
+    #[test]
+    fn a_failed_init_step_gives_its_summary_and_a_finished_one_is_seen() {
+        let line = serde_json::to_string(&summary(false)).unwrap();
+        let failed = after_init_step(1, Some(line));
+        let state = JobState::Failed { reason: "BackoffLimitExceeded".into(), message: String::new() };
+        let Some(RunEnd::Failed { reason, message, summary: reported }) =
+            run_end(&state, std::slice::from_ref(&failed), Operation::Backup, 60)
+        else {
+            panic!("a failed step fails the run")
+        };
+        assert_eq!(reason, "AgentFailed");
+        assert!(message.contains("MySQL rejected user root (wrongCredentials)"), "{message}");
+        assert!(reported.is_some());
+        assert!(!init_step_done(&[failed], "stage"));
+
+        let done = after_init_step(0, Some(serde_json::to_string(&summary(true)).unwrap()));
+        assert!(init_step_done(std::slice::from_ref(&done), "stage"));
+        assert!(!init_step_done(std::slice::from_ref(&done), "other"));
+        assert_eq!(summary_of(&done), None, "a step that succeeded is not the run's summary");
+        assert!(!init_step_done(&[pod(None)], "stage"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The MySQLRestore reconcile pipeline (see [`crate::run`]), its error policy and its watches:
-//! the restores, their Jobs, and the backend Deployments they wait on while quiescing.
+//! the restores, their Jobs and the Jobs' pods, and the backend Deployments they wait on
+//! while quiescing.
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use controller_common::{ReconcileFailure, Runtime};
 use futures::Stream;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -94,6 +96,13 @@ pub fn job_selector() -> String {
     format!("app.kubernetes.io/managed-by={MANAGED_BY},app.kubernetes.io/component=restore")
 }
 
+/// The restore a pod of a restore Job runs for, from the pod's restore label: its containers
+/// changing (the staging step ending) move the restore from `Running` to `Verifying`.
+pub fn restore_of_pod(pod: &Pod) -> Option<ObjectRef<MySQLRestore>> {
+    let restore = pod.labels().get(crate::build::RESTORE_LABEL)?;
+    Some(ObjectRef::new(restore).within(&pod.namespace()?))
+}
+
 /// Selects the backend Deployments of VisitorsApps.
 pub fn backend_selector() -> String {
     format!("app.kubernetes.io/managed-by={MANAGED_BY},app.kubernetes.io/component=backend")
@@ -129,7 +138,10 @@ pub async fn run(
         api_in::<PartialObjectMeta<Job>>(client.clone(), namespace),
         watcher::Config::default().labels(&job_selector()),
     ));
-    // Full Deployments: a metadata-only watch would not report their status changing.
+    // Full pods and Deployments: a metadata-only watch would not report their status changing.
+    let pods = watcher(api_in::<Pod>(client.clone(), namespace), watcher::Config::default().labels(&job_selector()))
+        .default_backoff()
+        .touched_objects();
     let backends =
         watcher(api_in::<Deployment>(client, namespace), watcher::Config::default().labels(&backend_selector()))
             .default_backoff()
@@ -141,6 +153,7 @@ pub async fn run(
     let store = controller.store();
     let controller = controller
         .owns_stream(jobs)
+        .watches_stream(pods, |pod| restore_of_pod(&pod))
         .watches_stream(backends, move |deployment| restores_of_backend(&store, &deployment));
     drive(controller, reconcile, error_policy, context, shutdown).await;
 }
@@ -151,4 +164,20 @@ where
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
     events.default_backoff().touched_objects()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restore_jobs_pod_wakes_its_restore() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "r1-restore-x7", "namespace": "shop",
+                         "labels": {"example.com/restore": "r1", "app.kubernetes.io/component": "restore"}},
+        }))
+        .unwrap();
+        assert_eq!(restore_of_pod(&pod), Some(ObjectRef::new("r1").within("shop")));
+        assert_eq!(restore_of_pod(&Pod::default()), None, "a pod without the label wakes nothing");
+    }
 }

@@ -18,7 +18,7 @@ use visitors_api::labels::names;
 use visitors_api::restore::RestorePhase;
 use visitors_api::{MySQLBackup, MySQLRestore, MySQLRestoreStatus};
 
-use crate::build::job::{job_name, restore_job};
+use crate::build::job::{STAGE_CONTAINER, job_name, restore_job};
 use crate::build::{Backup, agent_location_of_recorded, display_location};
 use crate::controller::{Context, Error};
 use crate::metrics::RestoreLabels;
@@ -271,7 +271,20 @@ impl<'a> Restore<'a> {
             }
             None => {
                 let started = controller_common::job::started_at(job);
-                self.publish(status::running(self.restore, &job_name, &backup, started, now())).await?;
+                // The pod watch wakes the restore when its staging step ends.
+                let pods = self.agent.pods(&job_name).await?;
+                if !controller_common::job::init_step_done(&pods, STAGE_CONTAINER) {
+                    self.publish(status::running(self.restore, &job_name, &backup, started, now())).await?;
+                    return Ok(self.ctx.runtime.watching(self.restore));
+                }
+                let first = self.phase() != Some(RestorePhase::Verifying);
+                self.publish(status::verifying(self.restore, &job_name, &backup, started, now())).await?;
+                if first {
+                    let note = format!(
+                        "the backup is loaded and checked in staging schemas; Job {job_name} checks it against the manifest again and swaps it in"
+                    );
+                    self.ctx.runtime.events.normal(self.restore, "Verifying", "Verify", note).await;
+                }
                 Ok(self.ctx.runtime.watching(self.restore))
             }
         }

@@ -113,6 +113,25 @@ pub fn running(
     status
 }
 
+/// The Job's first step has loaded the backup into staging schemas and checked it there; its
+/// second checks the staged copy against the manifest again and swaps it in. The backend stays
+/// stopped as while `Running`.
+pub fn verifying(
+    restore: &MySQLRestore,
+    job: &str,
+    backup: &Backup,
+    started: Option<Time>,
+    now: Time,
+) -> MySQLRestoreStatus {
+    let mut status = running(restore, job, backup, started, now.clone());
+    status.phase = Some(RestorePhase::Verifying);
+    let message = format!(
+        "the backup is loaded and checked in staging schemas; Job {job} checks the staged copy against the manifest again (row counts, checksums) and swaps it in"
+    );
+    set(&mut status, restore.metadata.generation, &now, ready("Verifying", message));
+    status
+}
+
 /// The restore ended. Success needs the agent's own summary; the counts come from it.
 pub fn finished(
     restore: &MySQLRestore,
@@ -246,6 +265,23 @@ mod tests {
         assert!(conditions::is_true(&status.conditions, READY));
         let quiesced = conditions::find(&status.conditions, condition::QUIESCED).unwrap();
         assert_eq!((quiesced.status.as_str(), quiesced.reason.as_str()), ("False", "Released"));
+    }
+
+    #[test]
+    fn verifying_follows_running_with_the_backend_still_stopped_and_is_stable() {
+        let mut restore = from_run();
+        restore.status = Some(running(&restore, "r1-restore", &backup(), Some(at(1_000)), at(1_000)));
+        let status = verifying(&restore, "r1-restore", &backup(), Some(at(1_000)), at(1_050));
+        assert_eq!(status.phase, Some(RestorePhase::Verifying));
+        assert_eq!(status.start_time, Some(at(1_000)), "the start is the Job's");
+        let ready = conditions::find(&status.conditions, READY).unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "Verifying"));
+        assert!(ready.message.contains("checks the staged copy against the manifest"), "{}", ready.message);
+        let quiesced = conditions::find(&status.conditions, condition::QUIESCED).unwrap();
+        assert_eq!((quiesced.status.as_str(), quiesced.reason.as_str()), ("True", "BackendStopped"));
+        restore.status = Some(status.clone());
+        assert!(restore.quiesces_app(), "the VisitorsApp controller keeps the backend stopped");
+        assert_eq!(verifying(&restore, "r1-restore", &backup(), Some(at(1_000)), at(1_090)), status);
     }
 
     #[test]

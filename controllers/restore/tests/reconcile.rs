@@ -345,3 +345,59 @@ async fn a_restore_deleted_mid_way_stops_its_job_and_frees_the_database() {
 fn job(conditions: Value) -> Value {
     shop::job("r1-restore", "MySQLRestore", "r1", "r-1", conditions)
 }
+
+/// The pods of an active restore Job: the staging init container `stage` in `stage_state`,
+/// the agent container waiting or running.
+fn pods_in_step(stage_state: Value, agent_state: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [{
+        "metadata": {"name": "r1-restore-x", "namespace": "shop"},
+        "status": {
+            "initContainerStatuses": [{"name": "stage", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                "state": stage_state}],
+            "containerStatuses": [{"name": "agent", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                "state": agent_state}]}
+    }]})
+}
+
+#[tokio::test]
+async fn the_end_of_the_staging_step_shows_verifying_with_the_backend_still_stopped() {
+    // While the init container stages, the restore stays Running.
+    let (context, mut server) = context();
+    let restore = with_status(restore(), running_status());
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context.clone()));
+    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(json!([]))).await;
+    let staging = pods_in_step(
+        json!({"running": {"startedAt": "2026-11-23T10:00:01Z"}}),
+        json!({"waiting": {"reason": "PodInitializing"}}),
+    );
+    server.expect(Method::GET, PODS_PATH, StatusCode::OK, staging).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
+    assert_eq!(written.body["status"]["phase"], "Running");
+    task.await.unwrap().unwrap();
+
+    // The staging step ended well, the agent container checks and swaps: Verifying, said once.
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context.clone()));
+    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(json!([]))).await;
+    let verifying = pods_in_step(
+        json!({"terminated": {"exitCode": 0, "reason": "Completed", "message": "{\"ok\":true}"}}),
+        json!({"running": {"startedAt": "2026-11-23T10:05:00Z"}}),
+    );
+    server.expect(Method::GET, PODS_PATH, StatusCode::OK, verifying.clone()).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
+    let status = written.body["status"].clone();
+    assert_eq!(status["phase"], "Verifying");
+    assert_eq!(condition(&status, "Ready")["reason"], "Verifying");
+    assert_eq!(condition(&status, "Quiesced")["status"], "True", "the backend stays stopped");
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!((event.body["reason"].as_str(), event.body["type"].as_str()), (Some("Verifying"), Some("Normal")));
+    task.await.unwrap().unwrap();
+
+    // Seen again: no new status write, no second Event.
+    let verifying_restore = with_status(restore, status);
+    assert!(verifying_restore.quiesces_app());
+    let task = tokio::spawn(reconcile(Arc::new(verifying_restore), context));
+    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(json!([]))).await;
+    server.expect(Method::GET, PODS_PATH, StatusCode::OK, verifying).await;
+    task.await.unwrap().unwrap();
+    server.expect_no_request(Duration::from_millis(200)).await;
+}

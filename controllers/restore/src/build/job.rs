@@ -1,5 +1,9 @@
 //! The Job that runs one restore: `visitors-agent restore --from <location> --drop-existing`
-//! against the target app's MySQL Service, as root, every credential from a Secret reference.
+//! against the target app's MySQL Service, as root, every credential from a Secret reference,
+//! in two steps the controller can tell apart in the pod's status: the init container
+//! [`STAGE_CONTAINER`] loads and checks the data in staging schemas (`--stage-only`), then the
+//! agent container checks the staged copy against the manifest again and swaps it in
+//! (`--from-stage`): the restore's `Running` and `Verifying` phases.
 
 use controller_common::job::{AgentInputs, AgentJob, StorageAccess};
 use k8s_openapi::api::batch::v1::Job;
@@ -8,6 +12,9 @@ use visitors_api::MySQLRestore;
 use visitors_api::labels::names;
 
 use super::{Backup, restore_labels};
+
+/// The init container that loads the backup into staging schemas and checks it there.
+pub const STAGE_CONTAINER: &str = "stage";
 
 /// The Job's name: derived from the restore, so a repeated reconcile finds it.
 pub fn job_name(restore: &MySQLRestore) -> String {
@@ -33,7 +40,7 @@ pub fn restore_job(restore: &MySQLRestore, backup: &Backup, inputs: &AgentInputs
     if let Some(sha) = &backup.manifest_sha256 {
         args.extend(["--expect-manifest-sha256".into(), sha.clone()]);
     }
-    AgentJob {
+    let job = AgentJob {
         name: job_name(restore),
         namespace: namespace.clone(),
         labels: restore_labels(restore),
@@ -44,7 +51,22 @@ pub fn restore_job(restore: &MySQLRestore, backup: &Backup, inputs: &AgentInputs
             .with_database(&restore.spec.target.visitors_app, &namespace, credentials_secret)
             .with_storage(&backup.storage, StorageAccess::ReadOnly)
     }
-    .build()
+    .build();
+    in_two_steps(job)
+}
+
+/// The agent container of `job` split into the staging step (an init container) and the
+/// checking and swapping step (the agent container). Both take the same arguments, so the
+/// second refuses a copy staged from another manifest.
+fn in_two_steps(mut job: Job) -> Job {
+    let pod = job.spec.as_mut().and_then(|s| s.template.spec.as_mut()).expect("an agent Job has a pod template");
+    let agent = &mut pod.containers[0];
+    let mut stage = agent.clone();
+    stage.name = STAGE_CONTAINER.into();
+    stage.args.get_or_insert_default().push("--stage-only".into());
+    agent.args.get_or_insert_default().push("--from-stage".into());
+    pod.init_containers = Some(vec![stage]);
+    job
 }
 
 #[cfg(test)]
@@ -81,6 +103,10 @@ mod tests {
         &job.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0]
     }
 
+    fn stage_container(job: &Job) -> &Container {
+        &job.spec.as_ref().unwrap().template.spec.as_ref().unwrap().init_containers.as_ref().unwrap()[0]
+    }
+
     fn env_var<'a>(container: &'a Container, name: &str) -> Option<&'a EnvVar> {
         container.env.as_ref().unwrap().iter().find(|e| e.name == name)
     }
@@ -102,7 +128,21 @@ mod tests {
             "restore --from file:///backup/shop/ex/b1 --drop-existing --parallelism 2 --progress-interval 30 --expect-manifest-sha256 {}",
             "ab".repeat(32)
         );
-        assert!(args.ends_with(&expected), "{args}");
+        assert!(args.ends_with(&format!("{expected} --from-stage")), "the agent container checks and swaps: {args}");
+        let stage = stage_container(&job);
+        assert_eq!(stage.name, STAGE_CONTAINER);
+        let stage_args = stage.args.as_ref().unwrap().join(" ");
+        assert!(stage_args.ends_with(&format!("{expected} --stage-only")), "the init container stages: {stage_args}");
+        assert_eq!(
+            (&stage.env, &stage.volume_mounts, &stage.security_context, &stage.termination_message_path),
+            (
+                &container.env,
+                &container.volume_mounts,
+                &container.security_context,
+                &container.termination_message_path
+            ),
+            "both steps reach the same database and backup, hardened alike, each with its summary"
+        );
         assert_eq!(env_var(container, "MYSQL_HOST").unwrap().value.as_deref(), Some("ex-mysql.shop.svc"));
         let password = env_var(container, "MYSQL_PWD").unwrap();
         assert_eq!(password.value, None, "the password only by Secret reference");
