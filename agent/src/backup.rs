@@ -25,7 +25,7 @@ use crate::mysql::catalog::{self, TableInfo};
 use crate::mysql::connection::describe_server;
 use crate::mysql::{ConnectionSettings, Connector, snapshot, users};
 use crate::progress::Progress;
-use crate::storage::{FileWriter, S3Settings, Storage};
+use crate::storage::{FileWriter, S3Settings, Storage, Syncer};
 
 #[derive(Clone, Debug)]
 pub struct BackupOptions {
@@ -213,15 +213,18 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
     let snapshot = snapshot::open(&connector, &mut coordinator, parallelism, mariadb, ddl).await?;
     let _ = coordinator.disconnect().await;
     tracing::info!("snapshot open for {parallelism} workers ({}, DDL blocked: {ddl:?})", snapshot.method);
+    let output = Output { storage: storage.clone(), written: written.clone(), syncer: Arc::new(storage.syncer()) };
     let mut plans = Vec::with_capacity(catalogs.len());
     for catalog in catalogs {
-        plans.push(store_database(storage, written, catalog).await?);
+        plans.push(store_database(&output, catalog).await?);
     }
     let users = match users {
-        Some(statements) => store_optional(storage, written, layout::USERS, "users and grants", &statements).await?,
+        Some(statements) => store_optional(&output, layout::USERS, "users and grants", &statements).await?,
         None => None,
     };
-    let results = dump_all(connector, storage, written, options, &plans, snapshot.workers).await?;
+    let results = dump_all(connector, &output, options, &plans, snapshot.workers).await?;
+    // Every file is durable before the manifest names it.
+    output.syncer.finish().await?;
 
     let manifest = Manifest {
         format: FORMAT_NAME.into(),
@@ -240,11 +243,25 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
     write_manifest(storage, written, manifest).await
 }
 
+/// Where a backup's files go: the storage, the list of files written (removed if the backup
+/// fails) and the syncer that makes finished files durable.
+struct Output {
+    storage: Storage,
+    written: Written,
+    syncer: Arc<Syncer>,
+}
+
+impl Output {
+    /// Notes a file before it is written, so that a failed backup removes it.
+    fn starting(&self, path: &str) {
+        self.written.lock().unwrap().push(path.to_string());
+    }
+}
+
 /// Plans the work, then lets every worker take tasks until none is left or one fails.
 async fn dump_all(
     connector: Connector,
-    storage: &Storage,
-    written: &Written,
+    output: &Output,
     options: &BackupOptions,
     plans: &[DatabasePlan],
     mut workers: Vec<Conn>,
@@ -255,8 +272,9 @@ async fn dump_all(
     let reporter = progress.report_every(options.progress_interval);
     let context = Arc::new(DumpContext {
         connector,
-        storage: storage.clone(),
-        written: written.clone(),
+        storage: output.storage.clone(),
+        written: output.written.clone(),
+        syncer: output.syncer.clone(),
         options: options.clone(),
         progress: progress.clone(),
         names: plans.iter().map(|p| (p.name.clone(), p.tables.iter().map(|t| t.name.clone()).collect())).collect(),
@@ -325,17 +343,16 @@ async fn read_database(connector: &Connector, conn: &mut Conn, name: String) -> 
 }
 
 /// Stores a database's schema, view, routine and trigger files.
-async fn store_database(storage: &Storage, written: &Written, catalog: DatabaseCatalog) -> Result<DatabasePlan> {
+async fn store_database(output: &Output, catalog: DatabaseCatalog) -> Result<DatabasePlan> {
     let name = catalog.name;
     let schema =
-        store_sql(storage, written, &layout::database_schema(&name), &format!("database {name}"), &[catalog.create])
-            .await?;
+        store_sql(output, &layout::database_schema(&name), &format!("database {name}"), &[catalog.create]).await?;
     let mut entries = Vec::with_capacity(catalog.tables.len());
     let mut tables = Vec::with_capacity(catalog.tables.len());
     for (table, create) in catalog.tables {
         let statements = ["SET NAMES utf8mb4".to_string(), create];
         let header = format!("table {}.{}", quote_ident(&name), quote_ident(&table.name));
-        let file = store_sql(storage, written, &layout::table_schema(&name, &table.name), &header, &statements).await?;
+        let file = store_sql(output, &layout::table_schema(&name, &table.name), &header, &statements).await?;
         entries.push(TableEntry {
             name: table.name.clone(),
             schema: file,
@@ -350,41 +367,28 @@ async fn store_database(storage: &Storage, written: &Written, catalog: DatabaseC
     }
     let view_names = catalog.views.iter().map(|(view, _)| view.clone()).collect();
     let view_statements: Vec<String> = catalog.views.into_iter().flat_map(|(_, statements)| statements).collect();
-    let views =
-        store_optional(storage, written, &layout::views(&name), &format!("views of {name}"), &view_statements).await?;
+    let views = store_optional(output, &layout::views(&name), &format!("views of {name}"), &view_statements).await?;
     let routines =
-        store_optional(storage, written, &layout::routines(&name), &format!("routines of {name}"), &catalog.routines)
-            .await?;
+        store_optional(output, &layout::routines(&name), &format!("routines of {name}"), &catalog.routines).await?;
     let triggers =
-        store_optional(storage, written, &layout::triggers(&name), &format!("triggers of {name}"), &catalog.triggers)
-            .await?;
+        store_optional(output, &layout::triggers(&name), &format!("triggers of {name}"), &catalog.triggers).await?;
     let entry = DatabaseEntry { name: name.clone(), schema, tables: entries, views, view_names, routines, triggers };
     Ok(DatabasePlan { name, tables, entry })
 }
 
-async fn store_sql(
-    storage: &Storage,
-    written: &Written,
-    path: &str,
-    header: &str,
-    statements: &[String],
-) -> Result<FileEntry> {
-    written.lock().unwrap().push(path.to_string());
+async fn store_sql(output: &Output, path: &str, header: &str, statements: &[String]) -> Result<FileEntry> {
+    output.starting(path);
     let text = write_statements(header, statements);
-    storage.put(path, Bytes::from(text), false).await
+    let file = output.storage.put(path, Bytes::from(text), false).await?;
+    output.syncer.add(path);
+    Ok(file)
 }
 
-async fn store_optional(
-    storage: &Storage,
-    written: &Written,
-    path: &str,
-    header: &str,
-    statements: &[String],
-) -> Result<Option<FileEntry>> {
+async fn store_optional(output: &Output, path: &str, header: &str, statements: &[String]) -> Result<Option<FileEntry>> {
     if statements.is_empty() {
         return Ok(None);
     }
-    store_sql(storage, written, path, header, statements).await.map(Some)
+    store_sql(output, path, header, statements).await.map(Some)
 }
 
 /// A unit of work for one worker.
@@ -500,6 +504,7 @@ struct DumpContext {
     connector: Connector,
     storage: Storage,
     written: Written,
+    syncer: Arc<Syncer>,
     options: BackupOptions,
     progress: Arc<Progress>,
     /// Database names with their table names, indexed as in the tasks.
@@ -664,6 +669,7 @@ impl<'a> ChunkSequence<'a> {
     async fn close(&mut self) -> Result<()> {
         if let Some((writer, rows, data_bytes)) = self.open.take() {
             let file = writer.finish().await?;
+            self.context.syncer.add(&file.path);
             self.done.push(ChunkEntry { file, rows, data_bytes });
         }
         Ok(())

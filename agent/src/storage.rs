@@ -16,7 +16,9 @@ use object_store::aws::AmazonS3Builder;
 use object_store::buffered::BufWriter;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
+use object_store::{
+    GetResult, GetResultPayload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
+};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio_util::io::{ReaderStream, StreamReader};
@@ -76,10 +78,18 @@ impl Location {
     }
 }
 
+mod sync;
+pub use sync::Syncer;
+
 /// A backup's root in a store.
 #[derive(Clone)]
 pub struct Storage {
     store: Arc<dyn ObjectStore>,
+    /// Where `put`s with `create_only` and `create`s go: on a volume they are fsynced before
+    /// they return. On S3 the same store.
+    durable: Arc<dyn ObjectStore>,
+    /// On a volume: the store without fsync and the root folder, for a [`Syncer`].
+    local: Option<(Arc<LocalFileSystem>, std::path::PathBuf)>,
     root: Path,
     location: String,
     bucket: Option<String>,
@@ -96,8 +106,11 @@ impl Storage {
             Location::S3 { bucket, prefix } => {
                 let store = build_s3(&bucket, s3)
                     .map_err(|e| AgentError::InvalidLocation { location: text.into(), reason: e.to_string() })?;
+                let store: Arc<dyn ObjectStore> = Arc::new(store);
                 Ok(Self {
-                    store: Arc::new(store),
+                    durable: store.clone(),
+                    store,
+                    local: None,
                     root: Path::from(prefix),
                     location: text.into(),
                     bucket: Some(bucket),
@@ -110,18 +123,35 @@ impl Storage {
                 if !dir.is_dir() {
                     return Err(AgentError::ManifestMissing { location: text.into() });
                 }
-                // fsync: every file and its directory are durable before `put`/`finish` returns,
-                // so the manifest, written last, never names a file a crash could lose.
-                let store = LocalFileSystem::new_with_prefix(&dir)
-                    .map_err(|e| AgentError::InvalidLocation { location: text.into(), reason: e.to_string() })?
-                    .with_fsync(true);
-                Ok(Self { store: Arc::new(store), root: Path::default(), location: text.into(), bucket: None })
+                // Durability: data and schema files are fsynced by a `Syncer` in the background
+                // while a backup goes on; the manifest (`put` with `create_only`), written after
+                // the syncer finished, is fsynced with its folder before `put` returns. So the
+                // manifest never names a file a crash could lose.
+                let local_store = || {
+                    LocalFileSystem::new_with_prefix(&dir)
+                        .map_err(|e| AgentError::InvalidLocation { location: text.into(), reason: e.to_string() })
+                };
+                let store = Arc::new(local_store()?);
+                let root = std::fs::canonicalize(&dir).map_err(|error| io_error(text, error))?;
+                Ok(Self {
+                    durable: Arc::new(local_store()?.with_fsync(true)),
+                    local: Some((store.clone(), root)),
+                    store,
+                    root: Path::default(),
+                    location: text.into(),
+                    bucket: None,
+                })
             }
         }
     }
 
     pub fn location(&self) -> &str {
         &self.location
+    }
+
+    /// Makes the files given to it durable in the background (see [`Syncer`]).
+    pub fn syncer(&self) -> Syncer {
+        Syncer::new(&self.location, self.local.clone())
     }
 
     fn path(&self, relative: &str) -> Path {
@@ -152,20 +182,22 @@ impl Storage {
         Ok(objects)
     }
 
-    /// Stores a small file whole. With `create_only`, fails if the file exists.
+    /// Stores a small file whole. With `create_only`, fails if the file exists, and the file is
+    /// durable when this returns; without, give it to a [`Syncer`].
     pub async fn put(&self, relative: &str, data: Bytes, create_only: bool) -> Result<FileEntry> {
         let entry =
             FileEntry { path: relative.into(), bytes: data.len() as u64, sha256: hex::encode(Sha256::digest(&data)) };
-        let mode = if create_only { PutMode::Create } else { PutMode::Overwrite };
+        let (mode, store) =
+            if create_only { (PutMode::Create, &self.durable) } else { (PutMode::Overwrite, &self.store) };
         let options = PutOptions { mode, ..Default::default() };
-        self.store.put_opts(&self.path(relative), PutPayload::from(data), options).await.map_err(|e| self.error(e))?;
+        store.put_opts(&self.path(relative), PutPayload::from(data), options).await.map_err(|e| self.error(e))?;
         Ok(entry)
     }
 
     /// Stores a small file only if none exists: `Ok(false)` when one does.
     pub async fn create(&self, relative: &str, data: Bytes) -> Result<bool> {
         let options = PutOptions { mode: PutMode::Create, ..Default::default() };
-        match self.store.put_opts(&self.path(relative), PutPayload::from(data), options).await {
+        match self.durable.put_opts(&self.path(relative), PutPayload::from(data), options).await {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => Ok(false),
             Err(error) => Err(self.error(error)),
@@ -180,7 +212,7 @@ impl Storage {
     /// Size and SHA-256 of a stored file, read as a stream.
     pub async fn digest(&self, relative: &str) -> Result<(u64, String)> {
         let result = self.store.get(&self.path(relative)).await.map_err(|e| self.read_error(relative, e))?;
-        let mut stream = result.into_stream();
+        let mut stream = stored_bytes(result);
         let mut hasher = Sha256::new();
         let mut bytes = 0u64;
         while let Some(piece) = stream.next().await {
@@ -203,8 +235,7 @@ impl Storage {
         let result = self.store.get(&self.path(relative)).await.map_err(|e| self.read_error(relative, e))?;
         let expected = file.clone();
         let mut seen = Some((Sha256::new(), 0u64));
-        let raw = result
-            .into_stream()
+        let raw = stored_bytes(result)
             .map_err(io::Error::other)
             .map(Some)
             .chain(futures::stream::once(async { None }))
@@ -301,6 +332,38 @@ impl Storage {
             _ => AgentError::Storage { location, reason: short_reason(&text) },
         }
     }
+}
+
+/// Bytes read at once from a file on a volume.
+const READ_BLOCK_BYTES: u64 = 1024 * 1024;
+
+/// The bytes of a stored file as a stream. A file on a volume is read in blocks of
+/// [`READ_BLOCK_BYTES`] (`object_store` reads 8 KiB at a time, each on a blocking thread of
+/// its own: measured, that costs more than the reading).
+fn stored_bytes(result: GetResult) -> BoxStream<'static, object_store::Result<Bytes>> {
+    let file = match result.payload {
+        GetResultPayload::File(file, _) => Arc::new(file),
+        GetResultPayload::Stream(stream) => return stream,
+    };
+    futures::stream::try_unfold(result.range, move |range| {
+        let file = file.clone();
+        async move {
+            if range.start >= range.end {
+                return Ok(None);
+            }
+            let length = (range.end - range.start).min(READ_BLOCK_BYTES);
+            let block = tokio::task::spawn_blocking(move || {
+                let mut block = vec![0; length as usize];
+                std::os::unix::fs::FileExt::read_exact_at(&*file, &mut block, range.start).map(|()| block)
+            })
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))
+            .and_then(|read| read)
+            .map_err(|source| object_store::Error::Generic { store: "LocalFileSystem", source: Box::new(source) })?;
+            Ok(Some((Bytes::from(block), range.start + length..range.end)))
+        }
+    })
+    .boxed()
 }
 
 fn build_s3(bucket: &str, s3: &S3Settings) -> object_store::Result<impl ObjectStore> {
