@@ -14,9 +14,14 @@
 # production-like data of issue 9).
 #
 # Usage: bench/agent/run.sh [--size-mib N] [--threads N] [--levels "1 3"] [--datasets "compressible realistic"]
-#                           [--work-dir DIR] [--agent PATH] [--keep]
+#                           [--work-dir DIR] [--agent PATH] [--other-agent PATH] [--repeat N] [--no-mydumper] [--keep]
 # --work-dir: where the server's data and the backups go (default /tmp); a tmpfs such as /dev/shm
 # takes the disk (and fsync) out of the measurement.
+# --repeat N: every backup and restore N times, interleaved (agent, dump, ..., agent, dump, ...), so a
+# changing machine load hits every tool alike; a "best of N" table and the agent's ratios follow.
+# --other-agent PATH: a second build of the agent (say, the one before a change) measured beside
+# the first, in the same interleaved rounds, as "visitors-agent (other build)".
+# --no-mydumper: leave out mydumper and myloader (quicker runs for the agent against the pipeline).
 # Backups run at each zstd level of --levels (agent and mariadb-dump at the same level);
 # restores use the backups of the first level.
 # Needs: mariadb-server mariadb-client zstd mydumper time (Debian packages), and a release
@@ -29,6 +34,9 @@ LEVELS="1 3"
 DATASETS="compressible realistic"
 WORK_DIR=/tmp
 AGENT=""
+OTHER_AGENT=""
+REPEAT=1
+MYDUMPER=1
 KEEP=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -38,6 +46,9 @@ while [[ $# -gt 0 ]]; do
     --datasets) DATASETS="$2"; shift 2 ;;
     --work-dir) WORK_DIR="$2"; shift 2 ;;
     --agent) AGENT="$2"; shift 2 ;;
+    --other-agent) OTHER_AGENT="$2"; shift 2 ;;
+    --repeat) REPEAT="$2"; shift 2 ;;
+    --no-mydumper) MYDUMPER=0; shift ;;
     --keep) KEEP=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -47,7 +58,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 if [[ -z "$AGENT" ]]; then
   AGENT="${CARGO_TARGET_DIR:-$ROOT/target}/release/visitors-agent"
 fi
-for program in mariadbd mariadb-install-db mariadb mariadb-dump zstd mydumper myloader /usr/bin/time "$AGENT"; do
+for program in mariadbd mariadb-install-db mariadb mariadb-dump zstd mydumper myloader /usr/bin/time "$AGENT" ${OTHER_AGENT:+"$OTHER_AGENT"}; do
   command -v "$program" >/dev/null || [[ -x "$program" ]] || { echo "missing: $program" >&2; exit 1; }
 done
 
@@ -133,7 +144,7 @@ measure() {
   local cpu0 t0 t1 cpu1 rss="-" size="-" client
   rm -rf "$stored"
   cpu0=$(server_cpu); t0=$(date +%s.%N)
-  /usr/bin/time -v -o "$WORK/time.txt" "$@" > "$WORK/out.txt" 2> "$WORK/err.txt" || {
+  /usr/bin/time -v -o "$WORK/time.txt" "$@" < /dev/null > "$WORK/out.txt" 2> "$WORK/err.txt" || {
     echo "$tool $step failed:" >&2; tail -5 "$WORK/err.txt" >&2; exit 1; }
   t1=$(date +%s.%N); cpu1=$(server_cpu)
   client=$(awk '/User time|System time/ { s += $NF } END { printf "%.1f", s }' "$WORK/time.txt")
@@ -155,6 +166,7 @@ check_restored() {
 
 run_dataset() {
   generate "$1"
+  DATASET_START=$(wc -l < "$RESULTS")
   {
     echo
     echo "Dataset $1: ${DATA_MIB} MiB of table data (SUM(DATA_LENGTH)), big: ${BIG_ROWS} rows, 50 x ${SMALL_ROWS} rows"
@@ -162,29 +174,86 @@ run_dataset() {
     echo '| step | tool | wall s | MiB/s | server CPU s | client CPU s | agent peak RSS MiB | stored MiB |'
     echo '|---|---|---|---|---|---|---|---|'
   } >> "$RESULTS"
+  local round
+  for round in $(seq 1 "$REPEAT"); do
+    [[ "$REPEAT" == 1 ]] || echo "round $round of $REPEAT" >&2
+    run_round
+  done
+  best_of "$1"
+}
+
+# agent_builds: "label|path|backup folder" lines, the agent under test first.
+agent_builds() {
+  echo "visitors-agent|$AGENT|agent"
+  [[ -z "$OTHER_AGENT" ]] || echo "visitors-agent (other build)|$OTHER_AGENT|other-agent"
+}
+
+run_round() {
+  local label path
   # ---- backups ---------------------------------------------------------------------------
   for LEVEL in $LEVELS; do
-    measure backup "visitors-agent (zstd -$LEVEL, $THREADS workers)" "$WORK/agent-$LEVEL" \
-      "$AGENT" backup --to "file://$WORK/agent-$LEVEL" "${AGENT_TCP[@]}" --database bench --parallelism "$THREADS" \
-      --compression zstd --compression-level "$LEVEL" --progress-interval 0
+    while IFS='|' read -r label path dir; do
+      measure backup "$label (zstd -$LEVEL, $THREADS workers)" "$WORK/$dir-$LEVEL" \
+        "$path" backup --to "file://$WORK/$dir-$LEVEL" "${AGENT_TCP[@]}" --database bench --parallelism "$THREADS" \
+        --compression zstd --compression-level "$LEVEL" --progress-interval 0
+    done < <(agent_builds)
     measure backup "mariadb-dump --single-transaction --quick | zstd -$LEVEL" "$WORK/dump-$LEVEL.sql.zst" \
       bash -c "mariadb-dump ${TCP[*]} --single-transaction --quick --databases bench | zstd -q -$LEVEL -o '$WORK/dump-$LEVEL.sql.zst'"
   done
   FIRST_LEVEL="${LEVELS%% *}"
-  measure backup "mydumper -t $THREADS -c --rows 500000 (gzip)" "$WORK/mydumper" \
-    mydumper "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -c --rows 500000 -B bench -o "$WORK/mydumper"
+  if [[ "$MYDUMPER" == 1 ]]; then
+    measure backup "mydumper -t $THREADS -c --rows 500000 (gzip)" "$WORK/mydumper" \
+      mydumper "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -c --rows 500000 -B bench -o "$WORK/mydumper"
+  fi
+  # Every build restores the backup of the agent under test.
+  local from="$WORK/agent-$FIRST_LEVEL"
 
   # ---- restores --------------------------------------------------------------------------
-  drop_bench
-  measure restore "visitors-agent ($THREADS workers)" "" \
-    "$AGENT" restore --from "file://$WORK/agent-$FIRST_LEVEL" "${AGENT_TCP[@]}" --parallelism "$THREADS" --progress-interval 0
-  check_restored "visitors-agent restore"
+  while IFS='|' read -r label path _; do
+    drop_bench
+    measure restore "$label ($THREADS workers)" "" \
+      "$path" restore --from "file://$from" "${AGENT_TCP[@]}" --parallelism "$THREADS" --progress-interval 0
+    check_restored "$label restore"
+  done < <(agent_builds)
   drop_bench
   measure restore "zstd -dc | mariadb" "" bash -c "zstd -dc '$WORK/dump-$FIRST_LEVEL.sql.zst' | mariadb ${TCP[*]}"
   check_restored "mariadb"
-  drop_bench
-  measure restore "myloader -t $THREADS" "" myloader "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -d "$WORK/mydumper" -o
-  check_restored "myloader"
+  if [[ "$MYDUMPER" == 1 ]]; then
+    drop_bench
+    measure restore "myloader -t $THREADS" "" myloader "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -d "$WORK/mydumper" -o
+    check_restored "myloader"
+  fi
+}
+
+# best_of DATASET: with --repeat, the fastest run of each tool, and the agent's ratios.
+best_of() {
+  [[ "$REPEAT" == 1 ]] && return
+  {
+    echo
+    echo "Dataset $1, best of $REPEAT interleaved runs (lowest wall time of each tool):"
+    echo
+    echo '| step | tool | wall s | MiB/s | server CPU s | client CPU s | agent peak RSS MiB | stored MiB |'
+    echo '|---|---|---|---|---|---|---|---|'
+    awk -F' [|] ' -v from="$DATASET_START" 'NR > from && /^[|] (backup|restore) / {
+        key = $1 " | " $2; if (!(key in best) || $3 + 0 < wall[key]) { best[key] = $0; wall[key] = $3 + 0 }
+        if (!(key in order)) { order[key] = ++n; keys[n] = key } }
+      END { for (i = 1; i <= n; i++) print best[keys[i]] }' "$RESULTS"
+    echo
+    awk -F' [|] ' -v from="$DATASET_START" 'NR > from && /^[|] (backup|restore) / {
+        key = $1 " | " $2; if (!(key in wall) || $3 + 0 < wall[key]) wall[key] = $3 + 0 }
+      END {
+        for (k in wall) if (k ~ /^[|] backup [|] visitors-agent/) {
+          level = k; sub(/.*zstd -/, "", level); sub(/,.*/, "", level)
+          base = "| backup | mariadb-dump --single-transaction --quick \\| zstd -" level
+          if (base in wall) printf "%s: %.2fx mariadb-dump | zstd -%s\n", substr(k, 12), wall[base] / wall[k], level }
+        for (k in wall) if (k ~ /^[|] restore [|] visitors-agent/) {
+          if ("| restore | myloader -t '"$THREADS"'" in wall)
+            printf "%s: %.2fx myloader\n", substr(k, 13), wall["| restore | myloader -t '"$THREADS"'"] / wall[k]
+          if ("| restore | zstd -dc \\| mariadb" in wall)
+            printf "%s: %.2fx zstd -dc | mariadb\n", substr(k, 13), wall["| restore | zstd -dc \\| mariadb"] / wall[k] }
+      }' "$RESULTS"
+  } > "$WORK/best.md"
+  cat "$WORK/best.md" >> "$RESULTS"
 }
 
 for DATASET in $DATASETS; do
