@@ -30,6 +30,9 @@ pub mod condition {
     pub const SCHEDULE_VALID: &str = "ScheduleValid";
     /// Schedule: whether the newest finished run succeeded.
     pub const LAST_BACKUP_SUCCEEDED: &str = "LastBackupSucceeded";
+    /// Run being deleted under `deletionPolicy: Delete`: True while its stored backup is being
+    /// deleted, False (reason `StorageDeleteFailed`) when the storage refused.
+    pub const DELETING: &str = "Deleting";
 }
 
 /// A backup of a VisitorsApp's database: a single run, or a schedule of runs.

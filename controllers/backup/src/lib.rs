@@ -3,6 +3,7 @@
 pub mod build;
 pub mod controller;
 pub mod cron;
+pub mod deletion;
 pub mod metrics;
 pub mod retention;
 pub mod run;

@@ -38,9 +38,9 @@ impl Run<'_> {
     async fn reconcile(&self) -> Result<Action, Error> {
         let runtime = &self.ctx.runtime;
         if self.backup.metadata.deletion_timestamp.is_some() {
-            runtime.forget(self.backup);
-            return Ok(Action::await_change());
+            return crate::deletion::reconcile_deleted(self.backup, self.ctx, &self.agent).await;
         }
+        crate::deletion::keep_finalizer_in_line(self.backup, &self.agent).await?;
         if let Err(invalid) = validate::backup(self.backup) {
             let wrote = self.publish(status::invalid(self.backup, &invalid, now())).await?;
             if wrote {

@@ -49,6 +49,31 @@ pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, credentials_secret
     .build()
 }
 
+/// The name of the Job that deletes the run's stored backup (`deletionPolicy: Delete`).
+pub fn delete_job_name(backup: &MySQLBackup) -> String {
+    format!("{}-delete", backup.name_any())
+}
+
+/// The Job that deletes the stored backup of run `backup`: `visitors-agent delete <location>
+/// --break-lock`, with the storage access of the backup Job and no database credentials.
+/// `--break-lock` is safe because it only runs once the run's backup Job and its pods are gone:
+/// a lock left there is one a killed backup left.
+pub fn delete_job(backup: &MySQLBackup, inputs: &AgentInputs) -> Job {
+    let namespace = backup.namespace().unwrap_or_default();
+    let args = vec!["delete".to_string(), agent_location(backup), "--break-lock".into()];
+    AgentJob {
+        name: delete_job_name(backup),
+        namespace,
+        labels: run_labels(backup),
+        owner: backup.controller_owner_ref(&()),
+        args,
+        active_deadline_seconds: backup.spec.active_deadline_seconds(),
+        resources: backup.spec.resources.clone(),
+        ..AgentJob::of(inputs).with_storage(&backup.spec.storage, StorageAccess::ReadWrite)
+    }
+    .build()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +151,41 @@ mod tests {
         assert_eq!(env_value(container, "TRACEPARENT"), None);
         let pod = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
         assert!(pod.volumes.as_ref().unwrap().iter().all(|v| v.persistent_volume_claim.is_none()));
+    }
+
+    #[test]
+    fn delete_jobs_delete_the_runs_location_with_the_storage_only() {
+        let job = delete_job(&run(), &inputs());
+        assert_eq!(job.metadata.name.as_deref(), Some("b1-delete"));
+        let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("MySQLBackup", "b1"));
+        assert_eq!(
+            job.metadata.labels.as_ref().unwrap()["app.kubernetes.io/component"],
+            "backup",
+            "the Job watch sees it"
+        );
+        let agent = container(&job);
+        assert_eq!(agent.command.as_ref().unwrap(), &["/usr/local/bin/visitors-agent"]);
+        let args = agent.args.as_ref().unwrap().join(" ");
+        assert!(args.ends_with("delete file:///backup/mysql/shop/ex/b1 --break-lock"), "{args}");
+        assert!(agent.env.iter().flatten().all(|e| !e.name.starts_with("MYSQL")), "no database access");
+        let spec = job.spec.as_ref().unwrap();
+        assert_eq!((spec.backoff_limit, spec.active_deadline_seconds), (Some(0), Some(900)));
+        let pod = spec.template.spec.as_ref().unwrap();
+        assert_eq!(
+            pod.security_context,
+            backup_job(&run(), &inputs(), CREDENTIALS).spec.unwrap().template.spec.unwrap().security_context
+        );
+        let volume = pod.volumes.as_ref().unwrap().iter().find(|v| v.name == "backup").unwrap();
+        assert_eq!(volume.persistent_volume_claim.as_ref().unwrap().claim_name, "backups");
+
+        let s3 = delete_job(&s3_run(), &inputs());
+        let s3_container = container(&s3);
+        assert!(s3_container.args.as_ref().unwrap().join(" ").contains("delete s3://backups/prod/shop/ex/b1"));
+        assert_eq!(
+            secret_ref(s3_container, "AWS_SECRET_ACCESS_KEY"),
+            ("s3-keys".into(), "AWS_SECRET_ACCESS_KEY".into())
+        );
     }
 
     #[test]

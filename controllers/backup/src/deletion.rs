@@ -1,0 +1,215 @@
+//! `deletionPolicy: Delete`: deleting a run deletes its stored backup first. A run with that
+//! policy carries [`FINALIZER`]; once it is being deleted, its backup Job is stopped and its pods
+//! waited for, then a short Job runs `visitors-agent delete <location> --break-lock`, followed
+//! through the Job watch. The finalizer goes only when that Job succeeded, or when the run never
+//! started a Job (nothing was stored). A delete the storage refuses keeps the finalizer: the
+//! `Deleting` condition (`StorageDeleteFailed`) and a Warning Event say why, and it is retried
+//! with the run's backoff. Switching the policy to `Retain` lets the run go and keeps the files.
+//! Retention deletes runs through the API, so its deletions take the same path.
+
+use controller_common::agent_run::AgentRun;
+use controller_common::job::{self, JobState, RunEnd};
+use controller_common::reconcile::{ApiError, api_err};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use visitors_api::agent_summary::Operation;
+use visitors_api::backup::condition::DELETING;
+use visitors_api::conditions::{self, Desired, Status};
+use visitors_api::visitors_app::DeletionPolicy;
+use visitors_api::{MySQLBackup, MySQLBackupStatus};
+
+use crate::build::job::{delete_job, delete_job_name, job_name};
+use crate::controller::{Context, Error};
+
+/// Held by runs whose stored backup must be deleted with them.
+pub const FINALIZER: &str = "example.com/delete-stored-backup";
+const REASON_DELETING: &str = "DeletingStorage";
+const REASON_FAILED: &str = "StorageDeleteFailed";
+
+fn has_finalizer(backup: &MySQLBackup) -> bool {
+    backup.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+fn wants_finalizer(backup: &MySQLBackup) -> bool {
+    !backup.spec.is_schedule() && backup.spec.deletion_policy() == DeletionPolicy::Delete
+}
+
+/// For a live run: adds the finalizer under `Delete`, removes it under `Retain`.
+pub async fn keep_finalizer_in_line(backup: &MySQLBackup, agent: &AgentRun<'_, MySQLBackup>) -> Result<(), Error> {
+    match (wants_finalizer(backup), has_finalizer(backup)) {
+        (true, false) => {
+            let mut finalizers = backup.finalizers().to_vec();
+            finalizers.push(FINALIZER.into());
+            set_finalizers(backup, agent, finalizers).await
+        }
+        (false, true) => remove_finalizer(backup, agent).await,
+        _ => Ok(()),
+    }
+}
+
+/// A run being deleted.
+pub async fn reconcile_deleted(
+    backup: &MySQLBackup,
+    ctx: &Context,
+    agent: &AgentRun<'_, MySQLBackup>,
+) -> Result<Action, Error> {
+    let runtime = &ctx.runtime;
+    if !has_finalizer(backup) {
+        runtime.forget(backup);
+        return Ok(Action::await_change());
+    }
+    let location = backup.status.as_ref().and_then(|s| s.location.clone()).unwrap_or_default();
+    if backup.spec.deletion_policy() == DeletionPolicy::Retain {
+        let note = format!("deletionPolicy is Retain: the stored backup at {location} is kept");
+        return let_go(backup, ctx, agent, "StorageRetained", note).await;
+    }
+    if backup.status.as_ref().and_then(|s| s.job_name.as_ref()).is_none() {
+        return let_go(backup, ctx, agent, "NothingStored", "the run never started a backup Job".into()).await;
+    }
+    if !backup_job_gone(backup, agent).await? {
+        return Ok(runtime.waiting(backup));
+    }
+    agent.release_lock().await?;
+    let name = delete_job_name(backup);
+    let Some(job) = agent.job(&name).await? else {
+        return start_delete_job(backup, ctx, agent, &location).await;
+    };
+    if !agent.owns(&job) {
+        let wait = agent.job_name_taken(&job);
+        publish(backup, agent, Status::False, wait.reason, wait.message).await?;
+        return Ok(runtime.waiting(backup));
+    }
+    match job::job_state(&job) {
+        JobState::Active => Ok(runtime.watching(backup)),
+        JobState::Complete => {
+            let note = format!("deleted the stored backup at {location}");
+            let_go(backup, ctx, agent, "StorageDeleted", note).await
+        }
+        state @ JobState::Failed { .. } => {
+            let pods = agent.pods(&name).await?;
+            let deadline = backup.spec.active_deadline_seconds();
+            let message = match job::run_end(&state, &pods, Operation::Delete, deadline) {
+                Some(RunEnd::Failed { message, .. }) => message,
+                _ => format!("Job {name} failed"),
+            };
+            let message = format!("deleting the stored backup at {location} failed: {message}; retrying");
+            if publish(backup, agent, Status::False, REASON_FAILED, message.clone()).await? {
+                tracing::warn!(error = %message, "deleting the stored backup failed");
+                runtime.events.warning(backup, REASON_FAILED, "DeleteStorage", message).await;
+                return Ok(runtime.waiting(backup));
+            }
+            // Reported at the last reconcile, which asked to come back after the backoff: retry
+            // (the Job watch sees the failed Job go and starts the next attempt).
+            agent.delete_job(&name).await?;
+            Ok(runtime.watching(backup))
+        }
+    }
+}
+
+/// Whether the run's backup Job is over and none of its pods still runs (a delete must never
+/// race a backup writing there); stops a Job that still runs.
+async fn backup_job_gone(backup: &MySQLBackup, agent: &AgentRun<'_, MySQLBackup>) -> Result<bool, Error> {
+    let name = job_name(backup);
+    if let Some(job) = agent.job(&name).await?
+        && job::job_state(&job) == JobState::Active
+    {
+        agent.delete_job(&name).await?;
+        return Ok(false);
+    }
+    Ok(agent.pods(&name).await?.iter().all(pod_ended))
+}
+
+/// A pod in a final phase, or whose containers have all terminated.
+fn pod_ended(pod: &Pod) -> bool {
+    let Some(status) = &pod.status else { return false };
+    let containers = status.container_statuses.as_deref().unwrap_or_default();
+    let terminated = !containers.is_empty()
+        && containers.iter().all(|c| c.state.as_ref().is_some_and(|state| state.terminated.is_some()));
+    matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) || terminated
+}
+
+async fn start_delete_job(
+    backup: &MySQLBackup,
+    ctx: &Context,
+    agent: &AgentRun<'_, MySQLBackup>,
+    location: &str,
+) -> Result<Action, Error> {
+    let job = delete_job(backup, &ctx.settings.inputs());
+    let note = format!("Job {} deletes the stored backup at {location}", job.name_any());
+    match agent.create_job(&job, note).await {
+        Ok(()) => {}
+        // A namespace being deleted accepts no new Job: the files are kept rather than the
+        // namespace left stuck.
+        Err(ApiError { source: kube::Error::Api(status), .. })
+            if status.code == 403 && status.message.contains("being terminated") =>
+        {
+            let note = format!(
+                "the namespace is being deleted and can run no Job: the stored backup at {location} is kept; delete it with visitors-agent delete"
+            );
+            return let_go(backup, ctx, agent, "StorageRetained", note).await;
+        }
+        Err(error) => return Err(error.into()),
+    }
+    let message = format!("Job {} deletes the stored backup at {location}", job.name_any());
+    publish(backup, agent, Status::True, REASON_DELETING, message).await?;
+    Ok(ctx.runtime.watching(backup))
+}
+
+/// Removes the finalizer (the run then disappears) and says why with a Normal Event.
+async fn let_go(
+    backup: &MySQLBackup,
+    ctx: &Context,
+    agent: &AgentRun<'_, MySQLBackup>,
+    reason: &'static str,
+    note: String,
+) -> Result<Action, Error> {
+    remove_finalizer(backup, agent).await?;
+    ctx.runtime.events.normal(backup, reason, "DeleteStorage", note).await;
+    ctx.runtime.forget(backup);
+    Ok(Action::await_change())
+}
+
+async fn remove_finalizer(backup: &MySQLBackup, agent: &AgentRun<'_, MySQLBackup>) -> Result<(), Error> {
+    let finalizers = backup.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
+    set_finalizers(backup, agent, finalizers).await
+}
+
+/// A merge patch of the finalizer list that holds the resourceVersion read: if anything
+/// changed meanwhile (another finalizer added), the API server answers 409 and the next
+/// reconcile works on the fresh object.
+async fn set_finalizers(
+    backup: &MySQLBackup,
+    agent: &AgentRun<'_, MySQLBackup>,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let api: Api<MySQLBackup> = agent.api();
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": finalizers, "resourceVersion": backup.resource_version()}
+    });
+    let params = PatchParams { field_manager: Some(agent.runtime.field_manager.clone()), ..PatchParams::default() };
+    match api.patch(&backup.name_any(), &params, &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => {
+            Err(api_err(format!("updating the finalizers of MySQLBackup {}", backup.name_any()))(source).into())
+        }
+    }
+}
+
+/// Writes the `Deleting` condition; returns whether the status changed.
+async fn publish(
+    backup: &MySQLBackup,
+    agent: &AgentRun<'_, MySQLBackup>,
+    status: Status,
+    reason: &str,
+    message: String,
+) -> Result<bool, Error> {
+    let current = backup.status.clone();
+    let mut desired: MySQLBackupStatus = current.clone().unwrap_or_default();
+    let condition = Desired { type_: DELETING, status, reason, message };
+    conditions::set(&mut desired.conditions, condition, backup.metadata.generation, Time(jiff::Timestamp::now()));
+    Ok(agent.publish(current.as_ref(), &desired).await?)
+}
