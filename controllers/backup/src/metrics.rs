@@ -1,6 +1,7 @@
 //! The backup controller's own metrics, served with the shared ones at `/metrics`: runs by
-//! result, the last successful backup per source, run duration and size, and schedules whose
-//! last success is overdue (older than twice their interval), for an alert.
+//! result, the last successful backup per source, run duration and size, schedules whose
+//! last success is overdue (older than twice their interval) and schedules whose newest
+//! finished run failed, for alerts.
 
 use std::sync::atomic::AtomicU64;
 
@@ -36,6 +37,7 @@ pub struct BackupMetrics {
     duration: HistogramFamily,
     size: Family<SourceLabels, Histogram, fn() -> Histogram>,
     overdue: Family<ScheduleLabels, Gauge>,
+    last_run_failed: Family<ScheduleLabels, Gauge>,
 }
 
 fn duration_buckets() -> Histogram {
@@ -56,6 +58,7 @@ impl Default for BackupMetrics {
             duration: Family::new_with_constructor(duration_buckets),
             size: Family::new_with_constructor(size_buckets),
             overdue: Family::default(),
+            last_run_failed: Family::default(),
         }
     }
 }
@@ -75,6 +78,11 @@ impl BackupMetrics {
             "backup_schedule_overdue",
             "1 when a schedule's last successful run is older than twice its interval",
             self.overdue.clone(),
+        );
+        metrics.register(
+            "backup_schedule_last_run_failed",
+            "1 when the newest finished run of a schedule failed, 0 when it succeeded",
+            self.last_run_failed.clone(),
         );
     }
 
@@ -108,9 +116,20 @@ impl BackupMetrics {
         self.overdue.get_or_create(&schedule).set(i64::from(overdue));
     }
 
+    /// Sets whether a schedule's newest finished run failed; `None` (no run has finished)
+    /// exports nothing for it.
+    pub fn schedule_last_run(&self, schedule: ScheduleLabels, failed: Option<bool>) {
+        if let Some(failed) = failed {
+            self.last_run_failed.get_or_create(&schedule).set(i64::from(failed));
+        } else {
+            self.last_run_failed.remove(&schedule);
+        }
+    }
+
     /// Forgets a deleted schedule.
     pub fn schedule_deleted(&self, schedule: &ScheduleLabels) {
         self.overdue.remove(schedule);
+        self.last_run_failed.remove(schedule);
     }
 }
 
@@ -128,7 +147,10 @@ mod tests {
         backup.run_ended(source.clone(), true, 1_700_000_000.0, Some(40.0), Some(5 << 20));
         backup.run_ended(source, false, 1_800_000_100.0, Some(3.0), None);
         let schedule = ScheduleLabels { namespace: "shop".into(), schedule: "nightly".into() };
-        backup.schedule_overdue(schedule, true);
+        backup.schedule_overdue(schedule.clone(), true);
+        backup.schedule_last_run(schedule.clone(), Some(true));
+        let never_ran = ScheduleLabels { namespace: "shop".into(), schedule: "new".into() };
+        backup.schedule_last_run(never_ran, None);
         let text = shared.encode();
         for expected in [
             r#"visitors_operator_backup_runs_total{result="succeeded"} 2"#,
@@ -137,8 +159,19 @@ mod tests {
             r#"visitors_operator_backup_duration_seconds_count{result="succeeded"} 2"#,
             r#"visitors_operator_backup_size_bytes_count{namespace="shop",visitors_app="ex"} 2"#,
             r#"visitors_operator_backup_schedule_overdue{namespace="shop",schedule="nightly"} 1"#,
+            r#"visitors_operator_backup_schedule_last_run_failed{namespace="shop",schedule="nightly"} 1"#,
         ] {
             assert!(text.contains(expected), "missing {expected} in\n{text}");
         }
+        assert!(!text.contains(r#"schedule="new""#), "a schedule without a finished run exports nothing:\n{text}");
+        backup.schedule_last_run(schedule.clone(), Some(false));
+        assert!(
+            shared.encode().contains(
+                r#"visitors_operator_backup_schedule_last_run_failed{namespace="shop",schedule="nightly"} 0"#
+            ),
+            "a success clears it"
+        );
+        backup.schedule_deleted(&schedule);
+        assert!(!shared.encode().contains(r#"schedule="nightly""#), "a deleted schedule is forgotten");
     }
 }

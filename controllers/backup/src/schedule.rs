@@ -65,6 +65,7 @@ pub async fn reconcile(schedule: &MySQLBackup, namespace: &str, ctx: &Context) -
 
     let desired = schedule_status(schedule, state, &runs, spec.suspended(), Time(now));
     let interval = plan.interval(now);
+    ctx.metrics.schedule_last_run(labels.clone(), last_run_failed(&desired));
     ctx.metrics.schedule_overdue(labels, overdue(schedule, &runs, interval, now));
     ctx.runtime
         .write_status(schedule, schedule.status.as_ref(), &desired)
@@ -304,6 +305,16 @@ fn last_backup(last: Option<&MySQLBackup>) -> Desired<'static> {
     Desired { type_, status: Status::False, reason: "Failed", message: format!("run {name} failed: {error}") }
 }
 
+/// Whether the newest finished run failed, as the `LastBackupSucceeded` condition says;
+/// `None` while no run has finished.
+fn last_run_failed(status: &MySQLBackupStatus) -> Option<bool> {
+    match conditions::find(&status.conditions, condition::LAST_BACKUP_SUCCEEDED)?.status.as_str() {
+        "True" => Some(false),
+        "False" => Some(true),
+        _ => None,
+    }
+}
+
 /// Whether the newest success is older than twice the schedule's interval (a schedule younger
 /// than that is not overdue yet).
 fn overdue(schedule: &MySQLBackup, runs: &[MySQLBackup], interval: Option<Duration>, now: Timestamp) -> bool {
@@ -355,6 +366,21 @@ mod tests {
         assert_eq!(last.status, "False");
         assert!(last.message.contains("wrong password"), "{}", last.message);
         assert!(conditions::is_true(&status.conditions, condition::SCHEDULE_VALID));
+        assert_eq!(last_run_failed(&status), Some(true), "the metric follows the condition");
+    }
+
+    #[test]
+    fn the_last_run_metric_is_absent_until_a_run_finishes_and_clears_on_success() {
+        let schedule = run();
+        let at = || Time(Timestamp::from_second(300).unwrap());
+        let none = schedule_status(&schedule, MySQLBackupStatus::default(), &[run()], false, at());
+        assert_eq!(last_run_failed(&none), None);
+        let runs = [
+            finished("n-1", BackupPhase::Failed, 100, Some("wrong password")),
+            finished("n-2", BackupPhase::Succeeded, 200, None),
+        ];
+        let fixed = schedule_status(&schedule, MySQLBackupStatus::default(), &runs, false, at());
+        assert_eq!(last_run_failed(&fixed), Some(false));
     }
 
     #[test]
