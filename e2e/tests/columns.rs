@@ -8,8 +8,8 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use visitors_api::backup::BackupPhase;
 use visitors_api::restore::RestorePhase;
-use visitors_api::{MySQLBackup, MySQLRestore};
-use visitors_e2e::{TestNamespace, cluster, ready_app_with_claim_and_rows, wait_for};
+use visitors_api::{MySQLBackup, MySQLRestore, VisitorsApp};
+use visitors_e2e::{TestNamespace, app_ready_at_generation, cluster, ready_app_with_claim_and_rows, wait_for};
 
 const APP: &str = "ex";
 const CLAIM: &str = "backups";
@@ -112,6 +112,11 @@ async fn kubectl_get_shows_phase_size_duration_and_schedule_columns() {
     .await;
     let restore_status = restore.status.clone().unwrap();
     assert_eq!(restore_status.phase, Some(RestorePhase::Succeeded), "{restore_status:?}");
+    // The backend, stopped during the restore, is back.
+    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), ns);
+    let ready_app =
+        wait_for("the app to be Ready again after the restore", || app_ready_at_generation(&apps, APP, 1)).await;
+    let ready_reason = ready_app.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Ready").unwrap().reason;
     // The schedule has computed its next fire time.
     let yearly = wait_for("the schedule's next fire time", || async {
         let s = backups.get("yearly").await.map_err(|e| e.to_string())?;
@@ -155,10 +160,10 @@ async fn kubectl_get_shows_phase_size_duration_and_schedule_columns() {
     assert_eq!(back["Backup"], "once");
     assert_eq!(back["Duration"].as_f64(), restore_status.duration_seconds, "{back:?}");
 
-    let apps = table(&client, ns, "visitorsapps").await;
-    let app = row(&apps, APP);
+    let app_table = table(&client, ns, "visitorsapps").await;
+    let app = row(&app_table, APP);
     eprintln!("kubectl get visitorsapps, row of {APP}: {app:?}");
     assert_eq!(app["Ready"], "True");
-    assert!(app["Reason"].as_str().is_some_and(|r| !r.is_empty()), "{app:?}");
+    assert_eq!(app["Reason"], ready_reason.as_str(), "{app:?}");
     namespace.delete().await;
 }
