@@ -43,14 +43,15 @@ NOT_REASONS = {
                     "a kind or a Rust type name"),
     # condition types that are never a reason (Ready and Quiesced are both)
     **dict.fromkeys(["BackendReady", "DatabaseReady", "FrontendReady", "LastBackupSucceeded", "ScheduleValid",
-                     "Pending"], "a condition type or a phase"),
+                     "Pending", "Deleting"], "a condition type or a phase"),
     **dict.fromkeys(["True", "False", "Unknown"], "a condition status"),
     # printer column names (CRD attributes)
     **dict.fromkeys(["Active", "Age", "App", "Backend", "Duration", "Error", "Last", "LastBackup", "LastSuccessful", "Next",
                      "Phase", "Reason", "Rows", "Size"], "a printer column"),
     # the `action` of an Event (its reason is another argument)
     **dict.fromkeys(["Apply", "Backup", "Create", "CreateJob", "Delete", "GrowClaim", "Quiesce", "Reconcile",
-                     "RepairLists", "Restore", "Retention", "Schedule", "Start", "Validate"], "an Event action"),
+                     "RepairLists", "Restore", "Retention", "Schedule", "Start", "Validate", "DeleteStorage",
+                     "Verify"], "an Event action"),
     # values of Kubernetes objects the controllers read or write
     **dict.fromkeys(["Complete", "DeletionByPodGC", "DeletionByTaintManager", "DisruptionTarget", "Evicted", "OOMKilled",
                      "PreemptionByScheduler", "Never", "RuntimeDefault", "File", "Opaque", "ClusterIP", "NodePort",
