@@ -101,13 +101,20 @@ impl BackupMetrics {
             self.duration.get_or_create(&result).observe(duration);
         }
         if succeeded {
-            let gauge = self.last_success.get_or_create(&source);
-            if completed_at > gauge.get() {
-                gauge.set(completed_at);
-            }
+            self.success_seen(&source, completed_at);
             if let Some(size) = size {
                 self.size.get_or_create(&source).observe(size as f64);
             }
+        }
+    }
+
+    /// Moves the last-success gauge of `source` to `completed_at` if that is newer. Also called
+    /// for successful runs a reconcile finds already finished: at start-up every run is
+    /// reconciled once, so a restarted controller exports the gauge again.
+    pub fn success_seen(&self, source: &SourceLabels, completed_at: f64) {
+        let gauge = self.last_success.get_or_create(source);
+        if completed_at > gauge.get() {
+            gauge.set(completed_at);
         }
     }
 

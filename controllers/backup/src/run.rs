@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use visitors_api::agent_summary::Operation;
+use visitors_api::backup::BackupPhase;
 use visitors_api::{MySQLBackup, MySQLBackupStatus};
 
 use crate::build::backup_path;
@@ -49,6 +50,7 @@ impl Run<'_> {
             return Ok(runtime.until_spec_changes(self.backup));
         }
         if status::is_finished(self.backup) {
+            self.remember_success();
             return Ok(runtime.converged(self.backup));
         }
         let job_name = job_name(self.backup);
@@ -139,9 +141,23 @@ impl Run<'_> {
         Ok(self.ctx.runtime.converged(self.backup))
     }
 
+    fn source(&self) -> SourceLabels {
+        SourceLabels { namespace: self.agent.namespace.to_string(), visitors_app: self.agent.app.to_string() }
+    }
+
+    /// A successful run found finished (after a controller restart, the reconcile that
+    /// finished it ran in another process) still counts for the last-success gauge.
+    fn remember_success(&self) {
+        let Some(status) = &self.backup.status else { return };
+        if status.phase == Some(BackupPhase::Succeeded)
+            && let Some(completed) = &status.completion_time
+        {
+            self.ctx.metrics.success_seen(&self.source(), completed.0.as_millisecond() as f64 / 1000.0);
+        }
+    }
+
     async fn announce(&self, end: &RunEnd, status: &MySQLBackupStatus) {
-        let source =
-            SourceLabels { namespace: self.agent.namespace.to_string(), visitors_app: self.agent.app.to_string() };
+        let source = self.source();
         let completed =
             status.completion_time.as_ref().map(|t| t.0.as_millisecond() as f64 / 1000.0).unwrap_or_default();
         let succeeded = matches!(end, RunEnd::Succeeded(_));
