@@ -564,7 +564,8 @@ async fn a_backup_slower_than_its_deadline_fails_with_deadline_exceeded_and_free
 
     // The database is free again: its Lease is no longer held by the run, and the next backup
     // (to the volume) runs and succeeds.
-    let lease = Api::<Lease>::namespaced(client.clone(), &ns).get_opt(&format!("{APP}-mysql-operations")).await.unwrap();
+    let lease =
+        Api::<Lease>::namespaced(client.clone(), &ns).get_opt(&format!("{APP}-mysql-operations")).await.unwrap();
     let holder = lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).unwrap_or_default();
     assert!(!holder.contains("too-slow"), "the Lease is still held by the failed run: {holder}");
     backups.create(&PostParams::default(), &backup_object("next", json!({}))).await.expect("create run");
