@@ -308,3 +308,12 @@ fn a_metric_or_label_the_scrape_lacks_is_reported() {
     let fine = exported("x_total{result=\"ok\",ns=\"a\"} 1\n");
     assert!(missing(&alerts, &fine).is_empty());
 }
+
+#[test]
+fn every_alert_expression_of_the_chart_parses_and_names_its_metrics() {
+    for alert in rules_file_alerts() {
+        let uses = uses_of(&alert.expr).unwrap_or_else(|e| panic!("{}: {e}\n{}", alert.name, alert.expr));
+        assert!(!uses.is_empty(), "{} reads no metric", alert.name);
+        assert!(uses.keys().all(|m| m.starts_with("visitors_operator_")), "{}: {uses:?}", alert.name);
+    }
+}
