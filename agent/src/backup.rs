@@ -576,43 +576,88 @@ impl DumpContext {
 /// Rows are encoded into a buffer of about this size before it goes to the compressor.
 const ENCODE_BUFFER_BYTES: usize = 512 * 1024;
 
-/// Streams one key range into one or more chunk files.
-async fn dump_range(context: &DumpContext, conn: &mut Conn, task: &RangeTask) -> Result<TaskResult> {
+/// Streams one key range into one or more chunk files: this task reads and encodes rows while
+/// a second one compresses, hashes and writes the previous buffers, so both cores can work on
+/// one range (a worker that compressed in turn left its connection idle meanwhile).
+async fn dump_range(context: &Arc<DumpContext>, conn: &mut Conn, task: &RangeTask) -> Result<TaskResult> {
+    let (buffers, received) = tokio::sync::mpsc::channel(BUFFERS_IN_FLIGHT);
+    let writer = tokio::spawn(write_chunks(context.clone(), task.clone(), received).in_current_span());
+    let read = read_rows(context, conn, task, buffers).await;
+    let written = writer.await.map_err(AgentError::from).and_then(|chunks| chunks);
+    match (read, written) {
+        (Ok(()), Ok(chunks)) => {
+            Ok(TaskResult::Chunks { database: task.database, table: task.table, range: task.range, chunks })
+        }
+        // Reading stopped because the writer failed: the writer's error says why.
+        (Err(AgentError::Internal(message)), Err(error)) if message == STOPPED => Err(error),
+        (Err(error), _) | (Ok(()), Err(error)) => Err(error),
+    }
+}
+
+/// Encoded rows on their way from the reading task to the writing one.
+enum Piece {
+    Rows {
+        data: Vec<u8>,
+        rows: u64,
+    },
+    /// Every row was read: the last chunk can be closed. A channel that closes without it
+    /// means reading failed, and the open chunk is removed.
+    End,
+}
+
+/// Buffers waiting for the writer besides the one it compresses: bounds memory.
+const BUFFERS_IN_FLIGHT: usize = 2;
+
+async fn read_rows(
+    context: &DumpContext,
+    conn: &mut Conn,
+    task: &RangeTask,
+    buffers: tokio::sync::mpsc::Sender<Piece>,
+) -> Result<()> {
     let during = "reading rows";
+    let writer_gone = || AgentError::Internal(STOPPED.into());
     let mut result = conn.query_iter(task.select.as_str()).await.map_err(|e| context.connector.error(during, e))?;
     let mut rows = result.stream::<Row>().await.map_err(|e| context.connector.error(during, e))?;
-    let mut chunks = ChunkSequence::new(context, task);
     let flush_at = ENCODE_BUFFER_BYTES.min(context.options.chunk_bytes as usize);
-    let mut buffer = Vec::with_capacity(flush_at + 64 * 1024);
+    let new_buffer = || Vec::with_capacity(flush_at + 64 * 1024);
+    let mut buffer = new_buffer();
     let mut buffered_rows = 0u64;
     if let Some(rows) = rows.as_mut() {
         while let Some(row) = rows.next().await {
-            let row = match row {
-                Ok(row) => row,
-                Err(error) => {
-                    chunks.abort().await;
-                    return Err(context.connector.error(during, error));
-                }
-            };
-            encode_row(&mut buffer, row)?;
+            encode_row(&mut buffer, row.map_err(|e| context.connector.error(during, e))?)?;
             buffered_rows += 1;
             if buffer.len() >= flush_at {
                 if context.stopped() {
-                    chunks.abort().await;
-                    return Err(AgentError::Internal(STOPPED.into()));
+                    return Err(writer_gone());
                 }
-                chunks.write(&buffer, buffered_rows).await?;
-                buffer.clear();
+                let piece = Piece::Rows { data: std::mem::replace(&mut buffer, new_buffer()), rows: buffered_rows };
+                buffers.send(piece).await.map_err(|_| writer_gone())?;
                 buffered_rows = 0;
             }
         }
     }
     drop(rows);
     if !buffer.is_empty() {
-        chunks.write(&buffer, buffered_rows).await?;
+        buffers.send(Piece::Rows { data: buffer, rows: buffered_rows }).await.map_err(|_| writer_gone())?;
     }
-    let chunks = chunks.finish().await?;
-    Ok(TaskResult::Chunks { database: task.database, table: task.table, range: task.range, chunks })
+    buffers.send(Piece::End).await.map_err(|_| writer_gone())
+}
+
+/// Writes the buffers of one range into its chunk files, until the reader says it is done.
+async fn write_chunks(
+    context: Arc<DumpContext>,
+    task: RangeTask,
+    mut buffers: tokio::sync::mpsc::Receiver<Piece>,
+) -> Result<Vec<ChunkEntry>> {
+    let mut chunks = ChunkSequence::new(&context, &task);
+    while let Some(piece) = buffers.recv().await {
+        match piece {
+            Piece::Rows { data, rows } => chunks.write(&data, rows).await?,
+            Piece::End => return chunks.finish().await,
+        }
+    }
+    chunks.abort().await;
+    Err(AgentError::Internal(STOPPED.into()))
 }
 
 fn encode_row(out: &mut Vec<u8>, row: Row) -> Result<()> {
