@@ -98,6 +98,26 @@ async fn restore_finished(restores: &Api<MySQLRestore>, name: &str) -> MySQLRest
     .await
 }
 
+/// The phases restore `name` goes through, each once in the order a watch sees them, until it
+/// ends.
+async fn phases_seen(restores: Api<MySQLRestore>, name: &str) -> Vec<RestorePhase> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher(restores, config).applied_objects());
+    let mut phases: Vec<RestorePhase> = Vec::new();
+    while let Some(event) = events.next().await {
+        let Some(phase) = event.ok().and_then(|r| r.status.and_then(|s| s.phase)) else { continue };
+        if phases.last() != Some(&phase) {
+            phases.push(phase);
+        }
+        if matches!(phase, RestorePhase::Succeeded | RestorePhase::Failed) {
+            break;
+        }
+    }
+    phases
+}
+
 /// The backend's desired and existing pods.
 async fn backend_replicas(deployments: &Api<Deployment>) -> Option<(i32, i32)> {
     let deployment = deployments.get(BACKEND).await.ok()?;
@@ -138,7 +158,7 @@ async fn a_restore_from_a_run_brings_back_exactly_the_backed_up_rows_with_the_ba
                 let phase = restores.get("r1").await.ok().and_then(|r| r.status.and_then(|s| s.phase));
                 match phase {
                     Some(RestorePhase::Succeeded | RestorePhase::Failed) => break,
-                    Some(RestorePhase::Running) => {
+                    Some(RestorePhase::Running | RestorePhase::Verifying) => {
                         if let Some(replicas) = backend_replicas(&deployments).await {
                             seen.lock().unwrap().push(replicas);
                         }
@@ -149,9 +169,22 @@ async fn a_restore_from_a_run_brings_back_exactly_the_backed_up_rows_with_the_ba
             }
         })
     };
+    let phases = tokio::spawn(phases_seen(restores.clone(), "r1"));
     restores.create(&PostParams::default(), &restore_object("r1", "before")).await.expect("create the restore");
     let restore = restore_finished(&restores, "r1").await;
     watcher.await.unwrap();
+    let phases = phases.await.unwrap();
+    eprintln!("restore phases seen by a watch: {phases:?}");
+    let order: Vec<RestorePhase> = phases
+        .iter()
+        .copied()
+        .filter(|p| matches!(p, RestorePhase::Running | RestorePhase::Verifying | RestorePhase::Succeeded))
+        .collect();
+    assert_eq!(
+        order,
+        [RestorePhase::Running, RestorePhase::Verifying, RestorePhase::Succeeded],
+        "loading, then checking and swapping, then done: {phases:?}"
+    );
     let status = restore.status.clone().unwrap();
     eprintln!("restore status: {status:?}");
     assert_eq!(
@@ -435,6 +468,15 @@ async fn big_database_backed_up_then_changed(client: &Client, prefix: &str) -> T
     namespace
 }
 
+/// Whether a restore Job's pod runs one of its agent steps: the staging init container (the
+/// pod is still `Pending` then) or the agent container.
+fn runs_a_step(pod: &Pod) -> bool {
+    let Some(status) = pod.status.as_ref() else { return false };
+    let running =
+        |c: &k8s_openapi::api::core::v1::ContainerStatus| c.state.as_ref().is_some_and(|s| s.running.is_some());
+    status.phase.as_deref() == Some("Running") || status.init_container_statuses.iter().flatten().any(running)
+}
+
 /// Waits until restore `name` is Running with its agent pod started, and returns the pod's name.
 async fn restore_pod_running(client: &Client, namespace: &str, name: &str) -> String {
     let restores: Api<MySQLRestore> = Api::namespaced(client.clone(), namespace);
@@ -446,8 +488,7 @@ async fn restore_pod_running(client: &Client, namespace: &str, name: &str) -> St
         }
         let selector = format!("batch.kubernetes.io/job-name={name}-restore");
         let listed = pods.list(&ListParams::default().labels(&selector)).await.map_err(|e| e.to_string())?;
-        let running =
-            listed.items.iter().find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+        let running = listed.items.iter().find(|p| runs_a_step(p));
         match (phase, running) {
             (Some(RestorePhase::Running | RestorePhase::Verifying), Some(pod)) => Ok(pod.name_any()),
             (phase, _) => Err(format!("phase {phase:?}, {} pods", listed.items.len())),
