@@ -401,3 +401,34 @@ async fn the_end_of_the_staging_step_shows_verifying_with_the_backend_still_stop
     task.await.unwrap().unwrap();
     server.expect_no_request(Duration::from_millis(200)).await;
 }
+
+#[tokio::test]
+async fn a_corrupt_backup_refused_by_the_staging_step_fails_with_its_error() {
+    let (context, mut server) = context();
+    let restore = with_status(restore(), running_status());
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
+    let failed = json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]);
+    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(failed)).await;
+    let summary = AgentSummary {
+        operation: Some(Operation::Restore),
+        ok: false,
+        error: Some("file shop/t/000001.tsv.zst has SHA-256 x, the manifest says y".into()),
+        error_kind: Some("checksumMismatch".into()),
+        ..AgentSummary::default()
+    };
+    let refused = json!({"terminated": {"exitCode": 1, "reason": "Error", "message": summary.to_line()}});
+    let pods = pods_in_step(refused, json!({"waiting": {"reason": "PodInitializing"}}));
+    server.expect(Method::GET, PODS_PATH, StatusCode::OK, pods).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLRestore/r1/r-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Failed");
+    assert!(
+        status["error"].as_str().unwrap().contains("SHA-256 x, the manifest says y (checksumMismatch)"),
+        "{status}"
+    );
+    assert_eq!(condition(status, "Ready")["reason"], "AgentFailed");
+    server.expect_echo(Method::POST, EVENTS_PATH).await;
+    task.await.unwrap().unwrap();
+}
