@@ -573,3 +573,110 @@ async fn a_backup_slower_than_its_deadline_fails_with_deadline_exceeded_and_free
     drop(proxy);
     namespace.delete().await;
 }
+
+/// Waits until MySQLBackup `name` is gone.
+async fn gone(backups: &Api<MySQLBackup>, name: &str) {
+    wait_for(&format!("MySQLBackup {name} to be gone"), || async {
+        match backups.get_opt(name).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(backup) => {
+                let status = backup.status.unwrap_or_default();
+                let deleting = conditions::find(&status.conditions, condition::DELETING)
+                    .map(|c| format!("{} {}: {}", c.status, c.reason, c.message));
+                Err(format!("still there, finalizers {:?}, Deleting {deleting:?}", backup.metadata.finalizers))
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn deletion_policy_delete_removes_the_stored_backup_from_the_volume_and_retain_keeps_it() {
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-backup-delete").await;
+    let ns = namespace.name.clone();
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    backups.create(&PostParams::default(), &backup_object("kept", json!({}))).await.expect("create run kept");
+    assert_succeeded(&finished(&backups, "kept").await);
+    let deleted = backup_object("deleted", json!({"deletionPolicy": "Delete"}));
+    backups.create(&PostParams::default(), &deleted).await.expect("create run deleted");
+    let run = finished(&backups, "deleted").await;
+    assert_succeeded(&run);
+    assert!(run.finalizers().iter().any(|f| f == "example.com/delete-stored-backup"), "{:?}", run.finalizers());
+    let files = |name: &str| format!("/backup/{ns}/{APP}/{name}");
+    let check = |job: &str, script: String| {
+        json!({
+            "metadata": {"name": job},
+            "spec": {"backoffLimit": 0, "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "check", "image": "busybox", "command": ["sh", "-c", script],
+                                "volumeMounts": [{"name": "backup", "mountPath": "/backup"}]}],
+                "volumes": [{"name": "backup", "persistentVolumeClaim": {"claimName": CLAIM}}],
+            }}},
+        })
+    };
+    let both_stored = format!("test -f {}/manifest.json && test -f {}/manifest.json", files("kept"), files("deleted"));
+    run_job(&client, &ns, "both-stored", check("both-stored", both_stored)).await;
+
+    for name in ["kept", "deleted"] {
+        backups.delete(name, &DeleteParams::default()).await.expect("delete the run");
+    }
+    gone(&backups, "kept").await;
+    gone(&backups, "deleted").await;
+    let events = events_of(&client, &ns, "deleted").await;
+    assert!(events.iter().any(|e| e.reason.as_deref() == Some("StorageDeleted")), "{events:?}");
+    let after = format!("test ! -e {} && test -f {}/manifest.json", files("deleted"), files("kept"));
+    run_job(&client, &ns, "only-kept-left", check("only-kept-left", after)).await;
+    namespace.delete().await;
+}
+
+impl Moto {
+    /// The keys under `prefix` in `bucket` (moto's ListObjectsV2 answer, read for `<Key>`s).
+    fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(
+            stream,
+            "GET /{bucket}?list-type=2&prefix={prefix} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+            self.port
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        response
+            .split("<Key>")
+            .skip(1)
+            .filter_map(|rest| rest.split_once("</Key>").map(|(key, _)| key.to_string()))
+            .collect()
+    }
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn deletion_policy_delete_removes_the_stored_backup_from_s3() {
+    let Some(moto) = Moto::start() else { return };
+    assert_eq!(moto.request("PUT", "/e2e-backups").unwrap(), 200, "create the bucket");
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-backup-delete-s3").await;
+    let ns = namespace.name.clone();
+    create_s3_keys(&client, &ns).await;
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    let storage = json!({"s3": {"bucket": "e2e-backups", "prefix": "prod", "endpoint": moto.endpoint(),
+                                "forcePathStyle": true, "credentialsSecret": {"name": "s3-keys"}}});
+    for name in ["s3-kept", "s3-deleted"] {
+        let policy = if name == "s3-deleted" { "Delete" } else { "Retain" };
+        let run = backup_object(name, json!({"storage": storage, "deletionPolicy": policy}));
+        backups.create(&PostParams::default(), &run).await.expect("create run");
+        assert_succeeded(&finished(&backups, name).await);
+    }
+    let prefix = |name: &str| format!("prod/{ns}/{APP}/{name}/");
+    assert!(moto.keys("e2e-backups", &prefix("s3-deleted")).iter().any(|k| k.ends_with("manifest.json")));
+    let kept_keys = moto.keys("e2e-backups", &prefix("s3-kept"));
+
+    backups.delete("s3-deleted", &DeleteParams::default()).await.expect("delete the run");
+    gone(&backups, "s3-deleted").await;
+    assert_eq!(moto.keys("e2e-backups", &prefix("s3-deleted")), Vec::<String>::new(), "every object is gone");
+    assert_eq!(moto.keys("e2e-backups", &prefix("s3-kept")), kept_keys, "the other run's objects stay");
+    namespace.delete().await;
+}
