@@ -101,3 +101,41 @@ async fn sync_files(root: PathBuf, mut files: UnboundedReceiver<PathBuf>) -> io:
 async fn fsync(path: PathBuf) -> io::Result<()> {
     tokio::task::spawn_blocking(move || std::fs::File::open(&path)?.sync_all()).await.map_err(io::Error::other)?
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{S3Settings, Storage};
+    use crate::error::AgentError;
+
+    #[tokio::test]
+    async fn finish_succeeds_once_every_added_file_and_folder_is_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage =
+            Storage::open(&format!("file://{}", dir.path().display()), &S3Settings::default(), false).unwrap();
+        let syncer = storage.syncer();
+        for path in ["db/data/t/00000-00000.tsv.zst", "db/tables/t.sql"] {
+            storage.put(path, bytes::Bytes::from_static(b"rows"), false).await.unwrap();
+            syncer.add(path);
+        }
+        syncer.finish().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_file_that_cannot_be_synced_fails_the_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage =
+            Storage::open(&format!("file://{}", dir.path().display()), &S3Settings::default(), false).unwrap();
+        let syncer = storage.syncer();
+        storage.put("db/present.sql", bytes::Bytes::from_static(b"x"), false).await.unwrap();
+        syncer.add("db/present.sql");
+        syncer.add("db/gone.sql");
+        assert!(matches!(syncer.finish().await, Err(AgentError::Storage { .. })));
+    }
+
+    #[tokio::test]
+    async fn without_a_volume_there_is_nothing_to_sync() {
+        let syncer = super::Syncer::new("s3://bucket/prefix", None);
+        syncer.add("db/database.sql");
+        syncer.finish().await.unwrap();
+    }
+}
