@@ -149,15 +149,17 @@ pub struct MySQLRestoreStatus {
 }
 
 impl MySQLRestore {
-    /// Whether this restore keeps its app's backend stopped now: it asks to quiesce, is not
-    /// being deleted, and holds the database (from `Quiescing` until it ends). A restore that
-    /// still waits for its backup or for the database lock does not stop the app.
+    /// Whether this restore keeps its app's backend stopped now: it asks to quiesce and holds
+    /// the database (from `Quiescing` until it ends). A restore that still waits for its
+    /// backup or for the database lock does not stop the app. A restore being deleted keeps it
+    /// stopped until it is gone: its finalizer holds it until the agent's pod has stopped, so
+    /// that the backend never writes while an agent may still swap tables in.
     pub fn quiesces_app(&self) -> bool {
         let holding = matches!(
             self.status.as_ref().and_then(|s| s.phase),
             Some(RestorePhase::Quiescing | RestorePhase::Running | RestorePhase::Verifying)
         );
-        self.spec.quiesce() && self.metadata.deletion_timestamp.is_none() && holding
+        self.spec.quiesce() && holding
     }
 
     /// Whether the restore has ended for good.
@@ -257,7 +259,7 @@ mod tests {
         assert!(!restore.quiesces_app(), "quiesce: false");
         restore.spec.quiesce = None;
         restore.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::from_second(1_800_000_000).unwrap()));
-        assert!(!restore.quiesces_app(), "being deleted");
+        assert!(restore.quiesces_app(), "being deleted: until it is gone");
     }
 
     #[test]

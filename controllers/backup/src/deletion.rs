@@ -10,7 +10,6 @@
 use controller_common::agent_run::AgentRun;
 use controller_common::job::{self, JobState, RunEnd};
 use controller_common::reconcile::{ApiError, api_err};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -69,7 +68,8 @@ pub async fn reconcile_deleted(
     if backup.status.as_ref().and_then(|s| s.job_name.as_ref()).is_none() {
         return let_go(backup, ctx, agent, "NothingStored", "the run never started a backup Job".into()).await;
     }
-    if !backup_job_gone(backup, agent).await? {
+    // A delete must never race a backup still writing there.
+    if !agent.stop_job(&job_name(backup)).await? {
         return Ok(runtime.waiting(backup));
     }
     agent.release_lock().await?;
@@ -107,28 +107,6 @@ pub async fn reconcile_deleted(
             Ok(runtime.watching(backup))
         }
     }
-}
-
-/// Whether the run's backup Job is over and none of its pods still runs (a delete must never
-/// race a backup writing there); stops a Job that still runs.
-async fn backup_job_gone(backup: &MySQLBackup, agent: &AgentRun<'_, MySQLBackup>) -> Result<bool, Error> {
-    let name = job_name(backup);
-    if let Some(job) = agent.job(&name).await?
-        && job::job_state(&job) == JobState::Active
-    {
-        agent.delete_job(&name).await?;
-        return Ok(false);
-    }
-    Ok(agent.pods(&name).await?.iter().all(pod_ended))
-}
-
-/// A pod in a final phase, or whose containers have all terminated.
-fn pod_ended(pod: &Pod) -> bool {
-    let Some(status) = &pod.status else { return false };
-    let containers = status.container_statuses.as_deref().unwrap_or_default();
-    let terminated = !containers.is_empty()
-        && containers.iter().all(|c| c.state.as_ref().is_some_and(|state| state.terminated.is_some()));
-    matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) || terminated
 }
 
 async fn start_delete_job(

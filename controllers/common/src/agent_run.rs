@@ -240,6 +240,18 @@ where
         }
     }
 
+    /// Stops Job `name` if it still runs, and says whether none of its pods runs any more:
+    /// only then has the agent stopped acting on the database and the storage.
+    pub async fn stop_job(&self, name: &str) -> Result<bool, ApiError> {
+        if let Some(job) = self.job(name).await?
+            && job::job_state(&job) == JobState::Active
+        {
+            self.delete_job(name).await?;
+            return Ok(false);
+        }
+        Ok(self.pods(name).await?.iter().all(job::pod_ended))
+    }
+
     /// Whether `job` belongs to this run (a Job of the same name could be someone else's).
     pub fn owns(&self, job: &Job) -> bool {
         job.owner_references().iter().any(|o| Some(&o.uid) == self.object.uid().as_ref())

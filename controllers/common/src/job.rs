@@ -361,6 +361,16 @@ fn failure(
     failed("JobFailed", format!("the Job failed ({job_reason}): {job_message}"), None)
 }
 
+/// Whether `pod` has stopped: a final phase, or every container terminated. A pod of a deleted
+/// Job may still run its agent for a while (its grace period), and act on the database.
+pub fn pod_ended(pod: &Pod) -> bool {
+    let Some(status) = &pod.status else { return false };
+    let containers = status.container_statuses.as_deref().unwrap_or_default();
+    let terminated = !containers.is_empty()
+        && containers.iter().all(|c| c.state.as_ref().is_some_and(|state| state.terminated.is_some()));
+    matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) || terminated
+}
+
 /// The agent's summary in `pod`'s terminated agent container, if it wrote one.
 pub fn summary_of(pod: &Pod) -> Option<AgentSummary> {
     terminated_agent(pod).and_then(|t| t.message.as_deref()).and_then(parse_summary)

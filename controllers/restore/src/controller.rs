@@ -61,6 +61,13 @@ pub async fn reconcile(restore: Arc<MySQLRestore>, context: Arc<Context>) -> Res
     runtime
         .instrumented(&*restore, async {
             let namespace = restore.namespace().ok_or_else(|| Error::NoNamespace(restore.name_any()))?;
+            if restore.metadata.deletion_timestamp.is_some()
+                && restore.finalizers().iter().any(|f| f == FINALIZER)
+                && crate::run::agent_still_running(&restore, &namespace, &context).await?
+            {
+                // The pod watch wakes the restore when the agent's pod stops.
+                return Ok(runtime.watching(&*restore));
+            }
             let api: Api<MySQLRestore> = Api::namespaced(runtime.client.clone(), &namespace);
             let (live, deleted) = (context.clone(), context.clone());
             let (live_ns, deleted_ns) = (namespace.clone(), namespace.clone());

@@ -49,16 +49,26 @@ pub async fn reconcile(restore: &MySQLRestore, namespace: &str, ctx: &Context) -
     Restore::new(restore, namespace, ctx).reconcile().await
 }
 
-/// The clean-up of a deleted restore: its Job is stopped and the database lock released. The
-/// VisitorsApp controller starts the backend again on its own: a restore being deleted does not
-/// quiesce its app.
+/// Whether a deleted restore's agent may still act on the database: its Job is stopped, and
+/// until its pod has stopped too the lock stays held and the backend stopped (the clean-up
+/// waits for this).
+pub async fn agent_still_running(restore: &MySQLRestore, namespace: &str, ctx: &Context) -> Result<bool, Error> {
+    if restore.has_ended() {
+        return Ok(false);
+    }
+    let run = Restore::new(restore, namespace, ctx);
+    let job_name = job_name(restore);
+    let stopped = run.agent.stop_job(&job_name).await?;
+    if !stopped {
+        tracing::info!(job = %job_name, "restore deleted: waiting for its Job's pod to stop");
+    }
+    Ok(!stopped)
+}
+
+/// The clean-up of a deleted restore whose agent has stopped: the database lock is released.
+/// The VisitorsApp controller starts the backend again once the restore is gone.
 pub async fn clean_up(restore: &MySQLRestore, namespace: &str, ctx: &Context) -> Result<Action, Error> {
     let run = Restore::new(restore, namespace, ctx);
-    if !restore.has_ended() {
-        let job_name = job_name(restore);
-        run.agent.delete_job(&job_name).await?;
-        tracing::info!(job = %job_name, "restore deleted: its Job is stopped");
-    }
     run.agent.release_lock().await?;
     ctx.metrics.deleted(&run.metric_labels());
     ctx.runtime.forget(restore);

@@ -316,12 +316,38 @@ async fn an_ended_restore_is_a_record() {
     assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
 }
 
-#[tokio::test]
-async fn a_restore_deleted_mid_way_stops_its_job_and_frees_the_database() {
-    let (context, mut server) = context();
+fn deleting_mid_way() -> MySQLRestore {
     let mut deleting = with_status(restore(), running_status());
     deleting.metadata.deletion_timestamp =
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()));
+    deleting
+}
+
+#[tokio::test]
+async fn a_restore_deleted_mid_way_stops_its_job_and_holds_the_database_until_its_pod_stopped() {
+    let (context, mut server) = context();
+    let deleting = deleting_mid_way();
+
+    let task = tokio::spawn(reconcile(Arc::new(deleting.clone()), context.clone()));
+    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(json!([]))).await;
+    let deleted = server.expect(Method::DELETE, JOB_PATH, StatusCode::OK, job(json!([]))).await;
+    assert_eq!(deleted.body["propagationPolicy"], "Background", "the Job's pod goes too");
+    assert_eq!(task.await.unwrap().unwrap(), Action::requeue(Duration::from_secs(600)));
+    server.expect_no_request(Duration::from_millis(100)).await;
+
+    // The Job is gone but its pod still runs the agent: the lock and the finalizer stay.
+    let task = tokio::spawn(reconcile(Arc::new(deleting), context.clone()));
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    let running = json!({"running": {"startedAt": "2026-11-23T10:00:01Z"}});
+    server.expect(Method::GET, PODS_PATH, StatusCode::OK, pods_in_step(running.clone(), json!({"waiting": {}}))).await;
+    assert_eq!(task.await.unwrap().unwrap(), Action::requeue(Duration::from_secs(600)));
+    server.expect_no_request(Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
+async fn a_deleted_restore_whose_pod_stopped_frees_the_database() {
+    let (context, mut server) = context();
+    let deleting = deleting_mid_way();
     context.metrics.observe(
         restore_controller::metrics::RestoreLabels { namespace: "shop".into(), restore: "r1".into() },
         Some(&visitors_api::restore::MySQLRestoreStatus {
@@ -330,8 +356,9 @@ async fn a_restore_deleted_mid_way_stops_its_job_and_frees_the_database() {
         }),
     );
     let task = tokio::spawn(reconcile(Arc::new(deleting.clone()), context.clone()));
-    let deleted = server.expect(Method::DELETE, JOB_PATH, StatusCode::OK, job(json!([]))).await;
-    assert_eq!(deleted.body["propagationPolicy"], "Background", "the Job's pod goes too");
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    let empty = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []});
+    server.expect(Method::GET, PODS_PATH, StatusCode::OK, empty).await;
     server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLRestore/r1/r-1")).await;
     server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
     let mut released = serde_json::to_value(&deleting).unwrap();
