@@ -632,6 +632,21 @@ async fn deletion_policy_delete_removes_the_stored_backup_from_the_volume_and_re
 }
 
 impl Moto {
+    /// From now on moto checks request signatures, against keys it knows (the test's are not).
+    fn turn_on_authentication(&self) {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(
+            stream,
+            "POST /moto-api/reset-auth HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 1\r\nConnection: close\r\n\r\n0",
+            self.port
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "moto's reset-auth: {response}");
+    }
+
     /// The keys under `prefix` in `bucket` (moto's ListObjectsV2 answer, read for `<Key>`s).
     fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
         use std::io::{Read, Write};
@@ -678,5 +693,50 @@ async fn deletion_policy_delete_removes_the_stored_backup_from_s3() {
     gone(&backups, "s3-deleted").await;
     assert_eq!(moto.keys("e2e-backups", &prefix("s3-deleted")), Vec::<String>::new(), "every object is gone");
     assert_eq!(moto.keys("e2e-backups", &prefix("s3-kept")), kept_keys, "the other run's objects stay");
+    namespace.delete().await;
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn a_delete_the_storage_refuses_keeps_the_run_until_the_policy_is_retain() {
+    let Some(moto) = Moto::start() else { return };
+    assert_eq!(moto.request("PUT", "/e2e-backups").unwrap(), 200, "create the bucket");
+    let client = cluster().await;
+    let namespace = ready_app_with_rows(&client, "e2e-backup-delete-refused").await;
+    let ns = namespace.name.clone();
+    create_s3_keys(&client, &ns).await;
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    let storage = json!({"s3": {"bucket": "e2e-backups", "prefix": "prod", "endpoint": moto.endpoint(),
+                                "forcePathStyle": true, "credentialsSecret": {"name": "s3-keys"}}});
+    let run = backup_object("refused", json!({"storage": storage, "deletionPolicy": "Delete"}));
+    backups.create(&PostParams::default(), &run).await.expect("create run");
+    assert_succeeded(&finished(&backups, "refused").await);
+
+    // From now on the store rejects the keys (moto checks signatures against keys it knows).
+    moto.turn_on_authentication();
+    backups.delete("refused", &DeleteParams::default()).await.expect("delete the run");
+    let refused = wait_for("the refused delete to be reported", || async {
+        let run = backups.get("refused").await.map_err(|e| e.to_string())?;
+        let status = run.status.clone().unwrap_or_default();
+        match conditions::find(&status.conditions, condition::DELETING) {
+            Some(c) if c.status == "False" && c.reason == "StorageDeleteFailed" => Ok((run.clone(), c.message.clone())),
+            other => Err(format!("Deleting {other:?}")),
+        }
+    })
+    .await;
+    eprintln!("refused: {}", refused.1);
+    assert!(refused.1.contains("storageCredentialsRejected"), "the agent's error: {}", refused.1);
+    assert!(refused.0.finalizers().iter().any(|f| f == "example.com/delete-stored-backup"), "the run stays");
+    let events = events_of(&client, &ns, "refused").await;
+    let warned = events
+        .iter()
+        .any(|e| e.reason.as_deref() == Some("StorageDeleteFailed") && e.type_.as_deref() == Some("Warning"));
+    assert!(warned, "{events:?}");
+
+    let retain = json!({"spec": {"deletionPolicy": "Retain"}});
+    backups.patch("refused", &PatchParams::default(), &Patch::Merge(&retain)).await.expect("switch to Retain");
+    gone(&backups, "refused").await;
+    let events = events_of(&client, &ns, "refused").await;
+    assert!(events.iter().any(|e| e.reason.as_deref() == Some("StorageRetained")), "{events:?}");
     namespace.delete().await;
 }
