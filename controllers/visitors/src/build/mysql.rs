@@ -28,10 +28,14 @@ pub const CONTAINER: &str = "mysql";
 
 /// mysqld flags. The book's backend links an old client library that may lack
 /// `caching_sha2_password`, so accounts are created with `mysql_native_password`, which MySQL
-/// 8.4 ships disabled. `loose-` makes servers that do not know an option (5.7, 8.0) warn
-/// instead of refusing to start, so older images still work.
-pub const MYSQLD_ARGS: [&str; 2] =
-    ["--loose-mysql-native-password=ON", "--loose-authentication-policy=mysql_native_password,,"];
+/// 8.4 ships disabled. Restores load data with `LOAD DATA LOCAL INFILE`, which MySQL 8 ships
+/// disabled (`local_infile`; MariaDB's default is on). `loose-` makes servers that do not know
+/// an option (5.7, 8.0) warn instead of refusing to start, so older images still work.
+pub const MYSQLD_ARGS: [&str; 3] = [
+    "--loose-mysql-native-password=ON",
+    "--loose-authentication-policy=mysql_native_password,,",
+    "--loose-local-infile=1",
+];
 
 /// Readiness: the application user runs `SELECT 1` in its database over TCP. It fails while
 /// the image's first-start initialisation runs (that server listens on the socket only), and
@@ -317,6 +321,7 @@ mod tests {
         let args = only_container(&sts).args.clone().unwrap();
         assert!(args.iter().all(|a| a.starts_with("--loose-")), "{args:?}");
         assert!(args.iter().any(|a| a.contains("authentication-policy=mysql_native_password")));
+        assert!(args.contains(&"--loose-local-infile=1".to_string()), "restores need LOAD DATA LOCAL: {args:?}");
     }
 
     #[test]
