@@ -169,17 +169,7 @@ pub async fn reconcile(app: Arc<VisitorsApp>, ctx: Arc<Context>) -> Result<Actio
 /// aggregated into one Event series), retry after the object's backoff. A conflict only means
 /// the app changed meanwhile, and the retry sees the new version: no Event for that.
 pub fn error_policy(app: Arc<VisitorsApp>, error: &Error, ctx: Arc<Context>) -> Action {
-    let action = ctx.runtime.failed(app.as_ref(), error);
-    let reason = error.metric_label();
-    if reason == "Conflict" {
-        return action;
-    }
-    let runtime = ctx.runtime.clone();
-    let note = error.to_string();
-    tokio::spawn(async move {
-        runtime.events.warning(app.as_ref(), reason, "Reconcile", note).await;
-    });
-    action
+    controller_common::reconcile::error_policy(&ctx.runtime, app, error)
 }
 
 /// One reconcile of one app.

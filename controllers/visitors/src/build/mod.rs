@@ -8,9 +8,7 @@ pub mod secret;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    ContainerPort, EnvVar, EnvVarSource, SecretKeySelector, Service, ServicePort, ServiceSpec as K8sServiceSpec,
-};
+use k8s_openapi::api::core::v1::{ContainerPort, Service, ServicePort, ServiceSpec as K8sServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
@@ -34,22 +32,7 @@ pub fn child_meta(app: &VisitorsApp, name: String, component: Component) -> Obje
     }
 }
 
-/// An environment variable read from one key of a Secret.
-pub fn env_from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
-    EnvVar {
-        name: name.to_string(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector { name: secret.to_string(), key: key.to_string(), optional: None }),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    }
-}
-
-/// A plain environment variable.
-pub fn env(name: &str, value: &str) -> EnvVar {
-    EnvVar { name: name.to_string(), value: Some(value.to_string()), ..EnvVar::default() }
-}
+pub use controller_common::job::{env, env_from_secret};
 
 /// A named TCP container port.
 pub fn container_port(name: &str, port: i32) -> ContainerPort {
