@@ -16,7 +16,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use visitors_api::backup::BackupPhase;
 use visitors_api::conditions;
-use visitors_api::restore::RestorePhase;
+use visitors_api::restore::{MySQLRestoreStatus, RestorePhase};
 use visitors_api::{MySQLBackup, MySQLRestore, VisitorsApp};
 use visitors_e2e::{
     TestNamespace, app_ready_at_generation, cluster, controller_name, create_book_app, events_of, job_completes,
@@ -84,6 +84,16 @@ async fn backup_finished(backups: &Api<MySQLBackup>, name: &str) -> MySQLBackup 
         }
     })
     .await
+}
+
+fn assert_restore_succeeded(status: &MySQLRestoreStatus) {
+    assert_eq!(
+        status.phase,
+        Some(RestorePhase::Succeeded),
+        "{:?} {}",
+        status.error,
+        conditions_text(&status.conditions)
+    );
 }
 
 async fn restore_finished(restores: &Api<MySQLRestore>, name: &str) -> MySQLRestore {
@@ -187,13 +197,7 @@ async fn a_restore_from_a_run_brings_back_exactly_the_backed_up_rows_with_the_ba
     );
     let status = restore.status.clone().unwrap();
     eprintln!("restore status: {status:?}");
-    assert_eq!(
-        status.phase,
-        Some(RestorePhase::Succeeded),
-        "{:?} {}",
-        status.error,
-        conditions_text(&status.conditions)
-    );
+    assert_restore_succeeded(&status);
     assert_eq!(status.backup_name.as_deref(), Some("before"));
     assert_eq!(status.manifest_sha256, backup_status.manifest_sha256);
     assert_eq!(status.backup_completion_time, backup_status.completion_time);
@@ -310,13 +314,7 @@ async fn a_restore_from_an_explicit_location_fills_a_second_app() {
     let restores: Api<MySQLRestore> = Api::namespaced(client.clone(), &ns);
     restores.create(&PostParams::default(), &restore).await.expect("create the restore");
     let status = restore_finished(&restores, "into-other").await.status.unwrap();
-    assert_eq!(
-        status.phase,
-        Some(RestorePhase::Succeeded),
-        "{:?} {}",
-        status.error,
-        conditions_text(&status.conditions)
-    );
+    assert_restore_succeeded(&status);
     assert_eq!(status.backup_name, None);
     assert_eq!(status.restored_from, Some(format!("pvc://{CLAIM}/{ns}/{APP}/before")));
     assert!(status.rows.unwrap_or(0) >= 500, "{status:?}");
@@ -412,13 +410,7 @@ async fn a_restore_waits_for_the_database_lock_then_runs() {
     // The holder goes away: the restore takes the lock over and runs.
     backups.delete("holder", &Default::default()).await.expect("delete the holding run");
     let status = restore_finished(&restores, "r1").await.status.unwrap();
-    assert_eq!(
-        status.phase,
-        Some(RestorePhase::Succeeded),
-        "{:?} {}",
-        status.error,
-        conditions_text(&status.conditions)
-    );
+    assert_restore_succeeded(&status);
     run_job(&client, &ns, "same-rows", mariadb_job(APP, &ns, "same-rows", &rows_as_seeded())).await;
     namespace.delete().await;
 }
@@ -588,13 +580,7 @@ async fn chaos_a_restore_deleted_during_its_job_changes_all_or_nothing_and_a_con
     }
     eprintln!("deleted the pods of {}", controller_name("restore"));
     let status = restore_finished(&restores, "survives").await.status.unwrap();
-    assert_eq!(
-        status.phase,
-        Some(RestorePhase::Succeeded),
-        "{:?} {}",
-        status.error,
-        conditions_text(&status.conditions)
-    );
+    assert_restore_succeeded(&status);
     assert!(status.rows.unwrap_or(0) >= 2_000_500, "{status:?}");
     let as_backed_up = database_is_one_of(&["e2e_check.expected_db"]);
     run_job(&client, &ns, "as-backed-up", mariadb_job(APP, &ns, "as-backed-up", &as_backed_up)).await;
