@@ -29,6 +29,15 @@ pub struct Context {
     pub metrics: Arc<BackupMetrics>,
 }
 
+impl Context {
+    /// The context of `runtime`, with the backup metrics registered in its registry.
+    pub fn new(runtime: Arc<Runtime>, settings: AgentSettings) -> Self {
+        let metrics = Arc::new(BackupMetrics::default());
+        metrics.register(&runtime.metrics);
+        Context { runtime, settings, metrics }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
@@ -92,9 +101,7 @@ pub async fn run(
         api_in::<PartialObjectMeta<MySQLBackup>>(client, namespace),
         watcher::Config::default().labels(SCHEDULE_LABEL),
     ));
-    let metrics = Arc::new(BackupMetrics::default());
-    metrics.register(&runtime.metrics);
-    let context = Arc::new(Context { runtime, settings, metrics });
+    let context = Arc::new(Context::new(runtime, settings));
     let controller = Controller::for_stream(backups, reader)
         .with_config(ControllerConfig::default().concurrency(16))
         .owns_stream(jobs)

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use backup_controller::controller::{Context, reconcile};
 use backup_controller::deletion::FINALIZER;
-use backup_controller::metrics::BackupMetrics;
 use controller_common::agent_run::AgentSettings;
 use controller_common::testing::shop::{self, EVENTS_PATH, JOBS_PATH, LEASE_PATH, PODS_PATH};
 use controller_common::testing::{MockApiServer, mock_runtime, not_found, with_applied_status};
@@ -26,9 +25,7 @@ const DELETE_JOB_PATH: &str = "/apis/batch/v1/namespaces/shop/jobs/b1-delete";
 fn context() -> (Arc<Context>, MockApiServer) {
     let (runtime, server) = mock_runtime("backup-controller");
     let settings = AgentSettings { agent_image: "registry/visitors-operator:1.0".into(), otlp_endpoint: None };
-    let metrics = Arc::new(BackupMetrics::default());
-    metrics.register(&runtime.metrics);
-    (Arc::new(Context { runtime: Arc::new(runtime), settings, metrics }), server)
+    (Arc::new(Context::new(Arc::new(runtime), settings)), server)
 }
 
 /// Run b1 with `policy`, succeeded (its backup Job ran), with `finalizers`, being deleted or not.

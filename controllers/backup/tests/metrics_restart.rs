@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backup_controller::controller::{Context, reconcile};
-use backup_controller::metrics::BackupMetrics;
 use controller_common::agent_run::AgentSettings;
 use controller_common::testing::mock_runtime;
 use serde_json::json;
@@ -27,9 +26,7 @@ fn finished_run(name: &str, phase: &str, completed: &str) -> MySQLBackup {
 async fn a_restarted_controller_exports_the_last_success_from_finished_runs() {
     let (runtime, mut server) = mock_runtime("backup-controller");
     let settings = AgentSettings { agent_image: "registry/visitors-operator:1.0".into(), otlp_endpoint: None };
-    let metrics = Arc::new(BackupMetrics::default());
-    metrics.register(&runtime.metrics);
-    let context = Arc::new(Context { runtime: Arc::new(runtime), settings, metrics });
+    let context = Arc::new(Context::new(Arc::new(runtime), settings));
 
     for run in [
         finished_run("newer", "Succeeded", "2026-11-23T10:00:00Z"),

@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backup_controller::controller::{Context, reconcile};
-use backup_controller::metrics::BackupMetrics;
 use controller_common::agent_run::AgentSettings;
 use controller_common::testing::shop::{
     self, APP_PATH, CLAIM_PATH, EVENTS_PATH, JOBS_PATH, LEASE_PATH, LEASES_PATH, PODS_PATH, SECRET_PATH,
@@ -23,9 +22,7 @@ const JOB_PATH: &str = "/apis/batch/v1/namespaces/shop/jobs/b1-backup";
 fn context() -> (Arc<Context>, MockApiServer) {
     let (runtime, server) = mock_runtime("backup-controller");
     let settings = AgentSettings { agent_image: "registry/visitors-operator:1.0".into(), otlp_endpoint: None };
-    let metrics = Arc::new(BackupMetrics::default());
-    metrics.register(&runtime.metrics);
-    (Arc::new(Context { runtime: Arc::new(runtime), settings, metrics }), server)
+    (Arc::new(Context::new(Arc::new(runtime), settings)), server)
 }
 
 fn backup(app: &str) -> MySQLBackup {
