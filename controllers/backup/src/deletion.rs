@@ -20,6 +20,7 @@ use visitors_api::conditions::{self, Desired, Status};
 use visitors_api::visitors_app::DeletionPolicy;
 use visitors_api::{MySQLBackup, MySQLBackupStatus};
 
+use crate::build::backup_path;
 use crate::build::job::{delete_job, delete_job_name, job_name};
 use crate::controller::{Context, Error};
 
@@ -27,6 +28,7 @@ use crate::controller::{Context, Error};
 pub const FINALIZER: &str = "example.com/delete-stored-backup";
 const REASON_DELETING: &str = "DeletingStorage";
 const REASON_FAILED: &str = "StorageDeleteFailed";
+const REASON_MOVED: &str = "StorageLocationChanged";
 
 fn has_finalizer(backup: &MySQLBackup) -> bool {
     backup.finalizers().iter().any(|f| f == FINALIZER)
@@ -34,6 +36,32 @@ fn has_finalizer(backup: &MySQLBackup) -> bool {
 
 fn wants_finalizer(backup: &MySQLBackup) -> bool {
     !backup.spec.is_schedule() && backup.spec.deletion_policy() == DeletionPolicy::Delete
+}
+
+/// Where the run's backup is stored.
+enum Stored {
+    /// The run never started a backup Job.
+    Nothing,
+    At(String),
+    /// The spec was edited since the backup ran and now points elsewhere: a delete there could
+    /// remove another run's backup.
+    Elsewhere(String),
+}
+
+/// The run's stored backup: the location the run recorded, which must still be the one its
+/// spec gives (the delete Job is built from the spec); without a record (the status write after
+/// the Job's creation was lost), the spec's location when the run `started` a Job.
+fn stored_at(backup: &MySQLBackup, recorded: Option<String>, started: bool) -> Stored {
+    let path = backup_path(backup);
+    let (shown, agent) = (backup.spec.storage.location(&path), backup.spec.storage.agent_location(&path));
+    match recorded {
+        Some(recorded) if recorded == shown || recorded == agent => Stored::At(shown),
+        Some(recorded) => Stored::Elsewhere(format!(
+            "the run's backup is stored at {recorded}, but its spec (spec.source, spec.storage) now points at {shown}: nothing is deleted; put the spec back, or set deletionPolicy to Retain to delete the run and keep the files"
+        )),
+        None if started => Stored::At(shown),
+        None => Stored::Nothing,
+    }
 }
 
 /// For a live run: adds the finalizer under `Delete`, removes it under `Retain`.
@@ -60,14 +88,27 @@ pub async fn reconcile_deleted(
         runtime.forget(backup);
         return Ok(Action::await_change());
     }
-    let location = backup.status.as_ref().and_then(|s| s.location.clone()).unwrap_or_default();
+    let recorded = backup.status.as_ref().and_then(|s| s.location.clone());
     if backup.spec.deletion_policy() == DeletionPolicy::Retain {
-        let note = format!("deletionPolicy is Retain: the stored backup at {location} is kept");
+        let note = format!("deletionPolicy is Retain: the stored backup at {} is kept", recorded.unwrap_or_default());
         return let_go(backup, ctx, agent, "StorageRetained", note).await;
     }
-    if backup.status.as_ref().and_then(|s| s.job_name.as_ref()).is_none() {
-        return let_go(backup, ctx, agent, "NothingStored", "the run never started a backup Job".into()).await;
-    }
+    let started = backup.status.as_ref().is_some_and(|s| s.job_name.is_some())
+        || agent.job(&job_name(backup)).await?.is_some_and(|job| agent.owns(&job));
+    let location = match stored_at(backup, recorded, started) {
+        Stored::Nothing => {
+            let note = "the run never started a backup Job".to_string();
+            return let_go(backup, ctx, agent, "NothingStored", note).await;
+        }
+        Stored::At(location) => location,
+        Stored::Elsewhere(message) => {
+            if publish(backup, agent, Status::False, REASON_MOVED, message.clone()).await? {
+                tracing::warn!(error = %message, "the stored backup is not where the spec points");
+                runtime.events.warning(backup, REASON_MOVED, "DeleteStorage", message).await;
+            }
+            return Ok(runtime.until_spec_changes(backup));
+        }
+    };
     // A delete must never race a backup still writing there.
     if !agent.stop_job(&job_name(backup)).await? {
         return Ok(runtime.waiting(backup));

@@ -205,6 +205,7 @@ async fn retain_or_a_run_that_never_stored_anything_lets_the_run_go_without_a_jo
     let mut never_started = succeeded_run("Delete", &[FINALIZER], true);
     never_started.status = Some(serde_json::from_value(json!({"phase": "Pending"})).unwrap());
     let task = tokio::spawn(reconcile(Arc::new(never_started.clone()), context));
+    server.expect(Method::GET, BACKUP_JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
     let patch =
         server.expect(Method::PATCH, BACKUP_PATH, StatusCode::OK, serde_json::to_value(&never_started).unwrap()).await;
     assert_eq!(patch.body["metadata"]["finalizers"], json!([]));
@@ -224,4 +225,39 @@ async fn a_backup_job_still_running_is_stopped_before_any_delete() {
     server.expect_no_request(Duration::from_millis(100)).await;
     let action = task.await.unwrap().unwrap();
     assert!(format!("{action:?}").contains("Some("), "waits for the pods to go: {action:?}");
+}
+
+#[tokio::test]
+async fn a_run_whose_spec_points_elsewhere_now_deletes_nothing() {
+    let (context, mut server) = context();
+    let mut edited = succeeded_run("Delete", &[FINALIZER], true);
+    edited.spec.source.visitors_app = "other".into();
+    let task = tokio::spawn(reconcile(Arc::new(edited.clone()), context));
+    let status = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&edited)).await;
+    let deleting = &status.body["status"]["conditions"][0];
+    assert_eq!((deleting["type"].as_str(), deleting["status"].as_str()), (Some("Deleting"), Some("False")));
+    assert_eq!(deleting["reason"], "StorageLocationChanged");
+    let message = deleting["message"].as_str().unwrap();
+    assert!(
+        message.contains("pvc://backups/shop/ex/b1") && message.contains("pvc://backups/shop/other/b1"),
+        "{message}"
+    );
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "StorageLocationChanged");
+    assert_eq!(task.await.unwrap().unwrap(), Action::await_change(), "a spec change wakes it");
+    server.expect_no_request(Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
+async fn a_run_deleted_before_its_started_job_was_recorded_still_stops_it_and_deletes() {
+    let (context, mut server) = context();
+    let mut unrecorded = succeeded_run("Delete", &[FINALIZER], true);
+    unrecorded.status = Some(serde_json::from_value(json!({"phase": "Pending"})).unwrap());
+    let task = tokio::spawn(reconcile(Arc::new(unrecorded), context));
+    server.expect(Method::GET, BACKUP_JOB_PATH, StatusCode::OK, job("b1-backup", json!([]))).await;
+    server.expect(Method::GET, BACKUP_JOB_PATH, StatusCode::OK, job("b1-backup", json!([]))).await;
+    let deleted = server.expect(Method::DELETE, BACKUP_JOB_PATH, StatusCode::OK, job("b1-backup", json!([]))).await;
+    assert!(deleted.body.to_string().contains("Background"), "{}", deleted.body);
+    task.await.unwrap().unwrap();
+    server.expect_no_request(Duration::from_millis(100)).await;
 }
