@@ -559,6 +559,7 @@ impl<'a> Reconciler<'a> {
         let what = format!("{} {}", K::kind(&()), desired.name_any());
         let api = self.api::<K>();
         let field_manager = &self.ctx.runtime.field_manager;
+        let ticket = self.ctx.seen.ticket(desired);
         let applied = match apply(&api, field_manager, desired).await {
             Ok(applied) => applied,
             Err(kube::Error::Api(status)) if status.code == 422 => {
@@ -586,7 +587,7 @@ impl<'a> Reconciler<'a> {
             }
         };
         // Its watch event is the echo of this write: no news for the app.
-        self.ctx.seen.record_apply(desired, &applied);
+        self.ctx.seen.record_apply(desired, &applied, ticket);
         if announce {
             self.ctx.runtime.events.normal(self.app, "Created", "Apply", what).await;
         }

@@ -142,6 +142,23 @@ struct Applied {
 struct Records {
     states: HashMap<Key, State>,
     applied: HashMap<Key, Applied>,
+    /// Moves whenever a watch reports news of an object or its deletion: an apply answered
+    /// before that must not record its older state over the news.
+    epochs: HashMap<Key, u64>,
+}
+
+/// Taken before an apply: what the watches had reported of the object then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket(u64);
+
+impl Records {
+    fn epoch(&self, key: &Key) -> u64 {
+        self.epochs.get(key).copied().unwrap_or(0)
+    }
+
+    fn bump(&mut self, key: &Key) {
+        *self.epochs.entry(key.clone()).or_insert(0) += 1;
+    }
 }
 
 /// The seen states, shared by the reconciles (which record) and the watches (which ask).
@@ -177,13 +194,26 @@ impl Seen {
         self.lock().states.insert(key(object), state(object));
     }
 
-    /// The controller applied `desired` and the API server answered `response`.
-    pub fn record_apply<K: Fingerprint + Serialize>(&self, desired: &K, response: &K) {
+    /// To take before applying `desired`, for [`Seen::record_apply`].
+    pub fn ticket<K: Fingerprint>(&self, desired: &K) -> Ticket {
+        Ticket(self.lock().epoch(&key(desired)))
+    }
+
+    /// The controller applied `desired` and the API server answered `response`. When a watch
+    /// reported something else of the child since `ticket` (someone edited or deleted it while
+    /// the apply was on its way), the news stays and nothing is recorded: the reconcile it woke
+    /// applies again.
+    pub fn record_apply<K: Fingerprint + Serialize>(&self, desired: &K, response: &K, ticket: Ticket) {
+        let key = key(response);
+        let response_state = state(response);
+        let mut records = self.lock();
+        if records.epoch(&key) != ticket.0 && records.states.get(&key) != Some(&response_state) {
+            return;
+        }
         let applied =
             Applied { desired: desired_hash(desired), fingerprint: response.fingerprint(), at: Instant::now() };
-        let mut records = self.lock();
-        records.states.insert(key(response), state(response));
-        records.applied.insert(key(response), applied);
+        records.states.insert(key.clone(), response_state);
+        records.applied.insert(key, applied);
     }
 
     /// Whether applying `desired` would change nothing: the controller applied the same less
@@ -202,8 +232,13 @@ impl Seen {
     /// Whether a watch reporting `object` brings news: a state no reconcile has seen nor been
     /// woken for. Either way the state counts as seen from now on: the reconcile it wakes sees it.
     pub fn is_news<K: Fingerprint>(&self, object: &K) -> bool {
-        let state = state(object);
-        self.lock().states.insert(key(object), state) != Some(state)
+        let (key, state) = (key(object), state(object));
+        let mut records = self.lock();
+        let news = records.states.insert(key.clone(), state) != Some(state);
+        if news {
+            records.bump(&key);
+        }
+        news
     }
 
     /// The object is gone (deleted, or an app's reconciles are over).
@@ -212,6 +247,7 @@ impl Seen {
         let mut records = self.lock();
         records.states.remove(&key);
         records.applied.remove(&key);
+        records.bump(&key);
     }
 
     /// Objects remembered.
@@ -271,7 +307,7 @@ mod tests {
         let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None);
         assert!(!seen.unchanged_since_applied(&desired, RESYNC), "never applied");
         let response = created_statefulset();
-        seen.record_apply(&desired, &response);
+        seen.record_apply(&desired, &response, seen.ticket(&desired));
         assert!(seen.unchanged_since_applied(&desired, RESYNC));
         assert!(!seen.unchanged_since_applied(&desired, Duration::ZERO), "a resync period later: apply again");
 
@@ -290,6 +326,31 @@ mod tests {
         assert!(!seen.unchanged_since_applied(&desired, RESYNC), "someone edited the spec: apply to repair");
         seen.forget(&edited);
         assert!(!seen.unchanged_since_applied(&desired, RESYNC));
+    }
+
+    #[test]
+    fn an_apply_answered_before_a_reported_edit_or_deletion_does_not_hide_it() {
+        const RESYNC: Duration = Duration::from_secs(600);
+        let seen = Seen::default();
+        let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None);
+        let response = created_statefulset();
+
+        let ticket = seen.ticket(&desired);
+        let mut edited = response.clone();
+        edited.metadata.generation = Some(2);
+        assert!(seen.is_news(&edited), "someone edits the child while our apply is on its way");
+        seen.record_apply(&desired, &response, ticket);
+        assert!(!seen.unchanged_since_applied(&desired, RESYNC), "the edit must be repaired");
+
+        let ticket = seen.ticket(&desired);
+        seen.forget(&response);
+        seen.record_apply(&desired, &response, ticket);
+        assert!(!seen.unchanged_since_applied(&desired, RESYNC), "the deleted child must be created again");
+
+        let ticket = seen.ticket(&desired);
+        assert!(seen.is_news(&response), "the echo of our own apply arrives first");
+        seen.record_apply(&desired, &response, ticket);
+        assert!(seen.unchanged_since_applied(&desired, RESYNC), "our own echo is no reason to apply again");
     }
 
     #[test]
