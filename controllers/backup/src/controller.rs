@@ -6,15 +6,14 @@ use std::sync::Arc;
 
 use controller_common::agent_run::AgentSettings;
 use controller_common::reconcile::ApiError;
-use controller_common::runner::{Identity, api_in, drive, primary_stream};
+use controller_common::runner::{Identity, api_in, drive, primary_stream, watched_objects};
 use controller_common::{ReconcileFailure, Runtime};
-use futures::Stream;
 use k8s_openapi::api::batch::v1::Job;
+use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
+use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 use visitors_api::MySQLBackup;
 use visitors_api::labels::{MANAGED_BY, SCHEDULE_LABEL};
@@ -93,26 +92,18 @@ pub async fn run(
     let client = runtime.client.clone();
     let (reader, writer) = reflector::store();
     let backups = primary_stream(api_in::<MySQLBackup>(client.clone(), namespace), writer);
-    let jobs = owned(watcher(
+    let jobs = watched_objects(
         api_in::<PartialObjectMeta<Job>>(client.clone(), namespace),
         watcher::Config::default().labels(&job_selector()),
-    ));
-    let runs = owned(watcher(
+    );
+    let runs = watched_objects(
         api_in::<PartialObjectMeta<MySQLBackup>>(client, namespace),
         watcher::Config::default().labels(SCHEDULE_LABEL),
-    ));
+    );
     let context = Arc::new(Context::new(runtime, settings));
     let controller = Controller::for_stream(backups, reader)
         .with_config(ControllerConfig::default().concurrency(16))
         .owns_stream(jobs)
         .owns_stream(runs);
     drive(controller, reconcile, error_policy, context, shutdown).await;
-}
-
-fn owned<K, S>(events: S) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
-where
-    K: Resource + Clone + Send + 'static,
-    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-{
-    events.default_backoff().touched_objects()
 }

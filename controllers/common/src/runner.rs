@@ -253,6 +253,15 @@ where
         .boxed()
 }
 
+/// The objects a secondary watch of `api` (owned children, or objects a mapper relates to the
+/// primary kind) reports changed or deleted, with the watcher's default backoff.
+pub fn watched_objects<K>(api: Api<K>, config: watcher::Config) -> impl Stream<Item = Result<K, watcher::Error>> + Send
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watcher(api, config).default_backoff().touched_objects()
+}
+
 /// Hashes what should trigger a reconcile: generation, finalizers, deletion.
 pub fn spec_or_lifecycle_changed<K: Resource>() -> impl Predicate<K> {
     predicates::generation.combine(predicates::finalizers).combine(being_deleted::<K>)

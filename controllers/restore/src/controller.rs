@@ -7,17 +7,16 @@ use std::sync::Arc;
 use controller_common::agent_run::AgentSettings;
 use controller_common::finalizer::{FinalizerError, reconcile_with_finalizer};
 use controller_common::reconcile::ApiError;
-use controller_common::runner::{Identity, api_in, drive, primary_stream};
+use controller_common::runner::{Identity, api_in, drive, primary_stream, watched_objects};
 use controller_common::{ReconcileFailure, Runtime};
-use futures::Stream;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Resource, ResourceExt};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use visitors_api::MySQLRestore;
 use visitors_api::labels::MANAGED_BY;
@@ -141,18 +140,17 @@ pub async fn run(
     let client = runtime.client.clone();
     let (reader, writer) = reflector::store();
     let restores = primary_stream(api_in::<MySQLRestore>(client.clone(), namespace), writer);
-    let jobs = owned(watcher(
+    let jobs = watched_objects(
         api_in::<PartialObjectMeta<Job>>(client.clone(), namespace),
         watcher::Config::default().labels(&job_selector()),
-    ));
+    );
     // Full pods and Deployments: a metadata-only watch would not report their status changing.
-    let pods = watcher(api_in::<Pod>(client.clone(), namespace), watcher::Config::default().labels(&job_selector()))
-        .default_backoff()
-        .touched_objects();
-    let backends =
-        watcher(api_in::<Deployment>(client, namespace), watcher::Config::default().labels(&backend_selector()))
-            .default_backoff()
-            .touched_objects();
+    let pods =
+        watched_objects(api_in::<Pod>(client.clone(), namespace), watcher::Config::default().labels(&job_selector()));
+    let backends = watched_objects(
+        api_in::<Deployment>(client, namespace),
+        watcher::Config::default().labels(&backend_selector()),
+    );
     let metrics = RestoreMetrics::default();
     metrics.register(&runtime.metrics);
     let context = Arc::new(Context { runtime, settings, metrics });
@@ -163,14 +161,6 @@ pub async fn run(
         .watches_stream(pods, |pod| restore_of_pod(&pod))
         .watches_stream(backends, move |deployment| restores_of_backend(&store, &deployment));
     drive(controller, reconcile, error_policy, context, shutdown).await;
-}
-
-fn owned<K, S>(events: S) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
-where
-    K: Resource + Clone + Send + 'static,
-    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-{
-    events.default_backoff().touched_objects()
 }
 
 #[cfg(test)]
