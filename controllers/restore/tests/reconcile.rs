@@ -252,6 +252,17 @@ async fn the_agents_summary_ends_the_restore_and_frees_the_database() {
     assert_eq!(restore_failed_metric(&context).as_deref(), Some("0"));
 }
 
+/// The agent's summary of a restore that found a chunk changed since the backup.
+fn corrupt_backup_summary() -> AgentSummary {
+    AgentSummary {
+        operation: Some(Operation::Restore),
+        ok: false,
+        error: Some("file shop/t/000001.tsv.zst has SHA-256 x, the manifest says y".into()),
+        error_kind: Some("checksumMismatch".into()),
+        ..AgentSummary::default()
+    }
+}
+
 #[tokio::test]
 async fn a_corrupt_backup_fails_with_the_agents_error() {
     let (context, mut server) = context();
@@ -259,13 +270,7 @@ async fn a_corrupt_backup_fails_with_the_agents_error() {
     let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
     let failed = json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]);
     server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(failed)).await;
-    let summary = AgentSummary {
-        operation: Some(Operation::Restore),
-        ok: false,
-        error: Some("file shop/t/000001.tsv.zst has SHA-256 x, the manifest says y".into()),
-        error_kind: Some("checksumMismatch".into()),
-        ..AgentSummary::default()
-    };
+    let summary = corrupt_backup_summary();
     server.expect(Method::GET, PODS_PATH, StatusCode::OK, pods_with_message(&summary.to_line(), 1)).await;
     server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLRestore/r1/r-1")).await;
     server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
@@ -436,13 +441,7 @@ async fn a_corrupt_backup_refused_by_the_staging_step_fails_with_its_error() {
     let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
     let failed = json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]);
     server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(failed)).await;
-    let summary = AgentSummary {
-        operation: Some(Operation::Restore),
-        ok: false,
-        error: Some("file shop/t/000001.tsv.zst has SHA-256 x, the manifest says y".into()),
-        error_kind: Some("checksumMismatch".into()),
-        ..AgentSummary::default()
-    };
+    let summary = corrupt_backup_summary();
     let refused = json!({"terminated": {"exitCode": 1, "reason": "Error", "message": summary.to_line()}});
     let pods = pods_in_step(refused, json!({"waiting": {"reason": "PodInitializing"}}));
     server.expect(Method::GET, PODS_PATH, StatusCode::OK, pods).await;
