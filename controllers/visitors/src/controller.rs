@@ -366,11 +366,7 @@ impl<'a> Reconciler<'a> {
         let params =
             PostParams { field_manager: Some(self.ctx.runtime.field_manager.clone()), ..PostParams::default() };
         match self.api::<Secret>().create(&params, &secret).await {
-            Ok(created) => {
-                let note = format!("Secret {name} with generated database passwords (never rotated)");
-                self.ctx.runtime.events.normal(self.app, "Created", "Create", note).await;
-                Ok(Ok(created))
-            }
+            Ok(created) => Ok(Ok(created)),
             // Created meanwhile (by a previous, interrupted reconcile, or by someone else: the
             // caller checks whose it is).
             Err(kube::Error::Api(status)) if status.code == 409 => {
@@ -427,6 +423,12 @@ impl<'a> Reconciler<'a> {
             self.ensure_workload(&desired_frontend, existing_frontend.as_deref()),
             self.ensure_service(&frontend_service),
         );
+        if claim.is_none()
+            && let Ok(created) = &sts
+        {
+            let settled = build::mysql::statefulset(self.app, &secret, build::mysql::data_claim_template(created));
+            self.ctx.seen.record_settled_form(&desired_sts, &settled);
+        }
         let sts = collect(sts, &mut failed).or_else(|| existing_sts.as_deref().cloned());
         collect(headless, &mut failed);
         collect(client, &mut failed);
@@ -516,7 +518,7 @@ impl<'a> Reconciler<'a> {
             Some(cached) if self.ctx.seen.unchanged_since_applied(desired, self.ctx.runtime.resync) => {
                 Ok(cached.clone())
             }
-            _ => self.apply_child(desired, cached.is_none()).await,
+            _ => self.apply_child(desired).await,
         }
     }
 
@@ -525,7 +527,7 @@ impl<'a> Reconciler<'a> {
         if self.ctx.seen.unchanged_since_applied(desired, self.ctx.runtime.resync) {
             return Ok(());
         }
-        self.apply_child(desired, false).await.map(drop)
+        self.apply_child(desired).await.map(drop)
     }
 
     /// Server-side applies one child (an unchanged child is a no-op on the server), then
@@ -533,7 +535,7 @@ impl<'a> Reconciler<'a> {
     /// controller sets (see [`repair`]). An apply the API server rejects is retried once after
     /// that repair, since foreign items colliding with ours (two ports named `mysql`) make every
     /// apply invalid.
-    async fn apply_child<K>(&self, desired: &K, announce: bool) -> Result<K, Error>
+    async fn apply_child<K>(&self, desired: &K) -> Result<K, Error>
     where
         K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
             + Fingerprint
@@ -544,10 +546,10 @@ impl<'a> Reconciler<'a> {
     {
         // Boxed: six of these futures inline would make the reconcile's future too big for a
         // thread's stack.
-        Box::pin(self.apply_and_repair(desired, announce)).await
+        Box::pin(self.apply_and_repair(desired)).await
     }
 
-    async fn apply_and_repair<K>(&self, desired: &K, announce: bool) -> Result<K, Error>
+    async fn apply_and_repair<K>(&self, desired: &K) -> Result<K, Error>
     where
         K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
             + Fingerprint
@@ -588,9 +590,6 @@ impl<'a> Reconciler<'a> {
         };
         // Its watch event is the echo of this write: no news for the app.
         self.ctx.seen.record_apply(desired, &applied, ticket);
-        if announce {
-            self.ctx.runtime.events.normal(self.app, "Created", "Apply", what).await;
-        }
         Ok(applied)
     }
 
@@ -654,7 +653,10 @@ impl<'a> Reconciler<'a> {
 
     // ----- status -----
 
-    /// Writes the status when it changed, and announces a change of the Ready condition.
+    /// Writes the status when it changed, and announces a change of the Ready condition that
+    /// matters to a user: a problem (Warning), becoming ready, and losing readiness. The progress
+    /// of a new app is in its status only: at scale an Event per app and step is thousands of
+    /// writes to the API server.
     async fn publish(&self, status: VisitorsAppStatus) -> Result<(), Error> {
         if self.app.status.as_ref() == Some(&status) {
             return Ok(());
@@ -667,6 +669,7 @@ impl<'a> Reconciler<'a> {
         let changed = before
             .as_ref()
             .is_none_or(|b| (&b.status, &b.reason, &b.message) != (&after.status, &after.reason, &after.message));
+        let was_ready = before.as_ref().is_some_and(|b| b.status == "True");
         if changed {
             let events = &self.ctx.runtime.events;
             match (after.status.as_str(), after.reason.as_str()) {
@@ -676,7 +679,8 @@ impl<'a> Reconciler<'a> {
                 (_, reason) if is_problem(reason) => {
                     events.warning(self.app, reason, "Reconcile", after.message.clone()).await
                 }
-                (_, reason) => events.normal(self.app, reason, "Reconcile", after.message.clone()).await,
+                (_, reason) if was_ready => events.normal(self.app, reason, "Reconcile", after.message.clone()).await,
+                _ => {}
             }
         }
         Ok(())

@@ -130,10 +130,12 @@ fn state<K: Fingerprint>(object: &K) -> State {
     (object.fingerprint(), object.observed())
 }
 
-/// The controller's last apply of a child: a hash of what it sent, the fingerprint of what the
+/// The controller's last apply of a child: a hash of what it sent (and of the same desired form
+/// as rebuilt from the response, see [`Seen::record_settled_form`]), the fingerprint of what the
 /// API server answered, and when.
 struct Applied {
     desired: u64,
+    settled: Option<u64>,
     fingerprint: u64,
     at: Instant,
 }
@@ -210,10 +212,26 @@ impl Seen {
         if records.epoch(&key) != ticket.0 && records.states.get(&key) != Some(&response_state) {
             return;
         }
-        let applied =
-            Applied { desired: desired_hash(desired), fingerprint: response.fingerprint(), at: Instant::now() };
+        let applied = Applied {
+            desired: desired_hash(desired),
+            settled: None,
+            fingerprint: response.fingerprint(),
+            at: Instant::now(),
+        };
         records.states.insert(key.clone(), response_state);
         records.applied.insert(key, applied);
+    }
+
+    /// The controller sent `sent`, and builds its desired form from what the server keeps of the
+    /// child (a StatefulSet's immutable claim template, which the server fills in): `settled` is
+    /// that form rebuilt from the apply response. Applying it would change nothing the server
+    /// did not already make of `sent`, so it counts as applied too.
+    pub fn record_settled_form<K: Fingerprint + Serialize>(&self, sent: &K, settled: &K) {
+        let key = key(sent);
+        let sent = desired_hash(sent);
+        if let Some(applied) = self.lock().applied.get_mut(&key).filter(|applied| applied.desired == sent) {
+            applied.settled = Some(desired_hash(settled));
+        }
     }
 
     /// Whether applying `desired` would change nothing: the controller applied the same less
@@ -224,9 +242,10 @@ impl Seen {
         let (Some(applied), Some((fingerprint, _))) = (records.applied.get(&key), records.states.get(&key)) else {
             return false;
         };
+        let desired = desired_hash(desired);
         applied.at.elapsed() < max_age
             && applied.fingerprint == *fingerprint
-            && applied.desired == desired_hash(desired)
+            && (applied.desired == desired || applied.settled == Some(desired))
     }
 
     /// Whether a watch reporting `object` brings news: a state no reconcile has seen nor been

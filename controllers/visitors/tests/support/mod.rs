@@ -309,6 +309,7 @@ impl State {
     }
 
     fn stamp_new(&mut self, mut object: Value) -> Value {
+        fill_in_defaults(&mut object);
         self.revision += 1;
         let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
         object["metadata"]["resourceVersion"] = json!(self.revision.to_string());
@@ -324,6 +325,7 @@ impl State {
         existing: Value,
         mut updated: Value,
     ) -> (StatusCode, Value, bool) {
+        fill_in_defaults(&mut updated);
         if updated == existing {
             return (StatusCode::OK, existing, false);
         }
@@ -335,6 +337,20 @@ impl State {
         }
         self.objects.insert(key, updated.clone());
         (StatusCode::OK, updated, true)
+    }
+}
+
+/// What a real API server fills in that the controller does not send: in a StatefulSet's claim
+/// templates, the volume mode and a status (`kubectl get sts -o yaml` shows both).
+fn fill_in_defaults(object: &mut Value) {
+    let Some(templates) = object.pointer_mut("/spec/volumeClaimTemplates").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for template in templates {
+        if template["spec"].is_object() && template["spec"]["volumeMode"].is_null() {
+            template["spec"]["volumeMode"] = json!("Filesystem");
+        }
+        template["status"] = json!({ "phase": "Pending" });
     }
 }
 
