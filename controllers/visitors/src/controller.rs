@@ -207,11 +207,20 @@ impl<'a> Reconciler<'a> {
         if let Err(invalid) = validate::spec(&self.app.spec) {
             return self.reject(invalid).await;
         }
-        let credentials = match self.credentials().await? {
-            Ok(credentials) => credentials,
+        // Checked at the first reconcile of each spec and once a resync period; in between only
+        // the database check needs the credentials, and reads them then.
+        let credentials = if self.ctx.seen.credentials_checked_within(self.app, self.ctx.runtime.resync) {
+            None
+        } else {
+            match self.credentials().await? {
+                Ok(credentials) => Some(credentials),
+                Err(invalid) => return self.reject(invalid).await,
+            }
+        };
+        let (observed, failed) = match self.apply_children(credentials).await? {
+            Ok(applied) => applied,
             Err(invalid) => return self.reject(invalid).await,
         };
-        let (observed, failed) = self.apply_children(&credentials).await;
         let status = status::compute(self.app, &observed, now());
         let ready = conditions::is_true(&status.conditions, READY);
         self.publish(status).await?;
@@ -341,6 +350,7 @@ impl<'a> Reconciler<'a> {
         if build::secret::is_generated(self.app) {
             self.sync_secret_owner(&secret).await?;
         }
+        self.ctx.seen.record_credentials_checked(self.app);
         let text =
             |key: &str| String::from_utf8(validate::secret_value(&secret, key).unwrap_or_default()).unwrap_or_default();
         Ok(Ok(Credentials {
@@ -404,7 +414,12 @@ impl<'a> Reconciler<'a> {
     /// failure is collected, the status is computed from what is there (the cache stands in for
     /// a child whose apply failed) and names it. The children that do not wait for the database
     /// are applied at once, not one after the other: a reconcile takes one round trip for them.
-    async fn apply_children(&self, credentials: &Credentials) -> (Observed, Vec<Error>) {
+    /// `credentials` are read for the database check when `None`; a Secret found unusable then
+    /// is the `Invalid` answer.
+    async fn apply_children(
+        &self,
+        credentials: Option<Credentials>,
+    ) -> Result<Result<(Observed, Vec<Error>), Invalid>, Error> {
         let mut failed = Vec::new();
         let secret = build::secret::secret_name(self.app);
         let existing_sts = self.cached(&self.ctx.stores.statefulsets, &names::mysql(&self.name));
@@ -439,7 +454,10 @@ impl<'a> Reconciler<'a> {
         }
 
         let mysql = sts.as_ref().map(Workload::from_statefulset).unwrap_or_default();
-        let database = self.check_database(&mysql, credentials).await;
+        let database = match self.check_database(&mysql, credentials).await? {
+            Ok(database) => database,
+            Err(invalid) => return Ok(Err(invalid)),
+        };
 
         let backend_name = names::backend(&self.name);
         let existing_backend = self.cached(&self.ctx.stores.deployments, &backend_name);
@@ -468,7 +486,7 @@ impl<'a> Reconciler<'a> {
             frontend: frontend.as_ref().map(Workload::from_deployment).unwrap_or_default(),
             failed_children: failed.iter().map(ToString::to_string).collect(),
         };
-        (observed, failed)
+        Ok(Ok((observed, failed)))
     }
 
     /// Asks the claim of pod 0 to grow when the spec asks for more storage. A refusal (a
@@ -618,12 +636,23 @@ impl<'a> Reconciler<'a> {
         Ok(Some(repaired))
     }
 
-    async fn check_database(&self, mysql: &Workload, credentials: &Credentials) -> Database {
+    async fn check_database(
+        &self,
+        mysql: &Workload,
+        credentials: Option<Credentials>,
+    ) -> Result<Result<Database, Invalid>, Error> {
         if mysql.ready < 1 {
-            return Database::PodNotReady;
+            return Ok(Ok(Database::PodNotReady));
         }
         let Some(probe) = &self.ctx.probe else {
-            return Database::PodReady;
+            return Ok(Ok(Database::PodReady));
+        };
+        let credentials = match credentials {
+            Some(credentials) => credentials,
+            None => match self.credentials().await? {
+                Ok(credentials) => credentials,
+                Err(invalid) => return Ok(Err(invalid)),
+            },
         };
         let target = Target {
             host: build::mysql::client_host(self.app),
@@ -642,13 +671,13 @@ impl<'a> Reconciler<'a> {
         );
         let result = probe.select_one(&target).instrument(span.clone()).await;
         span.record("db.check.result", result.as_ref().err().map_or("connected", String::as_str));
-        match result {
+        Ok(Ok(match result {
             Ok(()) => Database::Connected,
             Err(why) => {
                 tracing::info!(%why, "database not answering yet");
                 Database::QueryFailed(why)
             }
-        }
+        }))
     }
 
     // ----- status -----

@@ -120,6 +120,14 @@ impl Fingerprint for VisitorsApp {
     }
 }
 
+/// The app's incarnation and spec: what names its credentials Secret.
+fn spec_fingerprint(app: &VisitorsApp) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    app.meta().uid.hash(&mut hasher);
+    app.meta().generation.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// `(kind, namespace, name)`: a Service and its metadata-only watch share one entry.
 type Key = (&'static str, String, String);
 
@@ -147,6 +155,9 @@ struct Records {
     /// Moves whenever a watch reports news of an object or its deletion: an apply answered
     /// before that must not record its older state over the news.
     epochs: HashMap<Key, u64>,
+    /// When each app's credentials Secret was last read and found usable, and for which
+    /// fingerprint of the app (a spec change can name another Secret).
+    credentials_checked: HashMap<Key, (u64, Instant)>,
 }
 
 /// Taken before an apply: what the watches had reported of the object then.
@@ -260,12 +271,29 @@ impl Seen {
         news
     }
 
+    /// The reconcile of `app` read its credentials Secret and found it usable.
+    pub fn record_credentials_checked(&self, app: &VisitorsApp) {
+        self.lock().credentials_checked.insert(key(app), (spec_fingerprint(app), Instant::now()));
+    }
+
+    /// Whether the credentials of `app` (as it is now) were found usable less than `max_age`
+    /// ago. A Secret is not watched (that would take list and watch on every Secret): a reconcile
+    /// that needs no credentials relies on that check, and reads the Secret again once it is a
+    /// resync period old, the same delay after which a converged app notices a deleted Secret.
+    pub fn credentials_checked_within(&self, app: &VisitorsApp, max_age: Duration) -> bool {
+        self.lock()
+            .credentials_checked
+            .get(&key(app))
+            .is_some_and(|(fingerprint, at)| *fingerprint == spec_fingerprint(app) && at.elapsed() < max_age)
+    }
+
     /// The object is gone (deleted, or an app's reconciles are over).
     pub fn forget<K: Fingerprint>(&self, object: &K) {
         let key = key(object);
         let mut records = self.lock();
         records.states.remove(&key);
         records.applied.remove(&key);
+        records.credentials_checked.remove(&key);
         records.bump(&key);
     }
 
