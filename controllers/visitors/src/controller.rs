@@ -28,8 +28,9 @@ use visitors_api::{MySQLRestore, VisitorsApp, VisitorsAppStatus};
 
 use crate::build::{self, secret::Credentials};
 use crate::db::{DatabaseProbe, Target};
+use crate::hold::{Hold, owner_of};
 use crate::repair;
-use crate::seen::{Fingerprint, Seen};
+use crate::seen::{Fingerprint, News, Seen};
 use crate::status::{self, Database, Observed, Workload};
 use crate::validate::{self, Invalid};
 
@@ -58,6 +59,8 @@ pub struct Context {
     /// What the reconciles have seen of each app and child: the watches wake an app only for
     /// news, not for the echoes of its own reconcile's writes.
     pub seen: Seen,
+    /// Status-only wake-ups wait while new apps wait for their first reconcile.
+    pub hold: Hold,
 }
 
 /// Caches of the owned workloads, filled by the owned-object watches. The reconcile reads them
@@ -194,6 +197,7 @@ impl<'a> Reconciler<'a> {
     }
 
     async fn run(&self) -> Result<Action, Error> {
+        self.ctx.hold.reconciling(self.app);
         self.ctx.seen.record(self.app);
         if self.app.metadata.deletion_timestamp.is_some() {
             return self.clean_up().await;
@@ -767,40 +771,54 @@ impl Watches {
     ) {
         let client = runtime.client.clone();
         let seen = Seen::default();
+        let hold = Hold::default();
         let children = watcher::Config::default().labels(&child_selector());
         let (app_reader, app_writer) = reflector::store::store();
-        let app_news = seen.clone();
-        let apps = primary_stream(api_in::<VisitorsApp>(client.clone(), namespace), app_writer)
-            .try_filter(move |app| std::future::ready(app_news.is_news(app)));
+        let (app_news, app_hold) = (seen.clone(), hold.clone());
+        let apps =
+            primary_stream(api_in::<VisitorsApp>(client.clone(), namespace), app_writer).try_filter(move |app| {
+                let news = app_news.is_news(app);
+                if news {
+                    app_hold.news_of(app);
+                }
+                std::future::ready(news)
+            });
         let statefulsets = owned(
             watcher(api_in::<StatefulSet>(client.clone(), namespace), children.clone())
                 .modify(trim_for_cache)
                 .reflect(self.statefulsets),
             seen.clone(),
+            hold.clone(),
         );
         let deployments = owned(
             watcher(api_in::<Deployment>(client.clone(), namespace), children.clone())
                 .modify(trim_for_cache)
                 .reflect(self.deployments),
             seen.clone(),
+            hold.clone(),
         );
         // Secrets are not watched: that would need list and watch on every Secret. A deleted
         // generated Secret is noticed at the next reconcile.
-        let services =
-            owned(watcher(api_in::<PartialObjectMeta<Service>>(client.clone(), namespace), children), seen.clone());
+        let services = owned(
+            watcher(api_in::<PartialObjectMeta<Service>>(client.clone(), namespace), children),
+            seen.clone(),
+            hold.clone(),
+        );
         // Every change of a restore (its phase above all) wakes the app it targets.
         let restores = watcher(api_in::<MySQLRestore>(client, namespace), watcher::Config::default())
             .default_backoff()
             .modify(trim_for_cache)
             .reflect(self.restores)
             .touched_objects();
-        let ctx = Arc::new(Context { runtime, probe, stores: self.stores, seen });
+        let held_wake_ups = hold.clone().released();
+        let ctx = Arc::new(Context { runtime, probe, stores: self.stores, seen, hold });
         let controller = Controller::for_stream(apps, app_reader)
             .with_config(controller_config())
             .owns_stream(statefulsets)
             .owns_stream(deployments)
             .owns_stream(services)
-            .watches_stream(restores, |restore| target_app(&restore));
+            .watches_stream(restores, |restore| target_app(&restore))
+            .reconcile_on(held_wake_ups);
         drive(controller, reconcile, error_policy, ctx, shutdown).await;
     }
 }
@@ -812,18 +830,27 @@ impl Default for Watches {
 }
 
 /// A child's deletion wakes its owner (a deleted child must come back), and so does a change no
-/// reconcile has seen ([`Seen`]): drift, or a workload's status moving. The echoes of the
-/// controller's own applies do not.
-pub fn owned<K, S>(events: S, seen: Seen) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+/// reconcile has seen ([`Seen`]): drift at once, a workload's status moving through [`Hold`]
+/// (held while new apps wait for their first reconcile). The echoes of the controller's own
+/// applies do not.
+pub fn owned<K, S>(events: S, seen: Seen, hold: Hold) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Fingerprint + Clone + Send + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
     events.default_backoff().filter_map(move |event| {
         let wake = match event {
-            Ok(watcher::Event::Apply(child) | watcher::Event::InitApply(child)) => {
-                seen.is_news(&child).then_some(Ok(child))
-            }
+            Ok(watcher::Event::Apply(child) | watcher::Event::InitApply(child)) => match seen.news(&child) {
+                News::Nothing => None,
+                News::Status if hold.holding() => match owner_of(&child) {
+                    Some(owner) => {
+                        hold.hold(owner);
+                        None
+                    }
+                    None => Some(Ok(child)),
+                },
+                News::Status | News::Change => Some(Ok(child)),
+            },
             Ok(watcher::Event::Delete(child)) => {
                 seen.forget(&child);
                 Some(Ok(child))
@@ -864,7 +891,8 @@ mod tests {
             Ok(watcher::Event::Apply(became_ready())),
             Ok(watcher::Event::Delete(became_ready())),
         ]);
-        let requests: Vec<_> = trigger_owners::<VisitorsApp, _>(owned(events, Seen::default()), (), ()).collect().await;
+        let requests: Vec<_> =
+            trigger_owners::<VisitorsApp, _>(owned(events, Seen::default(), Hold::default()), (), ()).collect().await;
         let woken: Vec<String> = requests.into_iter().map(|r| r.expect("no watch error").obj_ref.to_string()).collect();
         assert_eq!(woken.len(), 2, "both the status change and the deletion wake the owner: {woken:?}");
         assert!(woken.iter().all(|r| r.starts_with("VisitorsApp.v1.example.com/ex.shop")), "{woken:?}");
@@ -878,6 +906,35 @@ mod tests {
         sts.metadata.generation = Some(1);
         sts.metadata.resource_version = Some("5".into());
         sts
+    }
+
+    /// While a new app waits for its first reconcile, a workload counting its pods does not wake
+    /// its app at once (that reconcile would compete with the new app's for a worker): it is
+    /// held, and released once the new app's reconcile has started. Drift is never held.
+    #[tokio::test]
+    async fn a_status_change_waits_for_the_first_reconcile_of_a_new_app_but_drift_does_not() {
+        let seen = Seen::default();
+        seen.record(&created());
+        let hold = Hold::default();
+        let mut new_app = book_app();
+        new_app.metadata.name = Some("new".into());
+        hold.news_of(&new_app);
+        let mut counted = created();
+        counted.metadata.resource_version = Some("6".into());
+        counted.status = Some(StatefulSetStatus { observed_generation: Some(1), replicas: 1, ..Default::default() });
+        let mut edited = counted.clone();
+        edited.metadata.generation = Some(2);
+        let events = futures::stream::iter([Ok(watcher::Event::Apply(counted)), Ok(watcher::Event::Apply(edited))]);
+
+        let woken: Vec<StatefulSet> =
+            owned(events, seen, hold.clone()).map(|r| r.expect("no watch error")).collect().await;
+
+        assert_eq!(woken.len(), 1, "only the drift wakes the app at once");
+        assert_eq!(woken[0].metadata.generation, Some(2));
+        assert_eq!(hold.held(), 1, "the status change is held");
+        hold.reconciling(&new_app);
+        let released = tokio::time::timeout(std::time::Duration::from_secs(5), Box::pin(hold.released()).next()).await;
+        assert_eq!(released.ok().flatten().map(|r| r.name).as_deref(), Some("ex"));
     }
 
     #[tokio::test]
@@ -894,7 +951,7 @@ mod tests {
             Ok(watcher::Event::Apply(counted)),
             Ok(watcher::Event::Delete(created())),
         ]);
-        let woken: Vec<String> = trigger_owners::<VisitorsApp, _>(owned(events, seen.clone()), (), ())
+        let woken: Vec<String> = trigger_owners::<VisitorsApp, _>(owned(events, seen.clone(), Hold::default()), (), ())
             .map(|r| r.expect("no watch error").obj_ref.to_string())
             .collect()
             .await;

@@ -7,6 +7,7 @@
 pub mod build;
 pub mod controller;
 pub mod db;
+pub mod hold;
 pub mod repair;
 pub mod seen;
 pub mod status;

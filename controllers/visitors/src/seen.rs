@@ -128,6 +128,17 @@ fn spec_fingerprint(app: &VisitorsApp) -> u64 {
     hasher.finish()
 }
 
+/// What a watch event of an object brings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum News {
+    /// A state a reconcile has seen (the echo of its own write) or been woken for.
+    Nothing,
+    /// Only what the app's status reads of the object moved (a workload counting its pods).
+    Status,
+    /// Anything else: a new object, drift, a new spec.
+    Change,
+}
+
 /// `(kind, namespace, name)`: a Service and its metadata-only watch share one entry.
 type Key = (&'static str, String, String);
 
@@ -262,10 +273,20 @@ impl Seen {
     /// Whether a watch reporting `object` brings news: a state no reconcile has seen nor been
     /// woken for. Either way the state counts as seen from now on: the reconcile it wakes sees it.
     pub fn is_news<K: Fingerprint>(&self, object: &K) -> bool {
+        self.news(object) != News::Nothing
+    }
+
+    /// What a watch reporting `object` brings (see [`Seen::is_news`]), telling a change of what
+    /// the app's status reads only from any other.
+    pub fn news<K: Fingerprint>(&self, object: &K) -> News {
         let (key, state) = (key(object), state(object));
         let mut records = self.lock();
-        let news = records.states.insert(key.clone(), state) != Some(state);
-        if news {
+        let news = match records.states.insert(key.clone(), state) {
+            Some(previous) if previous == state => News::Nothing,
+            Some((fingerprint, _)) if fingerprint == state.0 => News::Status,
+            _ => News::Change,
+        };
+        if news != News::Nothing {
             records.bump(&key);
         }
         news
@@ -345,6 +366,20 @@ mod tests {
         let mut relabelled = edited.clone();
         relabelled.labels_mut().insert("app.kubernetes.io/name".into(), "other".into());
         assert!(seen.is_news(&relabelled), "someone edited the labels");
+    }
+
+    #[test]
+    fn a_workload_counting_its_pods_is_status_news_and_an_edit_is_a_change() {
+        let seen = Seen::default();
+        let applied = created_statefulset();
+        assert_eq!(seen.news(&applied), News::Change, "never seen");
+        assert_eq!(seen.news(&applied), News::Nothing);
+        let mut counted = applied.clone();
+        counted.status = Some(StatefulSetStatus { observed_generation: Some(1), replicas: 1, ..Default::default() });
+        assert_eq!(seen.news(&counted), News::Status);
+        let mut edited = counted.clone();
+        edited.metadata.generation = Some(2);
+        assert_eq!(seen.news(&edited), News::Change);
     }
 
     #[test]

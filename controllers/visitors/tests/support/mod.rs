@@ -567,7 +567,13 @@ impl Harness {
             resync: RESYNC,
         });
         let probe_handle = Some(probe.clone() as Arc<dyn DatabaseProbe>);
-        let ctx = Arc::new(Context { runtime, probe: probe_handle, stores, seen: Seen::default() });
+        let ctx = Arc::new(Context {
+            runtime,
+            probe: probe_handle,
+            stores,
+            seen: Seen::default(),
+            hold: visitors_controller::hold::Hold::default(),
+        });
         Self {
             api,
             probe,
