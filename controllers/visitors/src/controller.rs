@@ -9,7 +9,7 @@ use controller_common::runner::{Identity, api_in, controller_config, drive, prim
 use controller_common::{ReconcileFailure, Runtime};
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, PodSpec, PodTemplateSpec, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
@@ -785,14 +785,14 @@ impl Watches {
             });
         let statefulsets = owned(
             watcher(api_in::<StatefulSet>(client.clone(), namespace), children.clone())
-                .modify(trim_for_cache)
+                .modify(trim_statefulset)
                 .reflect(self.statefulsets),
             seen.clone(),
             hold.clone(),
         );
         let deployments = owned(
             watcher(api_in::<Deployment>(client.clone(), namespace), children.clone())
-                .modify(trim_for_cache)
+                .modify(trim_deployment)
                 .reflect(self.deployments),
             seen.clone(),
             hold.clone(),
@@ -826,6 +826,38 @@ impl Watches {
 impl Default for Watches {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// What the workload caches keep of a pod template: the containers' names and images (the
+/// status reads the first image), not their env, probes, mounts or resources, which no
+/// reconcile reads from the cache (it applies its own desired form). With a thousand apps
+/// the full templates were a large part of the controller's memory.
+fn keep_images_only(template: &mut PodTemplateSpec) {
+    if let Some(spec) = template.spec.as_mut() {
+        let containers = spec
+            .containers
+            .iter()
+            .map(|c| Container { name: c.name.clone(), image: c.image.clone(), ..Container::default() })
+            .collect();
+        *spec = PodSpec { containers, ..PodSpec::default() };
+    }
+}
+
+/// The StatefulSet as its cache keeps it: see [`trim_for_cache`] and [`keep_images_only`]; the
+/// claim templates stay whole (the reconcile keeps them verbatim).
+pub fn trim_statefulset(sts: &mut StatefulSet) {
+    trim_for_cache(sts);
+    if let Some(spec) = sts.spec.as_mut() {
+        keep_images_only(&mut spec.template);
+    }
+}
+
+/// The Deployment as its cache keeps it: see [`trim_for_cache`] and [`keep_images_only`].
+pub fn trim_deployment(deployment: &mut Deployment) {
+    trim_for_cache(deployment);
+    if let Some(spec) = deployment.spec.as_mut() {
+        keep_images_only(&mut spec.template);
     }
 }
 
@@ -935,6 +967,35 @@ mod tests {
         hold.reconciling(&new_app);
         let released = tokio::time::timeout(std::time::Duration::from_secs(5), Box::pin(hold.released()).next()).await;
         assert_eq!(released.ok().flatten().map(|r| r.name).as_deref(), Some("ex"));
+    }
+
+    /// The caches keep a slim copy of each workload: what the reconcile reads of it (status,
+    /// images, replicas, claim templates) and what the watches compare must be the same as
+    /// in the full object, or a cached workload would look changed.
+    #[test]
+    fn a_trimmed_workload_reads_and_compares_as_the_full_one() {
+        let full = became_ready();
+        let mut trimmed = full.clone();
+        trim_statefulset(&mut trimmed);
+        assert_eq!(Workload::from_statefulset(&trimmed), Workload::from_statefulset(&full));
+        assert_eq!((trimmed.fingerprint(), trimmed.observed()), (full.fingerprint(), full.observed()));
+        assert_eq!(build::mysql::data_claim_template(&trimmed), build::mysql::data_claim_template(&full));
+
+        let mut deployment = build::frontend::deployment(&book_app());
+        deployment.metadata.generation = Some(1);
+        let mut trimmed = deployment.clone();
+        trim_deployment(&mut trimmed);
+        assert_eq!(Workload::from_deployment(&trimmed), Workload::from_deployment(&deployment));
+        assert_eq!((trimmed.fingerprint(), trimmed.observed()), (deployment.fingerprint(), deployment.observed()));
+    }
+
+    #[test]
+    fn a_trimmed_statefulset_template_is_a_fraction_of_the_full_one() {
+        let full = became_ready();
+        let mut trimmed = full.clone();
+        trim_statefulset(&mut trimmed);
+        let size = |sts: &StatefulSet| serde_json::to_vec(&sts.spec.as_ref().unwrap().template).unwrap().len();
+        assert!(size(&trimmed) * 4 < size(&full), "{} of {} bytes", size(&trimmed), size(&full));
     }
 
     #[tokio::test]

@@ -613,9 +613,20 @@ impl Harness {
     /// owned-object watches would.
     pub fn sync_caches(&self) {
         self.watch_children();
-        fill(&mut self.statefulsets.lock().unwrap(), self.api.get::<StatefulSet>("ex-mysql"));
-        let deployments: Vec<Deployment> =
-            ["ex-backend", "ex-frontend"].into_iter().filter_map(|n| self.api.get(n)).collect();
+        // Trimmed as the controller's watches trim them.
+        let statefulset = self.api.get::<StatefulSet>("ex-mysql").map(|mut sts| {
+            controller::trim_statefulset(&mut sts);
+            sts
+        });
+        fill(&mut self.statefulsets.lock().unwrap(), statefulset);
+        let deployments: Vec<Deployment> = ["ex-backend", "ex-frontend"]
+            .into_iter()
+            .filter_map(|n| self.api.get(n))
+            .map(|mut deployment| {
+                controller::trim_deployment(&mut deployment);
+                deployment
+            })
+            .collect();
         let mut writer = self.deployments.lock().unwrap();
         writer.apply_watcher_event(&watcher::Event::Init);
         for deployment in deployments {
