@@ -810,7 +810,7 @@ impl Watches {
             .modify(trim_for_cache)
             .reflect(self.restores)
             .touched_objects();
-        let held_wake_ups = hold.clone().released();
+        let held_wake_ups = hold.clone().released(app_reader.clone());
         let ctx = Arc::new(Context { runtime, probe, stores: self.stores, seen, hold });
         let controller = Controller::for_stream(apps, app_reader)
             .with_config(controller_config())
@@ -965,7 +965,11 @@ mod tests {
         assert_eq!(woken[0].metadata.generation, Some(2));
         assert_eq!(hold.held(), 1, "the status change is held");
         hold.reconciling(&new_app);
-        let released = tokio::time::timeout(std::time::Duration::from_secs(5), Box::pin(hold.released()).next()).await;
+        let mut apps = reflector::store::Writer::default();
+        apps.apply_watcher_event(&watcher::Event::Apply(book_app()));
+        let released =
+            tokio::time::timeout(std::time::Duration::from_secs(5), Box::pin(hold.released(apps.as_reader())).next())
+                .await;
         assert_eq!(released.ok().flatten().map(|r| r.name).as_deref(), Some("ex"));
     }
 

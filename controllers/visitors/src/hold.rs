@@ -7,23 +7,26 @@
 //! A wake-up that only moves what the app's status reads of a workload ([`crate::seen::News::Status`])
 //! is therefore held while any app waits for the reconcile of news of its own, and released
 //! once none does; several held wake-ups of one app make one reconcile. Drift, deletions and
-//! spec changes are never held. A wake-up is held at most [`MAX_HOLD`], and an app counts as
-//! waiting at most that long (one deleted before its first reconcile never has one), so a status
-//! is late by a minute at worst, and only while new apps keep coming.
+//! spec changes are never held. An app deleted before its reconcile no longer counts as
+//! waiting. A wake-up is held at most [`MAX_HOLD`], and an app counts as waiting at most that
+//! long, so a status is late by that at worst, and only while new apps keep coming: a burst of
+//! a thousand new apps takes one to two minutes, and its status refreshes wait for its end.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::Stream;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use visitors_api::VisitorsApp;
 
 /// The longest a status wake-up is held, and the longest an app counts as waiting.
-pub const MAX_HOLD: Duration = Duration::from_secs(60);
+pub const MAX_HOLD: Duration = Duration::from_secs(300);
+/// How often held wake-ups look for apps deleted while they waited.
+const RECHECK: Duration = Duration::from_secs(1);
 
 /// Shared by the watches (which report news and hold wake-ups) and the reconciles (which say
 /// when an app's reconcile starts).
@@ -53,6 +56,10 @@ impl State {
         self.waiting.retain(|_, since| now.duration_since(*since) < MAX_HOLD);
     }
 
+    fn forget_deleted_waiters(&mut self, apps: &Store<VisitorsApp>) {
+        self.waiting.retain(|app, _| apps.get(app).is_some());
+    }
+
     fn next(&mut self, now: Instant) -> Next {
         self.forget_stale_waiters(now);
         let Some((app, since)) = self.held.front().cloned() else { return Next::WaitForChange };
@@ -62,7 +69,7 @@ impl State {
             return Next::Release(app);
         }
         let oldest_waiter = self.waiting.values().min().copied().unwrap_or(now);
-        Next::WaitUntil((since + MAX_HOLD).min(oldest_waiter + MAX_HOLD))
+        Next::WaitUntil((since + MAX_HOLD).min(oldest_waiter + MAX_HOLD).min(now + RECHECK))
     }
 }
 
@@ -117,17 +124,22 @@ impl Hold {
         self.lock().held.len()
     }
 
-    /// The held wake-ups as they are released: for the controller's `reconcile_on`.
-    pub fn released(self) -> impl Stream<Item = ObjectRef<VisitorsApp>> + Send + 'static {
-        futures::stream::unfold(self, |hold| async move {
+    /// The held wake-ups as they are released: for the controller's `reconcile_on`. `apps` is
+    /// the cache of the apps: one no longer in it was deleted and waits for nothing.
+    pub fn released(self, apps: Store<VisitorsApp>) -> impl Stream<Item = ObjectRef<VisitorsApp>> + Send + 'static {
+        futures::stream::unfold((self, apps), |(hold, apps)| async move {
             loop {
                 let notify = hold.changed.clone();
                 let changed = notify.notified();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
-                let next = hold.lock().next(Instant::now());
+                let next = {
+                    let mut state = hold.lock();
+                    state.forget_deleted_waiters(&apps);
+                    state.next(Instant::now())
+                };
                 match next {
-                    Next::Release(app) => return Some((app, hold)),
+                    Next::Release(app) => return Some((app, (hold, apps))),
                     Next::WaitUntil(deadline) => {
                         tokio::select! {
                             () = &mut changed => {}
@@ -150,6 +162,8 @@ mod tests {
     use super::*;
     use crate::build::fixtures::book_app;
     use futures::StreamExt;
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher;
 
     fn app(name: &str) -> VisitorsApp {
         let mut app = book_app();
@@ -164,16 +178,26 @@ mod tests {
         tokio::time::timeout(wait, released.next()).await.ok().flatten().map(|r| r.name)
     }
 
+    /// The cache of the apps, holding `names`.
+    fn apps(names: &[&str]) -> (Store<VisitorsApp>, Writer<VisitorsApp>) {
+        let mut writer = Writer::default();
+        for name in names {
+            writer.apply_watcher_event(&watcher::Event::Apply(app(name)));
+        }
+        (writer.as_reader(), writer)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn status_wake_ups_wait_until_every_new_app_has_started_its_reconcile() {
         let hold = Hold::default();
-        let mut released = Box::pin(hold.clone().released());
+        let (store, _writer) = apps(&["new", "started"]);
+        let mut released = Box::pin(hold.clone().released(store));
         hold.news_of(&app("new"));
         assert!(hold.holding());
         hold.hold(ObjectRef::from_obj(&app("started")));
         hold.hold(ObjectRef::from_obj(&app("started")));
         assert_eq!(hold.held(), 1, "one wake-up per app");
-        assert_eq!(next_within(&mut released, Duration::from_secs(5)).await, None, "held while 'new' waits");
+        assert_eq!(next_within(&mut released, Duration::from_secs(120)).await, None, "held while 'new' waits");
 
         hold.reconciling(&app("new"));
         assert!(!hold.holding());
@@ -182,14 +206,27 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_wake_up_is_held_a_minute_at_most() {
+    async fn a_wake_up_is_held_at_most_max_hold() {
         let hold = Hold::default();
-        let mut released = Box::pin(hold.clone().released());
+        let (store, _writer) = apps(&["never-reconciled", "started"]);
+        let mut released = Box::pin(hold.clone().released(store));
         hold.news_of(&app("never-reconciled"));
         hold.hold(ObjectRef::from_obj(&app("started")));
-        assert_eq!(next_within(&mut released, MAX_HOLD - Duration::from_secs(1)).await, None);
+        assert_eq!(next_within(&mut released, MAX_HOLD - Duration::from_secs(2)).await, None);
+        assert_eq!(next_within(&mut released, Duration::from_secs(3)).await.as_deref(), Some("started"));
+        assert!(!hold.holding(), "an app waits that long at most");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_app_deleted_before_its_reconcile_holds_nothing() {
+        let hold = Hold::default();
+        let (store, mut writer) = apps(&["deleted-early", "started"]);
+        let mut released = Box::pin(hold.clone().released(store));
+        hold.news_of(&app("deleted-early"));
+        hold.hold(ObjectRef::from_obj(&app("started")));
+        assert_eq!(next_within(&mut released, Duration::from_secs(5)).await, None);
+        writer.apply_watcher_event(&watcher::Event::Delete(app("deleted-early")));
         assert_eq!(next_within(&mut released, Duration::from_secs(2)).await.as_deref(), Some("started"));
-        assert!(!hold.holding(), "an app waits a minute at most");
     }
 
     #[test]
