@@ -9,6 +9,7 @@
 //! restore controller runs them as the init and main containers of one pod, so that it can
 //! show `Running` and then `Verifying`.
 
+mod indexes;
 mod load;
 mod staging;
 
@@ -41,6 +42,10 @@ pub enum RestoreStep {
     FromStage,
 }
 
+/// Below this size a table's index build after the load would cost more statements than the
+/// sorted build saves.
+pub const INDEXES_AFTER_LOAD_FROM_BYTES: u64 = 32 << 20;
+
 #[derive(Clone, Debug)]
 pub struct RestoreOptions {
     pub connection: ConnectionSettings,
@@ -61,6 +66,9 @@ pub struct RestoreOptions {
     pub progress_interval: Duration,
     /// The whole restore, or one of its two steps.
     pub step: RestoreStep,
+    /// Tables with at least this many bytes of data get their plain secondary keys after the
+    /// load instead of during it (see `restore::indexes`).
+    pub indexes_after_load_from_bytes: u64,
 }
 
 impl RestoreOptions {
@@ -77,6 +85,7 @@ impl RestoreOptions {
             skip_binlog: false,
             progress_interval: Duration::from_secs(10),
             step: RestoreStep::All,
+            indexes_after_load_from_bytes: INDEXES_AFTER_LOAD_FROM_BYTES,
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Loading a database's chunks into its staging schema with `LOAD DATA LOCAL INFILE`,
-//! `parallelism` connections at once, largest chunks first; one transaction per chunk.
+//! `parallelism` connections at once, largest chunks first; one transaction per chunk. A table
+//! whose plain secondary keys were left out gets them as soon as its last chunk is in, by the
+//! next free connection, while the others go on loading.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use futures::future::join_all;
@@ -10,6 +12,7 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use tracing::Instrument;
 
+use super::indexes::DeferredKeys;
 use super::{RestoreOptions, session_setup};
 use crate::error::{AgentError, Result};
 use crate::format::{ChunkEntry, Compression, DatabaseEntry, load_data_sql, quote_ident};
@@ -24,15 +27,58 @@ struct LoadTask {
     chunk: ChunkEntry,
 }
 
+struct IndexTask {
+    target: String,
+    table: String,
+    keys: DeferredKeys,
+}
+
+enum Work {
+    Chunk(LoadTask),
+    Indexes(IndexTask),
+}
+
+/// What is left to do: chunks, largest first, with the index builds of the tables whose
+/// chunks are all in ahead of them.
+#[derive(Default)]
+struct Queue {
+    work: VecDeque<Work>,
+    chunks_left: HashMap<String, usize>,
+    deferred: HashMap<String, IndexTask>,
+}
+
+impl Queue {
+    fn next(&mut self) -> Option<Work> {
+        self.work.pop_front()
+    }
+
+    /// Counts a loaded chunk of `table`; its index build is next once it was the last.
+    fn chunk_done(&mut self, table: &str) {
+        let left = self.chunks_left.get_mut(table).expect("a queued table");
+        *left -= 1;
+        if *left == 0
+            && let Some(task) = self.deferred.remove(table)
+        {
+            self.work.push_front(Work::Indexes(task));
+        }
+    }
+
+    fn clear(&mut self) {
+        self.work.clear();
+        self.deferred.clear();
+    }
+}
+
 struct LoadContext {
     connector: Connector,
     storage: Storage,
     compression: Compression,
     progress: Arc<Progress>,
-    queue: Mutex<VecDeque<LoadTask>>,
+    queue: Mutex<Queue>,
 }
 
-/// Loads every chunk of `database` into the same tables of `schema`; returns the rows loaded.
+/// Loads every chunk of `database` into the same tables of `schema`, and adds the keys of
+/// `deferred_keys` (by table) back after their table's load; returns the rows loaded.
 pub(super) async fn load_database(
     connector: &Connector,
     storage: &Storage,
@@ -40,8 +86,10 @@ pub(super) async fn load_database(
     schema: &str,
     compression: Compression,
     options: &RestoreOptions,
+    mut deferred_keys: HashMap<String, DeferredKeys>,
 ) -> Result<u64> {
     let mut tasks = Vec::new();
+    let mut queue = Queue::default();
     for table in &database.tables {
         let target = format!("{}.{}", quote_ident(schema), quote_ident(&table.name));
         for chunk in &table.chunks {
@@ -52,11 +100,21 @@ pub(super) async fn load_database(
                 chunk: chunk.clone(),
             });
         }
+        if let Some(keys) = deferred_keys.remove(&table.name) {
+            let task = IndexTask { target, table: table.name.clone(), keys };
+            if table.chunks.is_empty() {
+                queue.work.push_back(Work::Indexes(task));
+            } else {
+                queue.deferred.insert(table.name.clone(), task);
+            }
+        }
+        queue.chunks_left.insert(table.name.clone(), table.chunks.len());
     }
     tasks.sort_by_key(|task| std::cmp::Reverse(task.chunk.data_bytes));
     let rows = tasks.iter().map(|t| t.chunk.rows).sum();
     let expected = tasks.iter().map(|t| t.chunk.data_bytes).sum();
-    let workers = options.parallelism.max(1).min(tasks.len());
+    let workers = options.parallelism.max(1).min(tasks.len() + queue.work.len()).max(1);
+    queue.work.extend(tasks.into_iter().map(Work::Chunk));
     let progress = Progress::new("restore", expected);
     let reporter = progress.report_every(options.progress_interval);
     let context = Arc::new(LoadContext {
@@ -64,7 +122,7 @@ pub(super) async fn load_database(
         storage: storage.clone(),
         compression,
         progress: progress.clone(),
-        queue: Mutex::new(tasks.into()),
+        queue: Mutex::new(queue),
     });
     let workers = (0..workers).map(|_| tokio::spawn(load_worker(context.clone(), options.clone()).in_current_span()));
     let outcomes = join_all(workers).await;
@@ -82,12 +140,24 @@ async fn load_worker(context: Arc<LoadContext>, options: RestoreOptions) -> Resu
     let mut conn = context.connector.connect().await?;
     session_setup(&context.connector, &mut conn, &options).await?;
     loop {
-        let task = context.queue.lock().unwrap().pop_front();
-        let Some(task) = task else { break };
-        let span =
-            tracing::info_span!("load", table = %task.table, chunk = %task.chunk.file.path, rows = task.chunk.rows);
-        if let Err(error) = load_chunk(&context, &mut conn, &task).instrument(span).await {
-            // Others stop at their next chunk. The connection is dropped, not reused: the
+        let work = context.queue.lock().unwrap().next();
+        let done = match work {
+            None => break,
+            Some(Work::Chunk(task)) => {
+                let span = tracing::info_span!("load", table = %task.table, chunk = %task.chunk.file.path, rows = task.chunk.rows);
+                let loaded = load_chunk(&context, &mut conn, &task).instrument(span).await;
+                if loaded.is_ok() {
+                    context.queue.lock().unwrap().chunk_done(&task.table);
+                }
+                loaded
+            }
+            Some(Work::Indexes(task)) => {
+                let span = tracing::info_span!("build_indexes", table = %task.table, keys = task.keys.keys.len());
+                build_indexes(&context, &mut conn, &task).instrument(span).await
+            }
+        };
+        if let Err(error) = done {
+            // Others stop at their next task. The connection is dropped, not reused: the
             // server rolls back what the chunk loaded when it goes away.
             context.queue.lock().unwrap().clear();
             return Err(error);
@@ -95,6 +165,12 @@ async fn load_worker(context: Arc<LoadContext>, options: RestoreOptions) -> Resu
     }
     let _ = conn.disconnect().await;
     Ok(())
+}
+
+/// Adds a table's plain secondary keys back once its rows are in (one sorted build per key).
+async fn build_indexes(context: &LoadContext, conn: &mut Conn, task: &IndexTask) -> Result<()> {
+    let during = format!("adding the secondary keys of {} after its load", task.table);
+    context.connector.execute(conn, &task.keys.alter_statement(&task.target), &during).await
 }
 
 /// Loads one chunk in one transaction: it is committed only when every row loaded without a

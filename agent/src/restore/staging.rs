@@ -20,6 +20,9 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use sha2::{Digest, Sha256};
 
+use std::collections::HashMap;
+
+use super::indexes::{self, DeferredKeys};
 use super::{RestoreOptions, RestoreStep, file_statements, load, run_file, session_setup};
 use crate::error::{AgentError, Result};
 use crate::format::{DatabaseEntry, Manifest, quote_ident};
@@ -174,7 +177,7 @@ impl DatabaseRestore<'_> {
     /// Step 2: the tables created and loaded in the staging schema, checked, the routines and
     /// triggers rehearsed there.
     async fn stage(&self, conn: &mut Conn, staging: &str) -> Result<u64> {
-        self.create_staging(conn, staging).await?;
+        let deferred_keys = self.create_staging(conn, staging).await?;
         let rows = load::load_database(
             self.connector,
             self.storage,
@@ -182,6 +185,7 @@ impl DatabaseRestore<'_> {
             staging,
             self.manifest.compression,
             self.options,
+            deferred_keys,
         )
         .await?;
         self.check_staged(conn, staging).await?;
@@ -250,14 +254,36 @@ impl DatabaseRestore<'_> {
         self.execute(conn, &sql, "dropping a staging schema").await
     }
 
-    /// The staging schema, with the database's character set and collation, and its tables.
-    async fn create_staging(&self, conn: &mut Conn, staging: &str) -> Result<()> {
+    /// The staging schema, with the database's character set and collation, and its tables;
+    /// returns the keys of the tables whose plain secondary keys are built after the load.
+    async fn create_staging(&self, conn: &mut Conn, staging: &str) -> Result<HashMap<String, DeferredKeys>> {
         let create = self.database_statement(staging).await?;
         self.execute(conn, &create, "creating the staging schema").await?;
+        self.execute(conn, &format!("USE {}", quote_ident(staging)), "selecting a database").await?;
+        let mut files = Vec::with_capacity(self.database.tables.len());
         for table in &self.database.tables {
-            run_file(self.connector, conn, self.storage, staging, &table.schema).await?;
+            files.push(file_statements(self.storage, &table.schema).await?);
         }
-        Ok(())
+        let creates: Vec<&str> = files.iter().map(|statements| create_table_of(statements)).collect();
+        let mut deferred = HashMap::new();
+        for (index, (table, statements)) in self.database.tables.iter().zip(&files).enumerate() {
+            let others: Vec<&str> = creates.iter().enumerate().filter(|(i, _)| *i != index).map(|(_, c)| *c).collect();
+            let keys = (table.data_bytes >= self.options.indexes_after_load_from_bytes)
+                .then(|| indexes::split_plain_keys(&table.name, creates[index], &others))
+                .flatten();
+            let during = format!("running {}", table.schema.path);
+            for statement in statements {
+                let statement = match &keys {
+                    Some(keys) if statement == creates[index] => &keys.create_without_keys,
+                    _ => statement,
+                };
+                self.execute(conn, statement, &during).await?;
+            }
+            if let Some(keys) = keys {
+                deferred.insert(table.name.clone(), keys);
+            }
+        }
+        Ok(deferred)
     }
 
     /// `database.sql`'s statement, for `schema` instead of the database.
@@ -475,6 +501,11 @@ impl DatabaseRestore<'_> {
         let _ = session.disconnect().await;
         Ok(())
     }
+}
+
+/// The `CREATE TABLE` statement of a table's schema file (its other statements set the session).
+fn create_table_of(statements: &[String]) -> &str {
+    statements.iter().find(|s| s.starts_with("CREATE TABLE")).map(String::as_str).unwrap_or_default()
 }
 
 /// `statement` with the database of a `CREATE TRIGGER`'s name and table changed from

@@ -137,3 +137,62 @@ async fn gzip_and_uncompressed_backups_restore_too() {
         assert_eq!(server.sql("CHECKSUM TABLE g.t"), before);
     }
 }
+
+/// The plain secondary keys of a table are built after its rows are loaded (the restore's
+/// fast path for large tables); the restored table is still the backed-up one, key for key,
+/// and tables a foreign key may need keep their keys during the load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_built_after_the_load_leave_every_table_as_it_was() {
+    let Some(source) = MariaDb::start() else { return };
+    let Some(target) = MariaDb::start() else { return };
+    source.sql(
+        r#"
+CREATE DATABASE k;
+USE k;
+CREATE TABLE keyed (
+  id INT PRIMARY KEY, a VARCHAR(200), b INT, c DATE, v INT AS (b * 2) VIRTUAL,
+  UNIQUE KEY u (b), KEY a_prefix (a(20)), KEY b_c (b, c DESC) COMMENT 'two, columns',
+  KEY ignored_c (c) IGNORED, KEY on_v (v), FULLTEXT KEY ft (a)
+) ENGINE=InnoDB;
+INSERT INTO keyed (id, a, b, c) SELECT seq, CONCAT('text ', seq % 97, ' ', REPEAT('y', seq % 30)), seq, '2020-01-01' + INTERVAL seq % 900 DAY FROM seq_1_to_20000;
+CREATE TABLE parent (id INT PRIMARY KEY, code INT, KEY code (code)) ENGINE=InnoDB;
+CREATE TABLE child (id INT PRIMARY KEY, code INT, KEY by_code (code), FOREIGN KEY (code) REFERENCES parent (code)) ENGINE=InnoDB;
+INSERT INTO parent SELECT seq, seq FROM seq_1_to_3000;
+INSERT INTO child SELECT seq, 1 + seq % 3000 FROM seq_1_to_6000;
+"#,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let location = file_location(dir.path());
+    back_up(&small_backup(&source, &location)).await;
+
+    let alters_before = alter_table_count(&target);
+    let mut options = restore_options(&target, &location);
+    options.indexes_after_load_from_bytes = 0;
+    restore(&options).await;
+    assert_eq!(
+        alter_table_count(&target) - alters_before,
+        1,
+        "one ALTER TABLE: the keys of `keyed`; parent and child keep theirs during the load"
+    );
+    for table in ["k.keyed", "k.parent", "k.child"] {
+        let (source_rows, source_checksum, source_create) = table_state(&source, table);
+        let (target_rows, target_checksum, target_create) = table_state(&target, table);
+        assert_eq!(source_create, target_create, "{table}'s definition differs after restore");
+        assert!(source_rows == target_rows, "{table}'s rows differ after restore");
+        // MariaDB 10.11's CHECKSUM TABLE of `keyed` (FULLTEXT and an indexed virtual column)
+        // differs between two servers holding the same rows even without this fast path.
+        if table != "k.keyed" {
+            assert_eq!(source_checksum, target_checksum, "{table}'s checksum differs after restore");
+        }
+    }
+    assert_eq!(
+        target.sql("SELECT COUNT(*) FROM k.keyed FORCE INDEX (b_c) WHERE b BETWEEN 100 AND 199"),
+        "100\n",
+        "the rebuilt key holds every row"
+    );
+}
+
+fn alter_table_count(server: &MariaDb) -> i64 {
+    let status = server.sql("SHOW GLOBAL STATUS LIKE 'Com_alter_table'");
+    status.split_whitespace().last().unwrap().parse().unwrap()
+}
