@@ -1,3 +1,8 @@
+// Reading rows costs an allocation per field (mysql_async's values); glibc's malloc spent
+// about an eighth of the backup's instructions on them (docs/benchmarks.md, run 9).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() {
     // Both ring (mysql_async) and aws-lc-rs (object_store) are linked, so rustls cannot pick a
