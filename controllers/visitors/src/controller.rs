@@ -30,7 +30,7 @@ use crate::build::{self, secret::Credentials};
 use crate::db::{DatabaseProbe, Target};
 use crate::hold::{Hold, owner_of};
 use crate::repair;
-use crate::seen::{Fingerprint, News, Seen};
+use crate::seen::{Fingerprint, News, Seen, Ticket};
 use crate::status::{self, Database, Observed, Workload};
 use crate::validate::{self, Invalid};
 
@@ -181,12 +181,15 @@ struct Reconciler<'a> {
     ctx: &'a Context,
     name: String,
     namespace: String,
+    /// The most a watch reported of a child while this reconcile's apply of it was on its way
+    /// (see [`Seen::record_apply`]): the app needs another look.
+    reported: std::sync::Mutex<News>,
 }
 
 impl<'a> Reconciler<'a> {
     fn new(app: &'a VisitorsApp, ctx: &'a Context) -> Result<Self, Error> {
         let namespace = app.namespace().ok_or_else(|| Error::NoNamespace(app.name_any()))?;
-        Ok(Self { app, ctx, name: app.name_any(), namespace })
+        Ok(Self { app, ctx, name: app.name_any(), namespace, reported: std::sync::Mutex::new(News::Nothing) })
     }
 
     fn api<K>(&self) -> Api<K>
@@ -233,13 +236,38 @@ impl<'a> Reconciler<'a> {
             return Err(first);
         }
         let runtime = &self.ctx.runtime;
-        Ok(match (ready, observed.waits_for_the_query()) {
+        let action = match (ready, observed.waits_for_the_query()) {
             (true, _) => runtime.converged(self.app),
             // No watch sees the database start answering: poll, backing off to about a minute.
             (false, true) => runtime.waiting(self.app),
             // Workloads becoming ready wake the app through the owned-object watches.
             (false, false) => runtime.watching(self.app),
-        })
+        };
+        Ok(self.look_again_if_reported(action))
+    }
+
+    /// A watch reported a child while this reconcile's apply of it was on its way, other than
+    /// the apply's own echo: the wake-up it did not cause comes now. A status change only waits
+    /// like any other ([`Hold`]).
+    fn look_again_if_reported(&self, action: Action) -> Action {
+        let reported = *self.reported.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match reported {
+            News::Nothing => action,
+            News::Status if self.ctx.hold.holding() => {
+                self.ctx.hold.hold(ObjectRef::from_obj(self.app));
+                action
+            }
+            News::Status | News::Change => Action::requeue(controller_common::runner::DEBOUNCE),
+        }
+    }
+
+    fn note_reported(&self, news: News) {
+        let mut reported = self.reported.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *reported = match (*reported, news) {
+            (News::Change, _) | (_, News::Change) => News::Change,
+            (News::Status, _) | (_, News::Status) => News::Status,
+            _ => News::Nothing,
+        };
     }
 
     // ----- lifecycle -----
@@ -566,12 +594,17 @@ impl<'a> Reconciler<'a> {
             + Clone
             + Debug,
     {
+        let ticket = self.ctx.seen.ticket(desired);
         // Boxed: six of these futures inline would make the reconcile's future too big for a
         // thread's stack.
-        Box::pin(self.apply_and_repair(desired)).await
+        let result = Box::pin(self.apply_and_repair(desired, ticket)).await;
+        if result.is_err() {
+            self.ctx.seen.abandon(desired);
+        }
+        result
     }
 
-    async fn apply_and_repair<K>(&self, desired: &K) -> Result<K, Error>
+    async fn apply_and_repair<K>(&self, desired: &K, ticket: Ticket) -> Result<K, Error>
     where
         K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
             + Fingerprint
@@ -583,7 +616,6 @@ impl<'a> Reconciler<'a> {
         let what = format!("{} {}", K::kind(&()), desired.name_any());
         let api = self.api::<K>();
         let field_manager = &self.ctx.runtime.field_manager;
-        let ticket = self.ctx.seen.ticket(desired);
         let applied = match apply(&api, field_manager, desired).await {
             Ok(applied) => applied,
             Err(kube::Error::Api(status)) if status.code == 422 => {
@@ -611,7 +643,7 @@ impl<'a> Reconciler<'a> {
             }
         };
         // Its watch event is the echo of this write: no news for the app.
-        self.ctx.seen.record_apply(desired, &applied, ticket);
+        self.note_reported(self.ctx.seen.record_apply(desired, &applied, ticket));
         Ok(applied)
     }
 
@@ -1000,6 +1032,20 @@ mod tests {
         trim_statefulset(&mut trimmed);
         let size = |sts: &StatefulSet| serde_json::to_vec(&sts.spec.as_ref().unwrap().template).unwrap().len();
         assert!(size(&trimmed) * 4 < size(&full), "{} of {} bytes", size(&trimmed), size(&full));
+    }
+
+    /// Under load the watch reports a created child before the apply's answer arrives: that
+    /// echo must not wake the app either.
+    #[tokio::test]
+    async fn the_echo_of_an_apply_still_on_its_way_does_not_wake_the_app() {
+        let seen = Seen::default();
+        let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None);
+        let ticket = seen.ticket(&desired);
+        let events = futures::stream::iter([Ok(watcher::Event::Apply(created()))]);
+        let woken: Vec<StatefulSet> =
+            owned(events, seen.clone(), Hold::default()).map(|r| r.expect("no watch error")).collect().await;
+        assert!(woken.is_empty(), "{woken:?}");
+        assert_eq!(seen.record_apply(&desired, &created(), ticket), News::Nothing);
     }
 
     #[tokio::test]

@@ -128,6 +128,9 @@ fn spec_fingerprint(app: &VisitorsApp) -> u64 {
     hasher.finish()
 }
 
+/// How long what a watch reports of a child waits for the answer of an apply on its way.
+const IN_FLIGHT_AT_MOST: Duration = Duration::from_secs(30);
+
 /// What a watch event of an object brings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum News {
@@ -166,6 +169,9 @@ struct Records {
     /// Moves whenever a watch reports news of an object or its deletion: an apply answered
     /// before that must not record its older state over the news.
     epochs: HashMap<Key, u64>,
+    /// Children with an apply on its way, and what a watch reported of each meanwhile: decided
+    /// when the answer comes ([`Seen::record_apply`]).
+    in_flight: HashMap<Key, (Instant, Option<State>)>,
     /// When each app's credentials Secret was last read and found usable, and for which
     /// fingerprint of the app (a spec change can name another Secret).
     credentials_checked: HashMap<Key, (u64, Instant)>,
@@ -218,21 +224,45 @@ impl Seen {
         self.lock().states.insert(key(object), state(object));
     }
 
-    /// To take before applying `desired`, for [`Seen::record_apply`].
+    /// To take before applying `desired`, for [`Seen::record_apply`] (or [`Seen::abandon`] when
+    /// the apply fails). Until then, what a watch reports of the child wakes nothing: under load
+    /// the echo of the apply often comes before its answer.
     pub fn ticket<K: Fingerprint>(&self, desired: &K) -> Ticket {
-        Ticket(self.lock().epoch(&key(desired)))
+        let key = key(desired);
+        let mut records = self.lock();
+        records.in_flight.insert(key.clone(), (Instant::now(), None));
+        Ticket(records.epoch(&key))
     }
 
-    /// The controller applied `desired` and the API server answered `response`. When a watch
-    /// reported something else of the child since `ticket` (someone edited or deleted it while
-    /// the apply was on its way), the news stays and nothing is recorded: the reconcile it woke
-    /// applies again.
-    pub fn record_apply<K: Fingerprint + Serialize>(&self, desired: &K, response: &K, ticket: Ticket) {
+    /// The apply of `desired` failed: what a watch reports of the child is news again (the
+    /// failed reconcile is retried anyway).
+    pub fn abandon<K: Fingerprint>(&self, desired: &K) {
+        self.lock().in_flight.remove(&key(desired));
+    }
+
+    /// The controller applied `desired` and the API server answered `response`. What a watch
+    /// reported of the child while the apply was on its way is the answer: [`News::Nothing`] when
+    /// it was the apply's own echo, [`News::Status`] when only its status moved, [`News::Change`]
+    /// when someone else changed it (then the apply is not recorded: the caller must look again,
+    /// and the next reconcile applies again). A deletion reported meanwhile already woke the app:
+    /// nothing is recorded.
+    pub fn record_apply<K: Fingerprint + Serialize>(&self, desired: &K, response: &K, ticket: Ticket) -> News {
         let key = key(response);
         let response_state = state(response);
         let mut records = self.lock();
+        let reported = records.in_flight.remove(&key).and_then(|(_, reported)| reported);
         if records.epoch(&key) != ticket.0 && records.states.get(&key) != Some(&response_state) {
-            return;
+            return News::Nothing;
+        }
+        let news = match reported {
+            None => News::Nothing,
+            Some(reported) if reported == response_state => News::Nothing,
+            Some((fingerprint, _)) if fingerprint == response_state.0 => News::Status,
+            Some(_) => News::Change,
+        };
+        if news == News::Change {
+            records.bump(&key);
+            return news;
         }
         let applied = Applied {
             desired: desired_hash(desired),
@@ -240,8 +270,11 @@ impl Seen {
             fingerprint: response.fingerprint(),
             at: Instant::now(),
         };
-        records.states.insert(key.clone(), response_state);
+        if news == News::Nothing {
+            records.states.insert(key.clone(), response_state);
+        }
         records.applied.insert(key, applied);
+        news
     }
 
     /// The controller sent `sent`, and builds its desired form from what the server keeps of the
@@ -286,9 +319,17 @@ impl Seen {
             Some((fingerprint, _)) if fingerprint == state.0 => News::Status,
             _ => News::Change,
         };
-        if news != News::Nothing {
-            records.bump(&key);
+        if news == News::Nothing {
+            return news;
         }
+        // A bound, in case an apply's future was dropped without an answer (at shut-down).
+        if let Some((since, reported)) = records.in_flight.get_mut(&key)
+            && since.elapsed() < IN_FLIGHT_AT_MOST
+        {
+            *reported = Some(state);
+            return News::Nothing;
+        }
+        records.bump(&key);
         news
     }
 
@@ -314,6 +355,7 @@ impl Seen {
         let mut records = self.lock();
         records.states.remove(&key);
         records.applied.remove(&key);
+        records.in_flight.remove(&key);
         records.credentials_checked.remove(&key);
         records.bump(&key);
     }
@@ -410,29 +452,46 @@ mod tests {
         assert!(!seen.unchanged_since_applied(&desired, RESYNC));
     }
 
+    /// Under load the watch often reports a child before the apply's answer arrives. What the
+    /// watch reports while the apply is on its way is decided when the answer comes: the echo of
+    /// the apply itself is no news (it used to wake the app, and so cost every new app a second
+    /// reconcile in a burst); anything else is, and the edit is repaired.
     #[test]
-    fn an_apply_answered_before_a_reported_edit_or_deletion_does_not_hide_it() {
+    fn an_apply_answered_after_its_echo_or_a_reported_edit_or_deletion_hides_only_the_echo() {
         const RESYNC: Duration = Duration::from_secs(600);
         let seen = Seen::default();
         let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None);
         let response = created_statefulset();
 
         let ticket = seen.ticket(&desired);
+        assert_eq!(seen.news(&response), News::Nothing, "the echo of our own apply arrives first");
+        assert_eq!(seen.record_apply(&desired, &response, ticket), News::Nothing);
+        assert!(seen.unchanged_since_applied(&desired, RESYNC), "our own echo is no reason to apply again");
+        assert_eq!(seen.news(&response), News::Nothing);
+
+        let ticket = seen.ticket(&desired);
         let mut edited = response.clone();
         edited.metadata.generation = Some(2);
-        assert!(seen.is_news(&edited), "someone edits the child while our apply is on its way");
-        seen.record_apply(&desired, &response, ticket);
+        assert_eq!(seen.news(&edited), News::Nothing, "decided when the answer comes");
+        assert_eq!(seen.record_apply(&desired, &response, ticket), News::Change, "someone edited it meanwhile");
         assert!(!seen.unchanged_since_applied(&desired, RESYNC), "the edit must be repaired");
 
         let ticket = seen.ticket(&desired);
+        let mut counted = response.clone();
+        counted.status = Some(StatefulSetStatus { observed_generation: Some(1), replicas: 1, ..Default::default() });
+        assert_eq!(seen.news(&counted), News::Nothing);
+        assert_eq!(seen.record_apply(&desired, &response, ticket), News::Status, "its status moved meanwhile");
+        assert!(seen.unchanged_since_applied(&desired, RESYNC), "a status change leaves what the controller set");
+
+        let ticket = seen.ticket(&desired);
         seen.forget(&response);
-        seen.record_apply(&desired, &response, ticket);
+        assert_eq!(seen.record_apply(&desired, &response, ticket), News::Nothing, "the deletion woke the app");
         assert!(!seen.unchanged_since_applied(&desired, RESYNC), "the deleted child must be created again");
 
         let ticket = seen.ticket(&desired);
-        assert!(seen.is_news(&response), "the echo of our own apply arrives first");
-        seen.record_apply(&desired, &response, ticket);
-        assert!(seen.unchanged_since_applied(&desired, RESYNC), "our own echo is no reason to apply again");
+        seen.abandon(&desired);
+        let _ = ticket;
+        assert_eq!(seen.news(&edited), News::Change, "no apply on its way: news as usual");
     }
 
     #[test]
