@@ -299,17 +299,25 @@ async fn write_manifest(storage: &Storage, written: &Written, manifest: Manifest
     let text = serde_json::to_vec_pretty(&manifest).map_err(|e| AgentError::Internal(e.to_string()))?;
     let manifest_sha256 = hex::encode(Sha256::digest(&text));
     let manifest_bytes = text.len() as u64;
-    if let Err(error) = storage.put(MANIFEST_FILE, Bytes::from(text), true).await {
-        match storage.read(MANIFEST_FILE).await {
+    match storage.create(MANIFEST_FILE, Bytes::from(text)).await {
+        Ok(true) => {}
+        // On S3, a retried create whose first attempt was stored finds its own manifest.
+        Ok(false) => match storage.read(MANIFEST_FILE).await {
             Ok(stored) if hex::encode(Sha256::digest(&stored)) == manifest_sha256 => {
-                tracing::warn!("writing {MANIFEST_FILE} reported an error ({error}), but the stored one is ours");
+                tracing::warn!("{MANIFEST_FILE} was already stored by an earlier attempt of this write; it is ours");
             }
             Ok(_) => {
                 // Another run's manifest: its files have the same names as ours; keep them all.
                 written.lock().unwrap().clear();
                 return Err(AgentError::BackupExists { location: storage.location().to_string() });
             }
-            Err(_) => return Err(error),
+            Err(error) => return Err(error),
+        },
+        Err(error) => {
+            // The manifest may be in place without being durable (its fsync failed): the run
+            // fails, so it goes first, then the files it names.
+            written.lock().unwrap().insert(0, MANIFEST_FILE.to_string());
+            return Err(error);
         }
     }
     Ok(BackupReport { manifest, manifest_sha256, manifest_bytes })
@@ -379,7 +387,7 @@ async fn store_database(output: &Output, catalog: DatabaseCatalog) -> Result<Dat
 async fn store_sql(output: &Output, path: &str, header: &str, statements: &[String]) -> Result<FileEntry> {
     output.starting(path);
     let text = write_statements(header, statements);
-    let file = output.storage.put(path, Bytes::from(text), false).await?;
+    let file = output.storage.put(path, Bytes::from(text)).await?;
     output.syncer.add(path);
     Ok(file)
 }
@@ -772,4 +780,98 @@ fn assemble(plans: Vec<DatabasePlan>, results: Vec<TaskResult>) -> Vec<DatabaseE
         entry.chunks.extend(chunks);
     }
     entries
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use async_trait::async_trait;
+    use futures::stream::BoxStream;
+    use object_store::local::LocalFileSystem;
+    use object_store::path::Path;
+    use object_store::{
+        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions,
+        PutOptions, PutPayload, PutResult,
+    };
+
+    use super::*;
+
+    /// A volume whose fsync fails: every durable write lands, then reports the failure.
+    #[derive(Debug)]
+    struct FsyncFails(LocalFileSystem);
+
+    impl std::fmt::Display for FsyncFails {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "FsyncFails({})", self.0)
+        }
+    }
+
+    #[async_trait]
+    impl ObjectStore for FsyncFails {
+        async fn put_opts(&self, at: &Path, payload: PutPayload, opts: PutOptions) -> object_store::Result<PutResult> {
+            self.0.put_opts(at, payload, opts).await?;
+            let fsync = std::io::Error::other("fsync: input/output error");
+            Err(object_store::Error::Generic { store: "FsyncFails", source: Box::new(fsync) })
+        }
+        async fn put_multipart_opts(
+            &self,
+            at: &Path,
+            opts: PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn MultipartUpload>> {
+            self.0.put_multipart_opts(at, opts).await
+        }
+        async fn get_opts(&self, at: &Path, options: GetOptions) -> object_store::Result<GetResult> {
+            self.0.get_opts(at, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: BoxStream<'static, object_store::Result<Path>>,
+        ) -> BoxStream<'static, object_store::Result<Path>> {
+            self.0.delete_stream(locations)
+        }
+        fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+            self.0.list(prefix)
+        }
+        async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+            self.0.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
+            self.0.copy_opts(from, to, options).await
+        }
+    }
+
+    /// A manifest whose fsync failed is in place but not durable: the backup fails, and the
+    /// manifest goes with the files it names (before, reading it back passed for success).
+    #[tokio::test]
+    async fn a_manifest_whose_fsync_failed_fails_the_backup_and_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = format!("file://{}", dir.path().display());
+        let storage = Storage::open(&location, &S3Settings::default(), true).unwrap();
+        let storage =
+            storage.with_durable_store(Arc::new(FsyncFails(LocalFileSystem::new_with_prefix(dir.path()).unwrap())));
+        storage.put("db/data.tsv", Bytes::from_static(b"1\n")).await.unwrap();
+        let written: Written = Arc::new(Mutex::new(vec!["db/data.tsv".to_string()]));
+        let manifest = Manifest {
+            format: "visitors-backup".into(),
+            format_version: 1,
+            tool: "test".into(),
+            server: crate::format::ServerInfo { version: "10.11".into(), flavour: "mariadb".into() },
+            started_at: "2026-11-23T00:00:00Z".into(),
+            finished_at: "2026-11-23T00:00:01Z".into(),
+            consistency: "test".into(),
+            position: None,
+            compression: Compression::Zstd,
+            data_format: "tsv".into(),
+            databases: Vec::new(),
+            users: None,
+        };
+
+        let outcome = write_manifest(&storage, &written, manifest).await;
+        assert!(matches!(outcome, Err(AgentError::Storage { .. })), "got {:?}", outcome.map(|r| r.manifest_sha256));
+        assert_eq!(written.lock().unwrap().first().map(String::as_str), Some(MANIFEST_FILE));
+        remove_written(&storage, &written).await;
+        assert!(!dir.path().join(MANIFEST_FILE).exists(), "no manifest may stay after a failed backup");
+        assert!(!dir.path().join("db/data.tsv").exists());
+    }
 }

@@ -182,19 +182,16 @@ impl Storage {
         Ok(objects)
     }
 
-    /// Stores a small file whole. With `create_only`, fails if the file exists, and the file is
-    /// durable when this returns; without, give it to a [`Syncer`].
-    pub async fn put(&self, relative: &str, data: Bytes, create_only: bool) -> Result<FileEntry> {
+    /// Stores a small file whole; give it to a [`Syncer`] to make it durable.
+    pub async fn put(&self, relative: &str, data: Bytes) -> Result<FileEntry> {
         let entry =
             FileEntry { path: relative.into(), bytes: data.len() as u64, sha256: hex::encode(Sha256::digest(&data)) };
-        let (mode, store) =
-            if create_only { (PutMode::Create, &self.durable) } else { (PutMode::Overwrite, &self.store) };
-        let options = PutOptions { mode, ..Default::default() };
-        store.put_opts(&self.path(relative), PutPayload::from(data), options).await.map_err(|e| self.error(e))?;
+        self.store.put(&self.path(relative), PutPayload::from(data)).await.map_err(|e| self.error(e))?;
         Ok(entry)
     }
 
-    /// Stores a small file only if none exists: `Ok(false)` when one does.
+    /// Stores a small file only if none exists: `Ok(false)` when one does. The file is
+    /// durable when this returns `Ok(true)`.
     pub async fn create(&self, relative: &str, data: Bytes) -> Result<bool> {
         let options = PutOptions { mode: PutMode::Create, ..Default::default() };
         match self.durable.put_opts(&self.path(relative), PutPayload::from(data), options).await {
@@ -431,6 +428,15 @@ fn short_reason(text: &str) -> String {
     match line.char_indices().nth(300) {
         Some((cut, _)) => format!("{}...", &line[..cut]),
         None => line,
+    }
+}
+
+#[cfg(test)]
+impl Storage {
+    /// The same storage with its durable writes going to `store` (tests inject faults there).
+    pub(crate) fn with_durable_store(mut self, store: Arc<dyn ObjectStore>) -> Self {
+        self.durable = store;
+        self
     }
 }
 

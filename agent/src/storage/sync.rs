@@ -114,7 +114,7 @@ mod tests {
             Storage::open(&format!("file://{}", dir.path().display()), &S3Settings::default(), false).unwrap();
         let syncer = storage.syncer();
         for path in ["db/data/t/00000-00000.tsv.zst", "db/tables/t.sql"] {
-            storage.put(path, bytes::Bytes::from_static(b"rows"), false).await.unwrap();
+            storage.put(path, bytes::Bytes::from_static(b"rows")).await.unwrap();
             syncer.add(path);
         }
         syncer.finish().await.unwrap();
@@ -126,7 +126,7 @@ mod tests {
         let storage =
             Storage::open(&format!("file://{}", dir.path().display()), &S3Settings::default(), false).unwrap();
         let syncer = storage.syncer();
-        storage.put("db/present.sql", bytes::Bytes::from_static(b"x"), false).await.unwrap();
+        storage.put("db/present.sql", bytes::Bytes::from_static(b"x")).await.unwrap();
         syncer.add("db/present.sql");
         syncer.add("db/gone.sql");
         assert!(matches!(syncer.finish().await, Err(AgentError::Storage { .. })));
