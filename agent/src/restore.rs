@@ -145,8 +145,13 @@ pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
                 tables += database.tables.len() as u64;
                 rows += loaded;
             }
+            // Staging is all or nothing too: the copies staged before the failure go.
+            Err(error) if options.step == RestoreStep::StageOnly => {
+                staging::drop_staged_copies(&connector, &restored).await;
+                return Err(error);
+            }
             // Staging touches no target: a failure there leaves every database as it was.
-            Err(error) if restored.is_empty() || options.step == RestoreStep::StageOnly => return Err(error),
+            Err(error) if restored.is_empty() => return Err(error),
             Err(error) => {
                 return Err(AgentError::PartiallyRestored { restored: restored.join(", "), error: Box::new(error) });
             }

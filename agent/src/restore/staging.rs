@@ -503,6 +503,37 @@ impl DatabaseRestore<'_> {
     }
 }
 
+/// Drops the staged copies of `databases`, made by a `--stage-only` run before another of its
+/// databases failed, so that a failed run leaves no staged copy behind. A copy is dropped
+/// only under its database's restore lock: one a restore started since then holds is its own.
+pub(super) async fn drop_staged_copies(connector: &Connector, databases: &[String]) {
+    for name in databases {
+        let schema = staging_schema_name(name);
+        if let Err(error) = drop_staged_copy(connector, name, &schema).await {
+            tracing::warn!(
+                "could not drop the staged copy {schema} of database {name}: {error}; the next restore of it does"
+            );
+        }
+    }
+}
+
+async fn drop_staged_copy(connector: &Connector, name: &str, schema: &str) -> Result<()> {
+    let mut conn = connector.connect().await?;
+    let held: Option<Option<i64>> = conn
+        .exec_first("SELECT GET_LOCK(?, 0)", (lock_name(name),))
+        .await
+        .map_err(|e| connector.error("taking the restore lock", e))?;
+    if held.flatten() == Some(1) {
+        let sql = format!("DROP DATABASE IF EXISTS {}", quote_ident(schema));
+        connector.execute(&mut conn, &sql, "dropping a staged copy").await?;
+        tracing::info!("dropped the staged copy {schema} of database {name}: the run failed");
+    } else {
+        tracing::warn!("left the staged copy {schema} of database {name}: another restore of it is running");
+    }
+    let _ = conn.disconnect().await;
+    Ok(())
+}
+
 /// The `CREATE TABLE` statement of a table's schema file (its other statements set the session).
 fn create_table_of(statements: &[String]) -> &str {
     statements.iter().find(|s| s.starts_with("CREATE TABLE")).map(String::as_str).unwrap_or_default()

@@ -319,3 +319,30 @@ async fn a_replacing_restore_over_the_same_qualified_trigger_succeeds() {
     assert_eq!(state(&server), backed_up);
     assert_eq!(schemas(&server), "");
 }
+
+/// `--stage-only` of two databases whose second fails: the first one's staged copy goes too,
+/// so a failed run leaves no staged copy behind (before, it stayed until the next restore).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_stage_only_run_leaves_no_staged_copy_of_any_database() {
+    let Some(server) = MariaDb::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    server.sql("CREATE DATABASE zz; CREATE TABLE zz.b (id INT PRIMARY KEY); INSERT INTO zz.b VALUES (1), (2);");
+    backup_then_diverge(&server, dir.path()).await;
+    let before = state(&server);
+    let path = dir.path().join(MANIFEST_FILE);
+    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let databases = manifest["databases"].as_array_mut().unwrap();
+    assert_eq!(databases.iter().map(|d| d["name"].as_str().unwrap()).collect::<Vec<_>>(), ["app", "zz"]);
+    let table = &mut databases[1]["tables"][0];
+    table["rows"] = 3.into();
+    table["chunks"][0]["rows"] = 3.into();
+    std::fs::write(&path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
+
+    let mut options = restore_options(&server, &file_location(dir.path()));
+    options.drop_existing = true;
+    options.step = restore::RestoreStep::StageOnly;
+    let error = restore::run(&options).await.err().expect("zz's chunk holds 2 rows, not 3");
+    assert_eq!(error.kind(), "badChunk", "{error}");
+    assert_eq!(schemas(&server), "", "app's staged copy was left behind");
+    assert_eq!(state(&server), before, "the target was touched");
+}
