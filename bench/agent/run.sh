@@ -14,7 +14,8 @@
 # production-like data of issue 9).
 #
 # Usage: bench/agent/run.sh [--size-mib N] [--threads N] [--levels "1 3"] [--datasets "compressible realistic"]
-#                           [--work-dir DIR] [--agent PATH] [--other-agent PATH] [--repeat N] [--no-mydumper] [--keep]
+#                           [--work-dir DIR] [--agent PATH] [--other-agent PATH] [--repeat N] [--no-mydumper]
+#                           [--backups-only] [--keep]
 # --work-dir: where the server's data and the backups go (default /tmp); a tmpfs such as /dev/shm
 # takes the disk (and fsync) out of the measurement.
 # --repeat N: every backup and restore N times, interleaved (agent, dump, ..., agent, dump, ...), so a
@@ -22,6 +23,7 @@
 # --other-agent PATH: a second build of the agent (say, the one before a change) measured beside
 # the first, in the same interleaved rounds, as "visitors-agent (other build)".
 # --no-mydumper: leave out mydumper and myloader (quicker runs for the agent against the pipeline).
+# --backups-only: leave out the restores (a quick measure of a backup change).
 # Backups run at each zstd level of --levels (agent and mariadb-dump at the same level);
 # restores use the backups of the first level.
 # Needs: mariadb-server mariadb-client zstd mydumper time (Debian packages), and a release
@@ -37,6 +39,7 @@ AGENT=""
 OTHER_AGENT=""
 REPEAT=1
 MYDUMPER=1
+RESTORES=1
 KEEP=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -49,6 +52,7 @@ while [[ $# -gt 0 ]]; do
     --other-agent) OTHER_AGENT="$2"; shift 2 ;;
     --repeat) REPEAT="$2"; shift 2 ;;
     --no-mydumper) MYDUMPER=0; shift ;;
+    --backups-only) RESTORES=0; shift ;;
     --keep) KEEP=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -205,6 +209,7 @@ run_round() {
     measure backup "mydumper -t $THREADS -c --rows 500000 (gzip)" "$WORK/mydumper" \
       mydumper "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -c --rows 500000 -B bench -o "$WORK/mydumper"
   fi
+  [[ "$RESTORES" == 1 ]] || return 0
   # Every build restores the backup of the agent under test.
   local from="$WORK/agent-$FIRST_LEVEL"
 

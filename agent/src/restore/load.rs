@@ -1,8 +1,9 @@
 //! Loading a database's chunks into its staging schema with `LOAD DATA LOCAL INFILE`,
-//! `parallelism` connections at once, largest chunks first; one transaction per chunk. A table
+//! `parallelism` connections at once, largest tables first; one transaction per chunk. A table
 //! whose plain secondary keys were left out gets them as soon as its last chunk is in, by the
 //! next free connection, while the others go on loading.
 
+use std::cmp::Reverse;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -110,7 +111,13 @@ pub(super) async fn load_database(
         }
         queue.chunks_left.insert(table.name.clone(), table.chunks.len());
     }
-    tasks.sort_by_key(|task| std::cmp::Reverse(task.chunk.data_bytes));
+    // The tables whose keys come after the load go first, so their index builds run while the
+    // other connections still load; then larger tables first, each one's larger chunks first.
+    let table_bytes: HashMap<&str, u64> = database.tables.iter().map(|t| (t.name.as_str(), t.data_bytes)).collect();
+    tasks.sort_by_key(|task| {
+        let keys_after_load = queue.deferred.contains_key(&task.table);
+        (Reverse(keys_after_load), Reverse(table_bytes[task.table.as_str()]), Reverse(task.chunk.data_bytes))
+    });
     let rows = tasks.iter().map(|t| t.chunk.rows).sum();
     let expected = tasks.iter().map(|t| t.chunk.data_bytes).sum();
     let workers = options.parallelism.max(1).min(tasks.len() + queue.work.len()).max(1);
