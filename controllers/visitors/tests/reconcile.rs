@@ -216,13 +216,7 @@ async fn a_status_change_of_a_child_costs_no_apply() {
     h.reconcile().await.unwrap();
     h.api.clear_requests();
 
-    h.api.edit::<StatefulSet>("ex-mysql", |sts| {
-        sts.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
-            observed_generation: sts.metadata.generation,
-            replicas: 1,
-            ..Default::default()
-        });
-    });
+    report_statefulset_status(&h);
     h.reconcile().await.unwrap();
 
     let requests = h.api.requests();
@@ -230,6 +224,17 @@ async fn a_status_change_of_a_child_costs_no_apply() {
         requests.iter().filter(|r| r.method.as_str() == "PATCH" && !r.path.ends_with("/status")).collect();
     assert!(applies.is_empty(), "{applies:?}");
     assert_eq!(requests.iter().filter(|r| r.method.as_str() == "GET").count(), 0, "not even the Secret: {requests:?}");
+}
+
+/// The StatefulSet controller's first status update: one replica, none ready.
+fn report_statefulset_status(h: &Harness) {
+    h.api.edit::<StatefulSet>("ex-mysql", |sts| {
+        sts.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
+            observed_generation: sts.metadata.generation,
+            replicas: 1,
+            ..Default::default()
+        });
+    });
 }
 
 /// The Secret is read again when the database check needs its credentials: a user Secret
@@ -270,13 +275,7 @@ async fn the_statefulset_is_applied_once_although_the_server_fills_in_its_claim_
     let claim = h.api.get::<StatefulSet>("ex-mysql").unwrap().spec.unwrap().volume_claim_templates.unwrap().remove(0);
     assert_eq!(claim.spec.unwrap().volume_mode.as_deref(), Some("Filesystem"), "the fake fills it in");
 
-    h.api.edit::<StatefulSet>("ex-mysql", |sts| {
-        sts.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
-            observed_generation: sts.metadata.generation,
-            replicas: 1,
-            ..Default::default()
-        });
-    });
+    report_statefulset_status(&h);
     h.reconcile().await.unwrap();
 
     let statefulset_applies = h
