@@ -566,7 +566,15 @@ async fn run_worker(context: Arc<DumpContext>, mut conn: Conn) -> Result<Vec<Tas
 
 async fn checksum(context: &DumpContext, conn: &mut Conn, database: usize, table: usize) -> Result<TaskResult> {
     let (database_name, table_name) = context.names(database, table);
-    let checksum = catalog::checksum_table(&context.connector, conn, &database_name, &table_name).await?;
+    let connector = &context.connector;
+    let checksum = if catalog::checksum_is_reproducible(connector, conn, &database_name, &table_name).await? {
+        catalog::checksum_table(connector, conn, &database_name, &table_name).await?
+    } else {
+        tracing::info!(
+            "no checksum for {database_name}.{table_name}: it has generated columns, which make it irreproducible"
+        );
+        None
+    };
     Ok(TaskResult::Checksum { database, table, checksum })
 }
 
