@@ -215,11 +215,7 @@ impl DatabaseRestore<'_> {
     }
 
     async fn lock(&self, conn: &mut Conn) -> Result<()> {
-        let held: Option<Option<i64>> = conn
-            .exec_first("SELECT GET_LOCK(?, 0)", (lock_name(&self.database.name),))
-            .await
-            .map_err(|e| self.connector.error("taking the restore lock", e))?;
-        if held.flatten() != Some(1) {
+        if !take_restore_lock(self.connector, conn, &self.database.name).await? {
             return Err(AgentError::RestoreRunning { database: self.database.name.clone() });
         }
         Ok(())
@@ -250,8 +246,7 @@ impl DatabaseRestore<'_> {
     }
 
     async fn drop_schema(&self, conn: &mut Conn, schema: &str) -> Result<()> {
-        let sql = format!("DROP DATABASE IF EXISTS {}", quote_ident(schema));
-        self.execute(conn, &sql, "dropping a staging schema").await
+        drop_schema(self.connector, conn, schema).await
     }
 
     /// The staging schema, with the database's character set and collation, and its tables;
@@ -521,15 +516,25 @@ pub(super) async fn drop_staged_copies(connector: &Connector, databases: &[Strin
     }
 }
 
-async fn drop_staged_copy(connector: &Connector, name: &str, schema: &str) -> Result<()> {
-    let mut conn = connector.connect().await?;
+/// Takes the restore lock of `database` for as long as `conn` lives; `false` if another
+/// connection holds it.
+async fn take_restore_lock(connector: &Connector, conn: &mut Conn, database: &str) -> Result<bool> {
     let held: Option<Option<i64>> = conn
-        .exec_first("SELECT GET_LOCK(?, 0)", (lock_name(name),))
+        .exec_first("SELECT GET_LOCK(?, 0)", (lock_name(database),))
         .await
         .map_err(|e| connector.error("taking the restore lock", e))?;
-    if held.flatten() == Some(1) {
-        let sql = format!("DROP DATABASE IF EXISTS {}", quote_ident(schema));
-        connector.execute(&mut conn, &sql, "dropping a staged copy").await?;
+    Ok(held.flatten() == Some(1))
+}
+
+async fn drop_schema(connector: &Connector, conn: &mut Conn, schema: &str) -> Result<()> {
+    let sql = format!("DROP DATABASE IF EXISTS {}", quote_ident(schema));
+    connector.execute(conn, &sql, "dropping a staging schema").await
+}
+
+async fn drop_staged_copy(connector: &Connector, name: &str, schema: &str) -> Result<()> {
+    let mut conn = connector.connect().await?;
+    if take_restore_lock(connector, &mut conn, name).await? {
+        drop_schema(connector, &mut conn, schema).await?;
         tracing::info!("dropped the staged copy {schema} of database {name}: the run failed");
     } else {
         tracing::warn!("left the staged copy {schema} of database {name}: another restore of it is running");
