@@ -260,11 +260,11 @@ impl DatabaseRestore<'_> {
             files.push(file_statements(self.storage, &table.schema).await?);
         }
         let creates: Vec<&str> = files.iter().map(|statements| create_table_of(statements)).collect();
+        let referenced = indexes::referenced_tables(creates.iter().copied());
         let mut deferred = HashMap::new();
         for (index, (table, statements)) in self.database.tables.iter().zip(&files).enumerate() {
-            let others: Vec<&str> = creates.iter().enumerate().filter(|(i, _)| *i != index).map(|(_, c)| *c).collect();
             let keys = (table.data_bytes >= self.options.indexes_after_load_from_bytes)
-                .then(|| indexes::split_plain_keys(&table.name, creates[index], &others))
+                .then(|| indexes::split_plain_keys(&table.name, creates[index], &referenced))
                 .flatten();
             let during = format!("running {}", table.schema.path);
             for statement in statements {
