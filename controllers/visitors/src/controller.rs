@@ -59,7 +59,8 @@ pub struct Context {
     /// What the reconciles have seen of each app and child: the watches wake an app only for
     /// news, not for the echoes of its own reconcile's writes.
     pub seen: Seen,
-    /// Status-only wake-ups wait while new apps wait for their first reconcile.
+    /// Status-only wake-ups wait while new apps wait for their first reconcile, and for each
+    /// app's pace.
     pub hold: Hold,
 }
 
@@ -230,6 +231,9 @@ impl<'a> Reconciler<'a> {
         };
         let status = status::compute(self.app, &observed, now());
         let ready = conditions::is_true(&status.conditions, READY);
+        if readiness(self.app.status.as_ref()) != readiness(Some(&status)) {
+            self.ctx.hold.progressed(self.app);
+        }
         self.publish(status).await?;
         if let Some(first) = failed.into_iter().next() {
             // The status names every failed child; the error policy backs off and tells.
@@ -247,24 +251,20 @@ impl<'a> Reconciler<'a> {
     }
 
     /// A watch reported a child while this reconcile's apply of it was on its way, other than
-    /// the apply's own echo: the wake-up it did not cause comes now. A status change only waits
-    /// like any other ([`Hold`]).
+    /// the apply's own echo: the wake-up it did not cause comes now, or as [`Hold::wake`] says.
     fn look_again_if_reported(&self, action: Action) -> Action {
         let reported = *self.reported.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        match reported {
-            News::Nothing => action,
-            News::Status if self.ctx.hold.holding() => {
-                self.ctx.hold.hold(ObjectRef::from_obj(self.app));
-                action
-            }
-            News::Status | News::Change => Action::requeue(controller_common::runner::DEBOUNCE),
+        if self.ctx.hold.wake(ObjectRef::from_obj(self.app), reported) {
+            return Action::requeue(controller_common::runner::DEBOUNCE);
         }
+        action
     }
 
     fn note_reported(&self, news: News) {
         let mut reported = self.reported.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         *reported = match (*reported, news) {
             (News::Change, _) | (_, News::Change) => News::Change,
+            (News::Readiness, _) | (_, News::Readiness) => News::Readiness,
             (News::Status, _) | (_, News::Status) => News::Status,
             _ => News::Nothing,
         };
@@ -328,6 +328,7 @@ impl<'a> Reconciler<'a> {
         }
         self.ctx.runtime.forget(self.app);
         self.ctx.seen.forget(self.app);
+        self.ctx.hold.forget(self.app);
         Ok(Action::await_change())
     }
 
@@ -770,6 +771,13 @@ fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
 
+/// Whether each condition holds: what a change of the app's readiness moves.
+fn readiness(status: Option<&VisitorsAppStatus>) -> Vec<(&str, &str)> {
+    status.map_or_else(Vec::new, |status| {
+        status.conditions.iter().map(|c| (c.type_.as_str(), c.status.as_str())).collect()
+    })
+}
+
 /// The watches of the controller: VisitorsApps (filtered so that status writes do not wake
 /// them), and the children, whose changes and deletions wake their owner. The StatefulSet and
 /// Deployment watches also fill [`Stores`]; Services are watched as metadata only.
@@ -895,8 +903,8 @@ pub fn trim_deployment(deployment: &mut Deployment) {
 
 /// A child's deletion wakes its owner (a deleted child must come back), and so does a change no
 /// reconcile has seen ([`Seen`]): drift at once, a workload's status moving through [`Hold`]
-/// (held while new apps wait for their first reconcile). The echoes of the controller's own
-/// applies do not.
+/// (held while new apps wait for their first reconcile, and a mere refresh also for the app's
+/// pace). The echoes of the controller's own applies do not.
 pub fn owned<K, S>(events: S, seen: Seen, hold: Hold) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Fingerprint + Clone + Send + 'static,
@@ -906,17 +914,16 @@ where
         let wake = match event {
             Ok(watcher::Event::Apply(child) | watcher::Event::InitApply(child)) => match seen.news(&child) {
                 News::Nothing => None,
-                News::Status if hold.holding() => match owner_of(&child) {
-                    Some(owner) => {
-                        hold.hold(owner);
-                        None
-                    }
+                news => match owner_of(&child) {
+                    Some(owner) => hold.wake(owner, news).then_some(Ok(child)),
                     None => Some(Ok(child)),
                 },
-                News::Status | News::Change => Some(Ok(child)),
             },
             Ok(watcher::Event::Delete(child)) => {
                 seen.forget(&child);
+                if let Some(owner) = owner_of(&child) {
+                    hold.reset_pace(&owner);
+                }
                 Some(Ok(child))
             }
             Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
@@ -1062,11 +1069,83 @@ mod tests {
             Ok(watcher::Event::Apply(counted)),
             Ok(watcher::Event::Delete(created())),
         ]);
-        let woken: Vec<String> = trigger_owners::<VisitorsApp, _>(owned(events, seen.clone(), Hold::default()), (), ())
+        let hold = Hold::default();
+        let woken: Vec<String> = trigger_owners::<VisitorsApp, _>(owned(events, seen.clone(), hold.clone()), (), ())
             .map(|r| r.expect("no watch error").obj_ref.to_string())
             .collect()
             .await;
-        assert_eq!(woken.len(), 2, "the status change once, and the deletion; not the echo: {woken:?}");
+        assert_eq!(woken.len(), 1, "the deletion; not the echo: {woken:?}");
+        assert_eq!(hold.held(), 1, "the status refresh once, at the app's pace");
         assert!(seen.is_empty(), "a deleted child is forgotten");
+    }
+
+    /// The StatefulSet controller's status with `pods` pods of which `updated` at the latest
+    /// revision and `ready` ready.
+    fn counting(pods: i32, updated: i32, ready: i32) -> StatefulSet {
+        let mut sts = created();
+        sts.status = Some(StatefulSetStatus {
+            observed_generation: Some(1),
+            replicas: pods,
+            updated_replicas: Some(updated),
+            ready_replicas: Some(ready),
+            ..Default::default()
+        });
+        sts
+    }
+
+    /// When each wake-up of app "ex" comes, in seconds after the start, as the controller would
+    /// have it: wake-ups from the StatefulSet watch fed `updates` (each at its time), and the
+    /// held ones as [`Hold`] releases them. Each wake-up starts a reconcile at once.
+    async fn wake_ups(updates: Vec<(u64, StatefulSet)>, until: u64) -> Vec<u64> {
+        let start = tokio::time::Instant::now();
+        let seen = Seen::default();
+        seen.record(&created());
+        let hold = Hold::default();
+        let mut apps = reflector::store::Writer::default();
+        apps.apply_watcher_event(&watcher::Event::Apply(book_app()));
+        // The app's first reconcile: it created the StatefulSet.
+        hold.reconciling(&book_app());
+        let events = futures::stream::iter(updates).then(move |(at, sts)| async move {
+            tokio::time::sleep_until(start + std::time::Duration::from_secs(at)).await;
+            Ok(watcher::Event::Apply(sts))
+        });
+        let from_watch = owned(events, seen, hold.clone()).map(|sts| owner_of(&sts.expect("no watch error")));
+        let held = hold.clone().released(apps.as_reader()).map(Some);
+        let mut woken = futures::stream::select(Box::pin(from_watch), Box::pin(held));
+        let mut times = Vec::new();
+        let deadline = start + std::time::Duration::from_secs(until);
+        while let Ok(Some(app)) = tokio::time::timeout_at(deadline, woken.next()).await {
+            assert_eq!(app.map(|a| a.name).as_deref(), Some("ex"));
+            times.push(start.elapsed().as_secs());
+            hold.reconciling(&book_app());
+        }
+        times
+    }
+
+    /// Right after a burst the controller-manager is still creating the pods and claims of a
+    /// waiting app, and each count it updates moves what the app's status reads. Those refreshes
+    /// back off per app: five of them within a minute make at most two reconciles in that
+    /// minute, and one more at the end of the wait (the status still ends up right). A pod
+    /// becoming ready wakes the app at once, and brings the backoff back to a few seconds.
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_apps_status_refreshes_back_off_but_its_readiness_does_not() {
+        let updates = vec![
+            (1, counting(1, 0, 0)),
+            (12, counting(1, 1, 0)),
+            (24, counting(2, 1, 0)),
+            (36, counting(2, 2, 0)),
+            (48, counting(1, 1, 0)),
+            (150, counting(1, 1, 1)),
+            (151, counting(2, 1, 1)),
+        ];
+        let times = wake_ups(updates, 200).await;
+
+        let in_the_minute = times.iter().filter(|t| **t < 60).count();
+        assert!(in_the_minute <= 2, "five refreshes in a minute: {times:?}");
+        assert!(times.iter().any(|t| (48..=48 + 60).contains(t)), "the last refresh still comes: {times:?}");
+        assert!(!times.iter().any(|t| (109..150).contains(t)), "no refresh left to make: {times:?}");
+        assert!(times.contains(&150), "the database pod became ready: at once: {times:?}");
+        let after = times.iter().find(|t| **t > 150).copied();
+        assert!(after.is_some_and(|t| t <= 151 + 5), "the backoff starts again from a few seconds: {times:?}");
     }
 }

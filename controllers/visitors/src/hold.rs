@@ -1,18 +1,29 @@
-//! The first reconcile of a new app (or of a new spec) goes before the reconciles that only
-//! refresh an app's status. When every worker is busy, kube's scheduler hands out the pending
+//! When a wake-up that only refreshes an app's status ([`crate::seen::News::Status`]) is let
+//! through, for two reasons.
+//!
+//! **First reconciles first.** When every worker is busy, kube's scheduler hands out the pending
 //! reconciles in no particular order, so in a burst of new apps each app's first reconcile
 //! competed at random with the reconciles woken by the StatefulSet and Deployment controllers
 //! counting the pods of apps already started, and the last new app waited for nearly all of them.
+//! A status wake-up is therefore held while any app waits for the reconcile of news of its own (a
+//! new app, a new spec), and released once none does. An app deleted before its reconcile no
+//! longer counts as waiting. A wake-up is held at most [`MAX_HOLD`] past its due time, and an app
+//! counts as waiting at most that long, so a status is late by that at worst, and only while new
+//! apps keep coming: a burst of a thousand new apps takes one to two minutes, and its status
+//! refreshes wait for its end.
 //!
-//! A wake-up that only moves what the app's status reads of a workload ([`crate::seen::News::Status`])
-//! is therefore held while any app waits for the reconcile of news of its own, and released
-//! once none does; several held wake-ups of one app make one reconcile. Drift, deletions and
-//! spec changes are never held. An app deleted before its reconcile no longer counts as
-//! waiting. A wake-up is held at most [`MAX_HOLD`], and an app counts as waiting at most that
-//! long, so a status is late by that at worst, and only while new apps keep coming: a burst of
-//! a thousand new apps takes one to two minutes, and its status refreshes wait for its end.
+//! **A waiting app backs off.** While its database and pods are not ready, the controller-manager
+//! keeps updating an app's workloads (pods and claims created, replicas counted, generations
+//! observed), each update a status wake-up: right after a burst, on a control plane still catching
+//! up, that was about two reconciles per waiting app a minute. Each app has a pace: a status
+//! wake-up comes no sooner than [`FIRST_LOOK`] after the app's last reconcile began, and each one
+//! that had to wait for that makes the next wait [`GROWTH`] times as long, up to [`SLOWEST_LOOK`].
+//! Several status wake-ups inside the wait make one reconcile at its end. What the app's readiness
+//! depends on ([`crate::seen::News::Readiness`]: a pod ready, a rollout done, readiness lost),
+//! drift, deletions and spec changes never wait for the pace, and bring it back to [`FIRST_LOOK`]
+//! (see [`Hold::wake`]); they wait for new apps only as before (readiness), or not at all.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,8 +34,17 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use visitors_api::VisitorsApp;
 
-/// The longest a status wake-up is held, and the longest an app counts as waiting.
+use crate::seen::News;
+
+/// The longest a status wake-up is held past its due time for new apps, and the longest an app
+/// counts as waiting.
 pub const MAX_HOLD: Duration = Duration::from_secs(300);
+/// The soonest a status wake-up follows the app's last reconcile, while the app makes progress.
+pub const FIRST_LOOK: Duration = Duration::from_secs(5);
+/// How much longer each status wake-up that waited for the pace makes the next wait.
+pub const GROWTH: u32 = 4;
+/// The longest wait of a status wake-up: a waiting app costs at most a reconcile a minute.
+pub const SLOWEST_LOOK: Duration = Duration::from_secs(60);
 /// How often held wake-ups look for apps deleted while they waited.
 const RECHECK: Duration = Duration::from_secs(1);
 
@@ -36,13 +56,26 @@ pub struct Hold {
     changed: Arc<Notify>,
 }
 
+/// When an app's next status wake-up may come.
+struct Pace {
+    /// The app's last reconcile began then.
+    last_look: Instant,
+    wait: Duration,
+}
+
+/// A held wake-up's place: when it is due, then the order of arrival.
+type Slot = (Instant, u64);
+
 #[derive(Default)]
 struct State {
     /// Apps whose watch reported news no reconcile has started on yet, since when.
     waiting: HashMap<ObjectRef<VisitorsApp>, Instant>,
-    /// Held wake-ups in the order they came, each app once.
-    held: VecDeque<(ObjectRef<VisitorsApp>, Instant)>,
-    queued: HashSet<ObjectRef<VisitorsApp>>,
+    /// Held wake-ups by when they are due, each app once; `true` for one that waits for the
+    /// app's pace.
+    held: BTreeMap<Slot, (ObjectRef<VisitorsApp>, bool)>,
+    slots: HashMap<ObjectRef<VisitorsApp>, Slot>,
+    paces: HashMap<ObjectRef<VisitorsApp>, Pace>,
+    arrivals: u64,
 }
 
 enum Next {
@@ -62,14 +95,56 @@ impl State {
 
     fn next(&mut self, now: Instant) -> Next {
         self.forget_stale_waiters(now);
-        let Some((app, since)) = self.held.front().cloned() else { return Next::WaitForChange };
-        if self.waiting.is_empty() || now.duration_since(since) >= MAX_HOLD {
-            self.held.pop_front();
-            self.queued.remove(&app);
+        let Some((&(due, arrival), _)) = self.held.first_key_value() else { return Next::WaitForChange };
+        if due > now {
+            return Next::WaitUntil(due);
+        }
+        if self.waiting.is_empty() || now.duration_since(due) >= MAX_HOLD {
+            let (app, paced) = self.held.remove(&(due, arrival)).expect("the first held wake-up");
+            self.slots.remove(&app);
+            if paced {
+                self.slow_down(&app);
+            }
             return Next::Release(app);
         }
         let oldest_waiter = self.waiting.values().min().copied().unwrap_or(now);
-        Next::WaitUntil((since + MAX_HOLD).min(oldest_waiter + MAX_HOLD).min(now + RECHECK))
+        Next::WaitUntil((due + MAX_HOLD).min(oldest_waiter + MAX_HOLD).min(now + RECHECK))
+    }
+
+    /// When a status wake-up of `app` may come: [`Pace`].
+    fn due(&self, app: &ObjectRef<VisitorsApp>, now: Instant) -> Instant {
+        self.paces.get(app).map_or(now, |pace| (pace.last_look + pace.wait).max(now))
+    }
+
+    fn slow_down(&mut self, app: &ObjectRef<VisitorsApp>) {
+        if let Some(pace) = self.paces.get_mut(app) {
+            pace.wait = (pace.wait * GROWTH).min(SLOWEST_LOOK);
+        }
+    }
+
+    /// Holds a wake-up of `app` until `due` (or keeps the one already held, moved to `due` if
+    /// that is sooner). Whether the held wake-up came sooner.
+    fn hold_until(&mut self, app: ObjectRef<VisitorsApp>, due: Instant, paced: bool) -> bool {
+        if let Some(&slot) = self.slots.get(&app) {
+            if slot.0 <= due {
+                if let Some(held) = self.held.get_mut(&slot).filter(|_| !paced) {
+                    held.1 = false;
+                }
+                return false;
+            }
+            self.held.remove(&slot);
+        }
+        self.arrivals += 1;
+        let slot = (due, self.arrivals);
+        self.slots.insert(app.clone(), slot);
+        self.held.insert(slot, (app, paced));
+        true
+    }
+
+    fn release_held(&mut self, app: &ObjectRef<VisitorsApp>) {
+        if let Some(slot) = self.slots.remove(app) {
+            self.held.remove(&slot);
+        }
     }
 }
 
@@ -88,18 +163,68 @@ pub fn owner_of<K: Resource>(child: &K) -> Option<ObjectRef<VisitorsApp>> {
 }
 
 impl Hold {
-    /// The app's watch reported news (a new app, a new spec): its reconcile goes first.
+    /// The app's watch reported news (a new app, a new spec): its reconcile goes first, and its
+    /// status wake-ups come soon again.
     pub fn news_of(&self, app: &VisitorsApp) {
-        self.lock().waiting.entry(app_ref(app)).or_insert_with(Instant::now);
+        let app = app_ref(app);
+        let mut state = self.lock();
+        state.waiting.entry(app.clone()).or_insert_with(Instant::now);
+        if let Some(pace) = state.paces.get_mut(&app) {
+            pace.wait = FIRST_LOOK;
+        }
     }
 
-    /// A reconcile of `app` starts: it no longer waits.
+    /// A reconcile of `app` starts: it no longer waits, it sees every change the watches
+    /// reported so far (a wake-up held for it is no longer needed), and its pace counts from now.
     pub fn reconciling(&self, app: &VisitorsApp) {
+        let app = app_ref(app);
+        let now = Instant::now();
         let mut state = self.lock();
-        if state.waiting.remove(&app_ref(app)).is_some() && state.waiting.is_empty() {
+        state.release_held(&app);
+        state.paces.entry(app.clone()).or_insert(Pace { last_look: now, wait: FIRST_LOOK }).last_look = now;
+        if state.waiting.remove(&app).is_some() && state.waiting.is_empty() {
             drop(state);
             self.changed.notify_one();
         }
+    }
+
+    /// What a watch reported of a child of `app` (or a reconcile of its apply): whether it wakes
+    /// the app now. [`News::Status`] waits for the app's pace and for new apps; [`News::Readiness`]
+    /// waits for new apps only; a [`News::Change`] wakes the app at once. Anything but a status
+    /// refresh brings the pace back to [`FIRST_LOOK`].
+    pub fn wake(&self, app: ObjectRef<VisitorsApp>, news: News) -> bool {
+        match news {
+            News::Nothing => false,
+            News::Status => {
+                self.pace(app);
+                false
+            }
+            News::Readiness => {
+                self.reset_pace(&app);
+                if self.holding() {
+                    self.hold(app);
+                    return false;
+                }
+                true
+            }
+            News::Change => {
+                self.reset_pace(&app);
+                true
+            }
+        }
+    }
+
+    /// A deleted child of `app` is created again at once: the app is making progress.
+    pub fn reset_pace(&self, app: &ObjectRef<VisitorsApp>) {
+        if let Some(pace) = self.lock().paces.get_mut(app) {
+            pace.wait = FIRST_LOOK;
+        }
+    }
+
+    /// The readiness the app's reconcile computed differs from the one in its status (the
+    /// database answered, readiness lost): the app made progress.
+    pub fn progressed(&self, app: &VisitorsApp) {
+        self.reset_pace(&app_ref(app));
     }
 
     /// Whether a status wake-up should be held now: some app waits for a reconcile of its news.
@@ -111,12 +236,29 @@ impl Hold {
 
     /// Holds a wake-up of `app` until no app waits (or [`MAX_HOLD`]); one per app at a time.
     pub fn hold(&self, app: ObjectRef<VisitorsApp>) {
+        let now = Instant::now();
+        if self.lock().hold_until(app, now, false) {
+            self.changed.notify_one();
+        }
+    }
+
+    /// Holds a status wake-up of `app` until its pace lets it come, and no app waits.
+    pub fn pace(&self, app: ObjectRef<VisitorsApp>) {
         let mut state = self.lock();
-        if state.queued.insert(app.clone()) {
-            state.held.push_back((app, Instant::now()));
+        let due = state.due(&app, Instant::now());
+        if state.hold_until(app, due, true) {
             drop(state);
             self.changed.notify_one();
         }
+    }
+
+    /// The app is gone: its pace and held wake-up with it.
+    pub fn forget(&self, app: &VisitorsApp) {
+        let app = app_ref(app);
+        let mut state = self.lock();
+        state.release_held(&app);
+        state.paces.remove(&app);
+        state.waiting.remove(&app);
     }
 
     /// Held wake-ups pending release.
@@ -227,6 +369,92 @@ mod tests {
         assert_eq!(next_within(&mut released, Duration::from_secs(5)).await, None);
         writer.apply_watcher_event(&watcher::Event::Delete(app("deleted-early")));
         assert_eq!(next_within(&mut released, Duration::from_secs(2)).await.as_deref(), Some("started"));
+    }
+
+    /// Releases the held wake-ups of app "waiting" one by one, each starting its reconcile at
+    /// once, and says how many seconds after the previous one each came.
+    async fn waits_between_reconciles(hold: &Hold, count: usize) -> Vec<u64> {
+        let (store, _writer) = apps(&["waiting"]);
+        let mut released = Box::pin(hold.clone().released(store));
+        let mut waits = Vec::new();
+        for _ in 0..count {
+            let since = Instant::now();
+            hold.pace(ObjectRef::from_obj(&app("waiting")));
+            hold.pace(ObjectRef::from_obj(&app("waiting")));
+            assert_eq!(hold.held(), 1, "several refreshes inside the wait make one");
+            assert_eq!(next_within(&mut released, SLOWEST_LOOK * 2).await.as_deref(), Some("waiting"));
+            waits.push(since.elapsed().as_secs());
+            hold.reconciling(&app("waiting"));
+        }
+        waits
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn status_refreshes_of_a_waiting_app_come_ever_later_up_to_a_minute() {
+        let hold = Hold::default();
+        hold.reconciling(&app("waiting"));
+        assert_eq!(waits_between_reconciles(&hold, 5).await, [5, 20, 60, 60, 60]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readiness_drift_and_a_new_spec_bring_the_pace_back_to_a_few_seconds() {
+        let hold = Hold::default();
+        let waiting = || ObjectRef::from_obj(&app("waiting"));
+        hold.reconciling(&app("waiting"));
+        waits_between_reconciles(&hold, 3).await;
+
+        assert!(hold.wake(waiting(), News::Readiness), "a pod became ready: at once");
+        hold.reconciling(&app("waiting"));
+        assert_eq!(waits_between_reconciles(&hold, 2).await, [5, 20]);
+
+        assert!(hold.wake(waiting(), News::Change), "drift: at once");
+        hold.reconciling(&app("waiting"));
+        assert_eq!(waits_between_reconciles(&hold, 1).await, [5]);
+
+        hold.news_of(&app("waiting"));
+        hold.reconciling(&app("waiting"));
+        assert_eq!(waits_between_reconciles(&hold, 1).await, [5], "a new spec");
+        assert!(!hold.wake(waiting(), News::Status), "a status refresh waits");
+        assert!(!hold.wake(waiting(), News::Nothing));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refresh_long_after_the_last_reconcile_comes_at_once() {
+        let hold = Hold::default();
+        hold.reconciling(&app("waiting"));
+        waits_between_reconciles(&hold, 3).await;
+        tokio::time::sleep(SLOWEST_LOOK).await;
+        assert_eq!(waits_between_reconciles(&hold, 1).await, [0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reconcile_for_another_reason_takes_the_held_refresh_along() {
+        let hold = Hold::default();
+        hold.reconciling(&app("waiting"));
+        hold.pace(ObjectRef::from_obj(&app("waiting")));
+        assert_eq!(hold.held(), 1);
+        hold.reconciling(&app("waiting"));
+        assert_eq!(hold.held(), 0, "the reconcile sees what the refresh was for");
+
+        hold.pace(ObjectRef::from_obj(&app("waiting")));
+        hold.forget(&app("waiting"));
+        assert_eq!(hold.held(), 0, "a deleted app's refresh is dropped");
+    }
+
+    /// A refresh waiting for the pace also waits for new apps; readiness waits for new apps only.
+    #[tokio::test(start_paused = true)]
+    async fn readiness_waits_for_new_apps_but_not_for_the_pace() {
+        let hold = Hold::default();
+        let (store, _writer) = apps(&["new", "waiting"]);
+        let mut released = Box::pin(hold.clone().released(store));
+        hold.reconciling(&app("waiting"));
+        hold.news_of(&app("new"));
+        hold.pace(ObjectRef::from_obj(&app("waiting")));
+        assert!(!hold.wake(ObjectRef::from_obj(&app("waiting")), News::Readiness), "held while 'new' waits");
+        assert_eq!(hold.held(), 1);
+        assert_eq!(next_within(&mut released, Duration::from_secs(30)).await, None);
+        hold.reconciling(&app("new"));
+        assert_eq!(next_within(&mut released, Duration::from_secs(1)).await.as_deref(), Some("waiting"));
     }
 
     #[test]

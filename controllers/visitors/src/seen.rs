@@ -40,6 +40,10 @@ pub trait Fingerprint: Resource<DynamicType = ()> {
     fn observed(&self) -> u64 {
         0
     }
+    /// The part of [`Fingerprint::observed`] the app's readiness depends on; 0 for none.
+    fn readiness(&self) -> u64 {
+        0
+    }
 }
 
 /// Identity and metadata a reconcile reads or repairs: the object's incarnation (uid), its spec
@@ -60,11 +64,12 @@ fn metadata_fingerprint<K: Resource>(object: &K) -> u64 {
     hasher.finish()
 }
 
-/// What the app's status reads of a workload ([`Workload`]). A status update that moves none of
-/// it (a condition's timestamp, say) is no news.
-fn hash_of(workload: &Workload) -> u64 {
+/// What the app's status reads of a workload ([`Workload`]), or of that its readiness
+/// ([`Workload::readiness`]). A status update that moves none of it (a condition's timestamp,
+/// say) is no news.
+fn hash_of(part: &impl Hash) -> u64 {
     let mut hasher = DefaultHasher::new();
-    workload.hash(&mut hasher);
+    part.hash(&mut hasher);
     hasher.finish()
 }
 
@@ -75,6 +80,9 @@ impl Fingerprint for StatefulSet {
     fn observed(&self) -> u64 {
         hash_of(&Workload::from_statefulset(self))
     }
+    fn readiness(&self) -> u64 {
+        hash_of(&Workload::from_statefulset(self).readiness())
+    }
 }
 
 impl Fingerprint for Deployment {
@@ -83,6 +91,9 @@ impl Fingerprint for Deployment {
     }
     fn observed(&self) -> u64 {
         hash_of(&Workload::from_deployment(self))
+    }
+    fn readiness(&self) -> u64 {
+        hash_of(&Workload::from_deployment(self).readiness())
     }
 }
 
@@ -136,8 +147,12 @@ const IN_FLIGHT_AT_MOST: Duration = Duration::from_secs(30);
 pub enum News {
     /// A state a reconcile has seen (the echo of its own write) or been woken for.
     Nothing,
-    /// Only what the app's status reads of the object moved (a workload counting its pods).
+    /// Only what the app's status reads of the object moved (a workload counting its pods), not
+    /// what its readiness depends on: the app's reconcile only refreshes its status text.
     Status,
+    /// What the app's readiness depends on moved (a pod became ready, a rollout ended, readiness
+    /// was lost): the app moves on.
+    Readiness,
     /// Anything else: a new object, drift, a new spec.
     Change,
 }
@@ -146,10 +161,30 @@ pub enum News {
 type Key = (&'static str, String, String);
 
 /// An object's fingerprints: see [`Fingerprint`].
-type State = (u64, u64);
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct State {
+    fingerprint: u64,
+    readiness: u64,
+    observed: u64,
+}
 
 fn state<K: Fingerprint>(object: &K) -> State {
-    (object.fingerprint(), object.observed())
+    State { fingerprint: object.fingerprint(), readiness: object.readiness(), observed: object.observed() }
+}
+
+impl State {
+    /// What moved from `self` to `now`.
+    fn news(self, now: State) -> News {
+        if now == self {
+            News::Nothing
+        } else if now.fingerprint != self.fingerprint {
+            News::Change
+        } else if now.readiness != self.readiness {
+            News::Readiness
+        } else {
+            News::Status
+        }
+    }
 }
 
 /// The controller's last apply of a child: a hash of what it sent (and of the same desired form
@@ -242,7 +277,8 @@ impl Seen {
 
     /// The controller applied `desired` and the API server answered `response`. What a watch
     /// reported of the child while the apply was on its way is the answer: [`News::Nothing`] when
-    /// it was the apply's own echo, [`News::Status`] when only its status moved, [`News::Change`]
+    /// it was the apply's own echo, [`News::Status`] or [`News::Readiness`] when only its status
+    /// moved, [`News::Change`]
     /// when someone else changed it (then the apply is not recorded: the caller must look again,
     /// and the next reconcile applies again). A deletion reported meanwhile already woke the app:
     /// nothing is recorded.
@@ -254,12 +290,7 @@ impl Seen {
         if records.epoch(&key) != ticket.0 && records.states.get(&key) != Some(&response_state) {
             return News::Nothing;
         }
-        let news = match reported {
-            None => News::Nothing,
-            Some(reported) if reported == response_state => News::Nothing,
-            Some((fingerprint, _)) if fingerprint == response_state.0 => News::Status,
-            Some(_) => News::Change,
-        };
+        let news = reported.map_or(News::Nothing, |reported| response_state.news(reported));
         if news == News::Change {
             records.bump(&key);
             return news;
@@ -294,12 +325,12 @@ impl Seen {
     pub fn unchanged_since_applied<K: Fingerprint + Serialize>(&self, desired: &K, max_age: Duration) -> bool {
         let key = key(desired);
         let records = self.lock();
-        let (Some(applied), Some((fingerprint, _))) = (records.applied.get(&key), records.states.get(&key)) else {
+        let (Some(applied), Some(seen)) = (records.applied.get(&key), records.states.get(&key)) else {
             return false;
         };
         let desired = desired_hash(desired);
         applied.at.elapsed() < max_age
-            && applied.fingerprint == *fingerprint
+            && applied.fingerprint == seen.fingerprint
             && (applied.desired == desired || applied.settled == Some(desired))
     }
 
@@ -310,14 +341,13 @@ impl Seen {
     }
 
     /// What a watch reporting `object` brings (see [`Seen::is_news`]), telling a change of what
-    /// the app's status reads only from any other.
+    /// the app's status reads (and of that, what its readiness depends on) from any other.
     pub fn news<K: Fingerprint>(&self, object: &K) -> News {
         let (key, state) = (key(object), state(object));
         let mut records = self.lock();
         let news = match records.states.insert(key.clone(), state) {
-            Some(previous) if previous == state => News::Nothing,
-            Some((fingerprint, _)) if fingerprint == state.0 => News::Status,
-            _ => News::Change,
+            Some(previous) => previous.news(state),
+            None => News::Change,
         };
         if news == News::Nothing {
             return news;
@@ -419,6 +449,13 @@ mod tests {
         let mut counted = applied.clone();
         counted.status = Some(StatefulSetStatus { observed_generation: Some(1), replicas: 1, ..Default::default() });
         assert_eq!(seen.news(&counted), News::Status);
+        let mut created_pod = counted.clone();
+        created_pod.status.as_mut().unwrap().updated_replicas = Some(1);
+        assert_eq!(seen.news(&created_pod), News::Status, "one more count, still no pod ready");
+        let mut ready = created_pod.clone();
+        ready.status.as_mut().unwrap().ready_replicas = Some(1);
+        assert_eq!(seen.news(&ready), News::Readiness, "the database pod became ready: the app moves on");
+        assert_eq!(seen.news(&created_pod), News::Readiness, "and lost it");
         let mut edited = counted.clone();
         edited.metadata.generation = Some(2);
         assert_eq!(seen.news(&edited), News::Change);

@@ -76,6 +76,22 @@ impl Workload {
     }
 }
 
+/// What the app's readiness and its next step depend on in a workload's status: a pod ready
+/// (for the database, the check runs and the backend follows) and the rollout done (the
+/// workload's condition turns `True`). The rest of what the status reads (pods created,
+/// updated, observed generation) only refreshes replica counts and a condition's wording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Readiness {
+    pub a_pod_ready: bool,
+    pub rolled_out: bool,
+}
+
+impl Workload {
+    pub fn readiness(&self) -> Readiness {
+        Readiness { a_pod_ready: self.ready >= 1, rolled_out: self.rolled_out() }
+    }
+}
+
 fn first_image(template: &PodTemplateSpec) -> Option<String> {
     template.spec.as_ref()?.containers.first()?.image.clone()
 }
