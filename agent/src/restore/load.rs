@@ -1,7 +1,8 @@
 //! Loading a database's chunks into its staging schema with `LOAD DATA LOCAL INFILE`,
 //! `parallelism` connections at once, largest tables first; one transaction per chunk. A table
-//! whose plain secondary keys were left out gets them as soon as its last chunk is in, by the
-//! next free connection, while the others go on loading.
+//! whose plain secondary keys were left out gets them as soon as its last chunk is in, and each
+//! table is checked against the manifest as soon as it is complete, by the next free
+//! connection, while the others go on loading.
 
 use std::cmp::Reverse;
 use std::collections::{HashMap, VecDeque};
@@ -14,9 +15,10 @@ use mysql_async::prelude::Queryable;
 use tracing::Instrument;
 
 use super::indexes::DeferredKeys;
+use super::staging::{DatabaseRestore, check_staged_table};
 use super::{RestoreOptions, session_setup};
 use crate::error::{AgentError, Result};
-use crate::format::{ChunkEntry, Compression, DatabaseEntry, load_data_sql, quote_ident};
+use crate::format::{ChunkEntry, Compression, DatabaseEntry, TableEntry, load_data_sql, quote_ident};
 use crate::mysql::Connector;
 use crate::progress::Progress;
 use crate::storage::Storage;
@@ -37,15 +39,18 @@ struct IndexTask {
 enum Work {
     Chunk(LoadTask),
     Indexes(IndexTask),
+    Check(TableEntry),
 }
 
-/// What is left to do: chunks, largest first, with the index builds of the tables whose
-/// chunks are all in ahead of them.
+/// What is left to do: chunks, largest first, with the index builds and checks of the tables
+/// that are complete ahead of them.
 #[derive(Default)]
 struct Queue {
     work: VecDeque<Work>,
     chunks_left: HashMap<String, usize>,
     deferred: HashMap<String, IndexTask>,
+    /// The tables to check once they are complete.
+    checks: HashMap<String, TableEntry>,
 }
 
 impl Queue {
@@ -53,20 +58,34 @@ impl Queue {
         self.work.pop_front()
     }
 
-    /// Counts a loaded chunk of `table`; its index build is next once it was the last.
+    /// Counts a loaded chunk of `table`; once it was the last, the table's index build (or,
+    /// without one, its check) is next.
     fn chunk_done(&mut self, table: &str) {
         let left = self.chunks_left.get_mut(table).expect("a queued table");
         *left -= 1;
-        if *left == 0
-            && let Some(task) = self.deferred.remove(table)
-        {
-            self.work.push_front(Work::Indexes(task));
+        if *left == 0 {
+            self.table_loaded(table);
+        }
+    }
+
+    fn table_loaded(&mut self, table: &str) {
+        match self.deferred.remove(table) {
+            Some(task) => self.work.push_front(Work::Indexes(task)),
+            None => self.table_complete(table),
+        }
+    }
+
+    /// The table holds all it will hold: its check is next.
+    fn table_complete(&mut self, table: &str) {
+        if let Some(entry) = self.checks.remove(table) {
+            self.work.push_front(Work::Check(entry));
         }
     }
 
     fn clear(&mut self) {
         self.work.clear();
         self.deferred.clear();
+        self.checks.clear();
     }
 }
 
@@ -76,19 +95,55 @@ struct LoadContext {
     compression: Compression,
     progress: Arc<Progress>,
     queue: Mutex<Queue>,
+    database: String,
+    schema: String,
+    checksums_comparable: bool,
 }
 
-/// Loads every chunk of `database` into the same tables of `schema`, and adds the keys of
-/// `deferred_keys` (by table) back after their table's load; returns the rows loaded.
+/// Loads every chunk of the database into the same tables of `schema`, adds the keys of
+/// `deferred_keys` (by table) back after their table's load, and checks each table once it is
+/// complete; returns the rows loaded.
 pub(super) async fn load_database(
-    connector: &Connector,
-    storage: &Storage,
-    database: &DatabaseEntry,
+    restore: &DatabaseRestore<'_>,
     schema: &str,
-    compression: Compression,
-    options: &RestoreOptions,
-    mut deferred_keys: HashMap<String, DeferredKeys>,
+    deferred_keys: HashMap<String, DeferredKeys>,
 ) -> Result<u64> {
+    let database = restore.database;
+    let planned = plan(database, schema, deferred_keys);
+    let workers = restore.options.parallelism.max(1).min(planned.queue.work.len()).max(1);
+    let progress = Progress::new("restore", planned.data_bytes);
+    let reporter = progress.report_every(restore.options.progress_interval);
+    let context = Arc::new(LoadContext {
+        connector: restore.connector.clone(),
+        storage: restore.storage.clone(),
+        compression: restore.manifest.compression,
+        progress: progress.clone(),
+        queue: Mutex::new(planned.queue),
+        database: database.name.clone(),
+        schema: schema.to_string(),
+        checksums_comparable: restore.checksums_comparable,
+    });
+    let options = restore.options;
+    let workers = (0..workers).map(|_| tokio::spawn(load_worker(context.clone(), options.clone()).in_current_span()));
+    let outcomes = join_all(workers).await;
+    if let Some(reporter) = reporter {
+        reporter.abort();
+    }
+    for outcome in outcomes {
+        outcome??;
+    }
+    tracing::info!("{}: {}", database.name, progress.final_line());
+    Ok(planned.rows)
+}
+
+struct Plan {
+    queue: Queue,
+    rows: u64,
+    data_bytes: u64,
+}
+
+/// The work of a database's load, in the order it starts.
+fn plan(database: &DatabaseEntry, schema: &str, mut deferred_keys: HashMap<String, DeferredKeys>) -> Plan {
     let mut tasks = Vec::new();
     let mut queue = Queue::default();
     for table in &database.tables {
@@ -101,15 +156,14 @@ pub(super) async fn load_database(
                 chunk: chunk.clone(),
             });
         }
+        queue.checks.insert(table.name.clone(), table.clone());
         if let Some(keys) = deferred_keys.remove(&table.name) {
-            let task = IndexTask { target, table: table.name.clone(), keys };
-            if table.chunks.is_empty() {
-                queue.work.push_back(Work::Indexes(task));
-            } else {
-                queue.deferred.insert(table.name.clone(), task);
-            }
+            queue.deferred.insert(table.name.clone(), IndexTask { target, table: table.name.clone(), keys });
         }
         queue.chunks_left.insert(table.name.clone(), table.chunks.len());
+        if table.chunks.is_empty() {
+            queue.table_loaded(&table.name);
+        }
     }
     // The tables whose keys come after the load go first, so their index builds run while the
     // other connections still load; then larger tables first, each one's larger chunks first.
@@ -119,28 +173,9 @@ pub(super) async fn load_database(
         (Reverse(keys_after_load), Reverse(table_bytes[task.table.as_str()]), Reverse(task.chunk.data_bytes))
     });
     let rows = tasks.iter().map(|t| t.chunk.rows).sum();
-    let expected = tasks.iter().map(|t| t.chunk.data_bytes).sum();
-    let workers = options.parallelism.max(1).min(tasks.len() + queue.work.len()).max(1);
+    let data_bytes = tasks.iter().map(|t| t.chunk.data_bytes).sum();
     queue.work.extend(tasks.into_iter().map(Work::Chunk));
-    let progress = Progress::new("restore", expected);
-    let reporter = progress.report_every(options.progress_interval);
-    let context = Arc::new(LoadContext {
-        connector: connector.clone(),
-        storage: storage.clone(),
-        compression,
-        progress: progress.clone(),
-        queue: Mutex::new(queue),
-    });
-    let workers = (0..workers).map(|_| tokio::spawn(load_worker(context.clone(), options.clone()).in_current_span()));
-    let outcomes = join_all(workers).await;
-    if let Some(reporter) = reporter {
-        reporter.abort();
-    }
-    for outcome in outcomes {
-        outcome??;
-    }
-    tracing::info!("{}: {}", database.name, progress.final_line());
-    Ok(rows)
+    Plan { queue, rows, data_bytes }
 }
 
 async fn load_worker(context: Arc<LoadContext>, options: RestoreOptions) -> Result<()> {
@@ -160,7 +195,15 @@ async fn load_worker(context: Arc<LoadContext>, options: RestoreOptions) -> Resu
             }
             Some(Work::Indexes(task)) => {
                 let span = tracing::info_span!("build_indexes", table = %task.table, keys = task.keys.keys.len());
-                build_indexes(&context, &mut conn, &task).instrument(span).await
+                let built = build_indexes(&context, &mut conn, &task).instrument(span).await;
+                if built.is_ok() {
+                    context.queue.lock().unwrap().table_complete(&task.table);
+                }
+                built
+            }
+            Some(Work::Check(table)) => {
+                let span = tracing::info_span!("check", table = %table.name, rows = table.rows);
+                check_table(&context, &mut conn, &table).instrument(span).await
             }
         };
         if let Err(error) = done {
@@ -172,6 +215,11 @@ async fn load_worker(context: Arc<LoadContext>, options: RestoreOptions) -> Resu
     }
     let _ = conn.disconnect().await;
     Ok(())
+}
+
+async fn check_table(context: &LoadContext, conn: &mut Conn, table: &TableEntry) -> Result<()> {
+    let (database, schema) = (&context.database, &context.schema);
+    check_staged_table(&context.connector, conn, database, schema, table, context.checksums_comparable).await
 }
 
 /// Adds a table's plain secondary keys back once its rows are in (one sorted build per key).
@@ -274,7 +322,70 @@ fn warned_column(message: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::warned_column;
+    use std::collections::HashMap;
+
+    use super::{DeferredKeys, Work, plan, warned_column};
+    use crate::format::{ChunkEntry, DatabaseEntry, FileEntry, TableEntry};
+
+    fn file(path: &str) -> FileEntry {
+        FileEntry { path: path.into(), bytes: 1, sha256: String::new() }
+    }
+
+    fn table(name: &str, chunk_bytes: &[u64]) -> TableEntry {
+        let chunks: Vec<ChunkEntry> = chunk_bytes
+            .iter()
+            .enumerate()
+            .map(|(i, &data_bytes)| ChunkEntry { file: file(&format!("{name}/{i}")), rows: 1, data_bytes })
+            .collect();
+        TableEntry {
+            name: name.into(),
+            schema: file(&format!("{name}.sql")),
+            columns: vec!["id".into()],
+            load_sql: String::new(),
+            rows: chunks.len() as u64,
+            data_bytes: chunk_bytes.iter().sum(),
+            checksum: None,
+            chunks,
+        }
+    }
+
+    fn describe(work: &Work) -> String {
+        match work {
+            Work::Chunk(task) => format!("load {}", task.chunk.file.path),
+            Work::Indexes(task) => format!("keys {}", task.table),
+            Work::Check(table) => format!("check {}", table.name),
+        }
+    }
+
+    /// Each table is checked as soon as it is complete (after its keys, when they come after
+    /// the load), by the next free connection, before the loads still queued.
+    #[test]
+    fn a_table_is_checked_as_soon_as_it_is_complete() {
+        let database = DatabaseEntry {
+            name: "app".into(),
+            schema: file("app.sql"),
+            tables: vec![table("small", &[10]), table("empty", &[]), table("big", &[100, 90])],
+            views: None,
+            view_names: Vec::new(),
+            routines: None,
+            triggers: None,
+        };
+        let keys = DeferredKeys { create_without_keys: String::new(), keys: vec!["KEY `a` (`a`)".into()] };
+        let mut queue = plan(&database, "staging", HashMap::from([("big".to_string(), keys)])).queue;
+        let mut order = Vec::new();
+        while let Some(work) = queue.next() {
+            order.push(describe(&work));
+            match work {
+                Work::Chunk(task) => queue.chunk_done(&task.table),
+                Work::Indexes(task) => queue.table_complete(&task.table),
+                Work::Check(_) => {}
+            }
+        }
+        assert_eq!(
+            order,
+            ["check empty", "load big/0", "load big/1", "keys big", "check big", "load small/0", "check small"]
+        );
+    }
 
     #[test]
     fn warnings_name_their_column() {

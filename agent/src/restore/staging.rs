@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use super::indexes::{self, DeferredKeys};
 use super::{RestoreOptions, RestoreStep, file_statements, load, run_file, session_setup};
 use crate::error::{AgentError, Result};
-use crate::format::{DatabaseEntry, Manifest, quote_ident};
+use crate::format::{DatabaseEntry, Manifest, TableEntry, quote_ident};
 use crate::mysql::{Connector, catalog};
 use crate::storage::Storage;
 
@@ -174,21 +174,11 @@ impl DatabaseRestore<'_> {
         }
     }
 
-    /// Step 2: the tables created and loaded in the staging schema, checked, the routines and
-    /// triggers rehearsed there.
+    /// Step 2: the tables created and loaded in the staging schema, each checked as soon as it
+    /// is complete, the routines and triggers rehearsed there.
     async fn stage(&self, conn: &mut Conn, staging: &str) -> Result<u64> {
         let deferred_keys = self.create_staging(conn, staging).await?;
-        let rows = load::load_database(
-            self.connector,
-            self.storage,
-            self.database,
-            staging,
-            self.manifest.compression,
-            self.options,
-            deferred_keys,
-        )
-        .await?;
-        self.check_staged(conn, staging).await?;
+        let rows = load::load_database(self, staging, deferred_keys).await?;
         self.rehearse_objects(conn, staging).await?;
         Ok(rows)
     }
@@ -293,31 +283,12 @@ impl DatabaseRestore<'_> {
         Ok(format!("CREATE DATABASE {}{}", quote_ident(schema), &statement[prefix.len()..]))
     }
 
-    /// Every staged table holds what the backup says: its row count, and its `CHECKSUM TABLE`
-    /// when the backup recorded one on the same server version.
+    /// Every staged table holds what the backup says (`--from-stage`: the copy may have changed
+    /// since it was staged).
     async fn check_staged(&self, conn: &mut Conn, staging: &str) -> Result<()> {
-        let name = &self.database.name;
         for table in &self.database.tables {
-            let described = format!("the staged copy of `{name}`.`{}`", table.name);
-            let rows = catalog::count_rows(self.connector, conn, staging, &table.name).await?;
-            if rows != table.rows {
-                return Err(AgentError::VerifyMismatch(format!(
-                    "{described} has {rows} rows, the backup {}; database {name} was left as it was",
-                    table.rows
-                )));
-            }
-            let Some(expected) = table.checksum.filter(|_| self.checksums_comparable) else { continue };
-            if !catalog::checksum_is_reproducible(self.connector, conn, staging, &table.name).await? {
-                tracing::info!("{described}: checksum not compared (generated columns make it irreproducible)");
-                continue;
-            }
-            let actual = catalog::checksum_table(self.connector, conn, staging, &table.name).await?;
-            if actual != Some(expected) {
-                return Err(AgentError::VerifyMismatch(format!(
-                    "{described} has checksum {}, the backup {expected}; database {name} was left as it was",
-                    actual.unwrap_or(0)
-                )));
-            }
+            check_staged_table(self.connector, conn, &self.database.name, staging, table, self.checksums_comparable)
+                .await?;
         }
         Ok(())
     }
@@ -518,6 +489,39 @@ pub(super) async fn drop_staged_copies(connector: &Connector, databases: &[Strin
 
 /// Takes the restore lock of `database` for as long as `conn` lives; `false` if another
 /// connection holds it.
+/// The staged copy of `table` holds what the backup says: its row count, and its
+/// `CHECKSUM TABLE` when the backup recorded one on the same server version.
+pub(super) async fn check_staged_table(
+    connector: &Connector,
+    conn: &mut Conn,
+    database: &str,
+    staging: &str,
+    table: &TableEntry,
+    checksums_comparable: bool,
+) -> Result<()> {
+    let described = format!("the staged copy of `{database}`.`{}`", table.name);
+    let rows = catalog::count_rows(connector, conn, staging, &table.name).await?;
+    if rows != table.rows {
+        return Err(AgentError::VerifyMismatch(format!(
+            "{described} has {rows} rows, the backup {}; database {database} was left as it was",
+            table.rows
+        )));
+    }
+    let Some(expected) = table.checksum.filter(|_| checksums_comparable) else { return Ok(()) };
+    if !catalog::checksum_is_reproducible(connector, conn, staging, &table.name).await? {
+        tracing::info!("{described}: checksum not compared (generated columns make it irreproducible)");
+        return Ok(());
+    }
+    let actual = catalog::checksum_table(connector, conn, staging, &table.name).await?;
+    if actual != Some(expected) {
+        return Err(AgentError::VerifyMismatch(format!(
+            "{described} has checksum {}, the backup {expected}; database {database} was left as it was",
+            actual.unwrap_or(0)
+        )));
+    }
+    Ok(())
+}
+
 async fn take_restore_lock(connector: &Connector, conn: &mut Conn, database: &str) -> Result<bool> {
     let held: Option<Option<i64>> = conn
         .exec_first("SELECT GET_LOCK(?, 0)", (lock_name(database),))

@@ -51,8 +51,18 @@ fn schemas(server: &MariaDb) -> String {
 
 /// Backs up `app`, then makes the server's copy differ from the backup in every way.
 async fn backup_then_diverge(server: &MariaDb, dir: &Path) -> (visitors_agent::backup::BackupReport, String) {
+    backup_with_checksums_then_diverge(server, dir, false).await
+}
+
+async fn backup_with_checksums_then_diverge(
+    server: &MariaDb,
+    dir: &Path,
+    table_checksums: bool,
+) -> (visitors_agent::backup::BackupReport, String) {
     server.sql(APP);
-    let report = back_up(&small_backup(server, &file_location(dir))).await;
+    let mut options = small_backup(server, &file_location(dir));
+    options.table_checksums = table_checksums;
+    let report = back_up(&options).await;
     let backed_up = state(server);
     server.sql(
         "DELETE FROM app.t WHERE id > 100000; UPDATE app.a SET b_id = 1;
@@ -136,6 +146,34 @@ async fn a_chunk_count_edited_in_the_manifest_fails_in_staging_and_the_target_is
             assert_eq!(error.kind(), "badChunk");
         }
         other => panic!("expected a bad chunk, got {:?}", other.err()),
+    }
+    assert_eq!(state(&server), before, "the target was touched");
+    assert_eq!(schemas(&server), "", "the staging schema was dropped");
+}
+
+/// A table checksum edited in the manifest (no `--expect-manifest-sha256`): the staged table,
+/// checked as soon as its load is complete, does not match, and the target stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_checksum_edited_in_the_manifest_fails_in_staging_and_the_target_is_untouched() {
+    let Some(server) = MariaDb::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    backup_with_checksums_then_diverge(&server, dir.path(), true).await;
+    let before = state(&server);
+    let path = dir.path().join(MANIFEST_FILE);
+    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let tables = manifest["databases"][0]["tables"].as_array_mut().unwrap();
+    let table = tables.iter_mut().find(|t| t["name"] == "t").unwrap();
+    let recorded = table["checksum"].as_u64().expect("the backup recorded a checksum");
+    table["checksum"] = (recorded ^ 1).into();
+    std::fs::write(&path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
+    let mut options = restore_options(&server, &file_location(dir.path()));
+    options.drop_existing = true;
+    match restore::run(&options).await {
+        Err(error @ AgentError::VerifyMismatch(_)) => {
+            let expected = format!("the staged copy of `app`.`t` has checksum {recorded}, the backup {}", recorded ^ 1);
+            assert!(error.to_string().contains(&expected), "{error}");
+        }
+        other => panic!("expected a verify mismatch, got {:?}", other.err()),
     }
     assert_eq!(state(&server), before, "the target was touched");
     assert_eq!(schemas(&server), "", "the staging schema was dropped");
