@@ -14,6 +14,10 @@
 # RESYNC_SECONDS (default: the controller's, 600), so that an idle window can span resyncs.
 # Each phase also reports where the work went (see e2e/src/bin/scale-bench.rs): CPU seconds of
 # etcd, kube-apiserver, kube-controller-manager and the controller, and the API server's requests.
+# APISERVER_PROFILE=FILE: also a Go CPU profile of kube-apiserver during the burst, taken from
+# APISERVER_PROFILE_AFTER seconds (default 20) after the apps' creation starts, for
+# APISERVER_PROFILE_SECONDS (default 35); with several counts, FILE.N for each. Read it with
+# `go tool pprof -top FILE`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$(pwd)
@@ -37,12 +41,23 @@ else
     bin=${CARGO_TARGET_DIR:-target}/release
 fi
 
-controller_pid=
+controller_pid= profile_pid=
 stop_all() {
     [ -z "$controller_pid" ] || kill "$controller_pid" 2>/dev/null || true
+    [ -z "$profile_pid" ] || kill "$profile_pid" 2>/dev/null || true
     "$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true
 }
 trap stop_all EXIT
+
+# The API server serves Go's pprof (--profiling, on by default) to its admin. The wait counts
+# from about when scale-bench starts creating apps (its watches start within a second).
+start_apiserver_profile() {
+    local file=$APISERVER_PROFILE
+    [ ${#counts[@]} -eq 1 ] || file=$APISERVER_PROFILE.$1
+    (sleep "${APISERVER_PROFILE_AFTER:-20}"
+     kubectl get --raw "/debug/pprof/profile?seconds=${APISERVER_PROFILE_SECONDS:-35}" > "$file") &
+    profile_pid=$!
+}
 
 for n in "${counts[@]}"; do
     echo "==> $n apps"
@@ -61,8 +76,10 @@ for n in "${counts[@]}"; do
     for part in etcd kube-apiserver kube-controller-manager; do
         pids+=(--pid "$part=$(cat "$TEST_CLUSTER_STATE/run/$part.pid")")
     done
+    [ -z "${APISERVER_PROFILE:-}" ] || start_apiserver_profile "$n"
     report=$("$bin/scale-bench" --apps "$n" --namespace "scale-$n" --metrics "http://$METRICS/metrics" \
         --idle-seconds "$IDLE_SECONDS" "${pids[@]}")
+    [ -z "$profile_pid" ] || { wait "$profile_pid" || echo "the API server's profile failed" >&2; profile_pid=; }
     peak_rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$controller_pid/status")
     kill "$controller_pid"; wait "$controller_pid" 2>/dev/null || true; controller_pid=
     echo "$report" | python3 -c "import json,sys; r=json.load(sys.stdin); r['controller_peak_rss_mib']=round($peak_rss_kib/1024,1); print(json.dumps(r, indent=1))"

@@ -3,7 +3,9 @@
 //! every one has `observedGeneration` 1, its MySQL StatefulSet and its frontend Deployment (the
 //! backend waits for a ready database, which a cluster without a node never has), then reads the
 //! controller's `/metrics` over `--idle-seconds` to report what waiting apps cost. Prints one
-//! JSON object.
+//! JSON object. It learns of the apps and their children through watches started before the
+//! apps are created, so the API server sends each change once instead of the benchmark listing
+//! every object again and again during the burst it measures.
 //!
 //! For each phase (the burst: creation until every app is reconciled; the idle window) it also
 //! reports where the work went: the CPU seconds of each process named by `--pid NAME=PID` (the
@@ -12,13 +14,16 @@
 //! controller-manager's included), API Priority and Fairness queueing, and the controller's
 //! reconciles and their mean duration.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use visitors_api::{VisitorsApp, VisitorsAppSpec};
 
@@ -91,41 +96,30 @@ async fn main() -> std::process::ExitCode {
 
 async fn run(client: &Client, options: &Options) -> Result<serde_json::Value, String> {
     create_namespace(client, &options.namespace).await?;
-    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &options.namespace);
+    let names: Vec<String> = (0..options.apps).map(|i| format!("app-{i:04}")).collect();
+    let mut progress = Progress::new(&names);
+    let mut changes = watch_changes(client, &options.namespace);
+    wait_until(&mut changes, &mut progress, Progress::listed, Duration::from_secs(60))
+        .await
+        .map_err(|()| "the watches did not start within 60 s".to_string())?;
     let before_burst = Snapshot::take(client, options).await?;
     let start = Instant::now();
-    let names: Vec<String> = (0..options.apps).map(|i| format!("app-{i:04}")).collect();
-    futures::stream::iter(names.iter().cloned())
-        .map(|name| {
-            let apps = apps.clone();
-            async move {
-                let spec =
-                    VisitorsAppSpec { size: 1, title: Some("Custom Dashboard Title".into()), ..Default::default() };
-                apps.create(&PostParams::default(), &VisitorsApp::new(&name, spec))
-                    .await
-                    .map_err(|e| format!("{name}: {e}"))
-            }
-        })
-        .buffer_unordered(CREATE_CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await?;
-    let created_seconds = start.elapsed().as_secs_f64();
-    eprintln!("created {} apps in {created_seconds:.1} s", options.apps);
-
-    let deadline = start + Duration::from_secs(options.timeout_seconds);
-    let (converged_seconds, last) = loop {
-        let pending = not_yet_reconciled(client, &options.namespace, &names).await?;
-        if pending.is_empty() {
-            break (start.elapsed().as_secs_f64(), None);
-        }
-        if Instant::now() > deadline {
-            break (start.elapsed().as_secs_f64(), Some(pending.len()));
-        }
-        tokio::time::sleep(POLL).await;
+    let timeout = Duration::from_secs(options.timeout_seconds);
+    let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &options.namespace);
+    let reconciled = async {
+        let outcome = wait_until(&mut changes, &mut progress, |p| p.pending() == 0, timeout).await;
+        Ok::<_, String>((start.elapsed().as_secs_f64(), outcome))
     };
-    if let Some(pending) = last {
-        return Err(format!("{pending} apps still lacked a first status or children after {converged_seconds:.0} s"));
+    let (created_seconds, (converged_seconds, outcome)) =
+        futures::future::try_join(create_apps(&apps, &names, start), reconciled).await?;
+    eprintln!("created {} apps in {created_seconds:.1} s", options.apps);
+    if outcome.is_err() {
+        return Err(format!(
+            "{} apps still lacked a first status or children after {converged_seconds:.0} s",
+            progress.pending()
+        ));
     }
+    drop(changes);
     eprintln!("every app reconciled after {converged_seconds:.1} s; measuring {} s of waiting", options.idle_seconds);
 
     let after_burst = Snapshot::take(client, options).await?;
@@ -145,6 +139,21 @@ async fn run(client: &Client, options: &Options) -> Result<serde_json::Value, St
     }))
 }
 
+/// Creates the book's apps, `CREATE_CONCURRENCY` at a time; returns the seconds since `start`.
+async fn create_apps(apps: &Api<VisitorsApp>, names: &[String], start: Instant) -> Result<f64, String> {
+    futures::stream::iter(names.iter().cloned())
+        .map(|name| async move {
+            let spec = VisitorsAppSpec { size: 1, title: Some("Custom Dashboard Title".into()), ..Default::default() };
+            apps.create(&PostParams::default(), &VisitorsApp::new(&name, spec))
+                .await
+                .map_err(|e| format!("{name}: {e}"))
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
 fn round(value: f64) -> f64 {
     (value * 100.0).round() / 100.0
 }
@@ -161,44 +170,154 @@ async fn create_namespace(client: &Client, name: &str) -> Result<(), String> {
         .map_err(|e| format!("namespace {name}: {e}"))
 }
 
-/// The apps that lack `observedGeneration` 1, their StatefulSet or their frontend Deployment.
-/// Read from the API server's watch cache (`resourceVersion=0`), not from etcd: a poll every
-/// second of a thousand objects must not load the server it measures.
-async fn not_yet_reconciled(client: &Client, namespace: &str, names: &[String]) -> Result<Vec<String>, String> {
-    let list = ListParams::default().match_any();
-    let apps =
-        Api::<VisitorsApp>::namespaced(client.clone(), namespace).list(&list).await.map_err(|e| e.to_string())?;
-    let observed: HashSet<String> = apps
-        .items
-        .iter()
-        .filter(|a| a.status.as_ref().and_then(|s| s.observed_generation) == Some(1))
-        .map(|a| a.name_any())
-        .collect();
-    let statefulsets: HashSet<String> = Api::<StatefulSet>::namespaced(client.clone(), namespace)
-        .list_metadata(&list)
-        .await
-        .map_err(|e| e.to_string())?
-        .items
-        .iter()
-        .map(|s| s.name_any())
-        .collect();
-    let deployments: HashSet<String> = Api::<Deployment>::namespaced(client.clone(), namespace)
-        .list_metadata(&list)
-        .await
-        .map_err(|e| e.to_string())?
-        .items
-        .iter()
-        .map(|d| d.name_any())
-        .collect();
-    Ok(names
-        .iter()
-        .filter(|name| {
-            !(observed.contains(*name)
-                && statefulsets.contains(&format!("{name}-mysql"))
-                && deployments.contains(&format!("{name}-frontend")))
-        })
-        .cloned()
-        .collect())
+/// What the benchmark waits for of each app.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Part {
+    /// `observedGeneration` 1 in its status.
+    FirstStatus,
+    /// Its MySQL StatefulSet.
+    Database,
+    /// Its frontend Deployment.
+    Frontend,
+}
+
+const PARTS: [Part; 3] = [Part::FirstStatus, Part::Database, Part::Frontend];
+
+/// What a watched object says: the app it belongs to, and whether it gives that app the part.
+type Mark = Option<(String, bool)>;
+
+/// One watch's news about one part.
+type Change = (Part, watcher::Event<Mark>);
+
+/// The three watches (the apps, and the metadata of StatefulSets and Deployments) as one stream.
+/// Each watch lists the namespace once (empty: it starts before the apps are created), then
+/// watches from that list's resourceVersion, so every change reaches the benchmark once and the
+/// API server encodes nothing twice; a watch that must restart (its resourceVersion too old)
+/// lists again, and `Progress` replaces what it knew of that part.
+fn watch_changes(client: &Client, namespace: &str) -> BoxStream<'static, Change> {
+    let config = watcher::Config::default();
+    let apps = watcher(Api::<VisitorsApp>::namespaced(client.clone(), namespace), config.clone())
+        .map_ok(|event| (Part::FirstStatus, mark(event, first_status)));
+    let statefulsets =
+        watcher(Api::<PartialObjectMeta<StatefulSet>>::namespaced(client.clone(), namespace), config.clone())
+            .map_ok(|event| (Part::Database, mark(event, |s| child_of(s, "-mysql"))));
+    let deployments = watcher(Api::<PartialObjectMeta<Deployment>>::namespaced(client.clone(), namespace), config)
+        .map_ok(|event| (Part::Frontend, mark(event, |d| child_of(d, "-frontend"))));
+    futures::stream::select_all([
+        apps.default_backoff().boxed(),
+        statefulsets.default_backoff().boxed(),
+        deployments.default_backoff().boxed(),
+    ])
+    .filter_map(|change| async move {
+        change.inspect_err(|problem| eprintln!("scale-bench: watch: {problem} (retrying)")).ok()
+    })
+    .boxed()
+}
+
+fn mark<K>(event: watcher::Event<K>, read: impl Fn(&K) -> Mark) -> watcher::Event<Mark> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(read(&object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(read(&object)),
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(read(&object)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+fn first_status(app: &VisitorsApp) -> Mark {
+    let observed = app.status.as_ref().and_then(|s| s.observed_generation) == Some(1);
+    Some((app.name_any(), observed))
+}
+
+fn child_of(child: &impl ResourceExt, suffix: &str) -> Mark {
+    child.name_any().strip_suffix(suffix).map(|app| (app.to_string(), true))
+}
+
+/// Which apps have which part, as the watches report it.
+struct Progress {
+    wanted: HashSet<String>,
+    has: HashMap<Part, HashSet<String>>,
+    /// A restarted watch's list so far, replacing `has` of its part once complete.
+    relisting: HashMap<Part, HashSet<String>>,
+    /// The parts whose watch has listed at least once.
+    listed: HashSet<Part>,
+    complete: HashSet<String>,
+}
+
+impl Progress {
+    fn new(names: &[String]) -> Self {
+        Self {
+            wanted: names.iter().cloned().collect(),
+            has: PARTS.iter().map(|part| (*part, HashSet::new())).collect(),
+            relisting: HashMap::new(),
+            listed: HashSet::new(),
+            complete: HashSet::new(),
+        }
+    }
+
+    fn listed(&self) -> bool {
+        self.listed.len() == PARTS.len()
+    }
+
+    /// The apps that lack `observedGeneration` 1, their StatefulSet or their frontend Deployment.
+    fn pending(&self) -> usize {
+        self.wanted.len() - self.complete.len()
+    }
+
+    fn record(&mut self, (part, event): Change) {
+        match event {
+            watcher::Event::Apply(Some((app, has))) => self.set(part, app, has),
+            watcher::Event::Delete(Some((app, _))) => self.set(part, app, false),
+            watcher::Event::Init => {
+                self.relisting.insert(part, HashSet::new());
+            }
+            watcher::Event::InitApply(Some((app, true))) => {
+                self.relisting.entry(part).or_default().insert(app);
+            }
+            watcher::Event::InitDone => {
+                self.has.insert(part, self.relisting.remove(&part).unwrap_or_default());
+                self.listed.insert(part);
+                self.recount();
+            }
+            _ => {}
+        }
+    }
+
+    fn set(&mut self, part: Part, app: String, has: bool) {
+        let apps = self.has.entry(part).or_default();
+        if has {
+            apps.insert(app.clone())
+        } else {
+            apps.remove(&app)
+        };
+        if self.wanted.contains(&app) && PARTS.iter().all(|p| self.has[p].contains(&app)) {
+            self.complete.insert(app);
+        } else {
+            self.complete.remove(&app);
+        }
+    }
+
+    fn recount(&mut self) {
+        self.complete =
+            self.wanted.iter().filter(|app| PARTS.iter().all(|p| self.has[p].contains(*app))).cloned().collect();
+    }
+}
+
+/// Records the watches' changes until `done` holds; `Err` when `timeout` passes first.
+async fn wait_until(
+    changes: &mut BoxStream<'static, Change>,
+    progress: &mut Progress,
+    done: impl Fn(&Progress) -> bool,
+    timeout: Duration,
+) -> Result<(), ()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !done(progress) {
+        match tokio::time::timeout_at(deadline, changes.next()).await {
+            Ok(Some(change)) => progress.record(change),
+            Ok(None) | Err(_) => return Err(()),
+        }
+    }
+    Ok(())
 }
 
 /// Counters at one moment: see the module documentation.
@@ -347,4 +466,65 @@ fn cpu_seconds(pid: u32) -> f64 {
         stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
     let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     (ticks(11) + ticks(12)) / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(app: &str, has: bool) -> Mark {
+        Some((app.to_string(), has))
+    }
+
+    fn listed_empty(progress: &mut Progress) {
+        for part in PARTS {
+            progress.record((part, watcher::Event::Init));
+            progress.record((part, watcher::Event::InitDone));
+        }
+    }
+
+    #[test]
+    fn an_app_counts_once_it_has_its_first_status_and_both_children() {
+        let mut progress = Progress::new(&["a".into(), "b".into()]);
+        listed_empty(&mut progress);
+        assert!(progress.listed());
+        progress.record((Part::FirstStatus, watcher::Event::Apply(seen("a", false))));
+        progress.record((Part::Database, watcher::Event::Apply(seen("a", true))));
+        progress.record((Part::Frontend, watcher::Event::Apply(seen("a", true))));
+        assert_eq!(progress.pending(), 2);
+        progress.record((Part::FirstStatus, watcher::Event::Apply(seen("a", true))));
+        assert_eq!(progress.pending(), 1);
+        progress.record((Part::Frontend, watcher::Event::Delete(seen("a", true))));
+        assert_eq!(progress.pending(), 2);
+    }
+
+    #[test]
+    fn a_restarted_watch_replaces_what_its_part_knew() {
+        let mut progress = Progress::new(&["a".into()]);
+        listed_empty(&mut progress);
+        for part in PARTS {
+            progress.record((part, watcher::Event::Apply(seen("a", true))));
+        }
+        assert_eq!(progress.pending(), 0);
+        progress.record((Part::Database, watcher::Event::Init));
+        progress.record((Part::Database, watcher::Event::InitDone));
+        assert_eq!(progress.pending(), 1, "the relist no longer holds the StatefulSet");
+        progress.record((Part::Database, watcher::Event::Init));
+        progress.record((Part::Database, watcher::Event::InitApply(seen("a", true))));
+        progress.record((Part::Database, watcher::Event::InitDone));
+        assert_eq!(progress.pending(), 0);
+    }
+
+    #[test]
+    fn children_of_other_names_are_not_counted() {
+        assert_eq!(
+            child_of(&StatefulSet { metadata: named("a-mysql"), ..Default::default() }, "-mysql"),
+            seen("a", true)
+        );
+        assert_eq!(child_of(&Deployment { metadata: named("a-backend"), ..Default::default() }, "-frontend"), None);
+    }
+
+    fn named(name: &str) -> kube::api::ObjectMeta {
+        kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() }
+    }
 }
