@@ -16,9 +16,9 @@
 //! keeps updating an app's workloads (pods and claims created, replicas counted, generations
 //! observed), each update a status wake-up: right after a burst, on a control plane still catching
 //! up, that was about two reconciles per waiting app a minute. Each app has a pace: a status
-//! wake-up comes no sooner than [`FIRST_LOOK`] after the app's last reconcile began, and each one
-//! that had to wait for that makes the next wait [`GROWTH`] times as long, up to [`SLOWEST_LOOK`].
-//! Several status wake-ups inside the wait make one reconcile at its end. What the app's readiness
+//! wake-up comes no sooner than [`FIRST_LOOK`] after the app's last reconcile began, and once one
+//! had to wait for that, the next ones come no sooner than [`SLOWEST_LOOK`] after it. Several
+//! status wake-ups inside the wait make one reconcile at its end. What the app's readiness
 //! depends on ([`crate::seen::News::Readiness`]: a pod ready, a rollout done, readiness lost),
 //! drift, deletions and spec changes never wait for the pace, and bring it back to [`FIRST_LOOK`]
 //! (see [`Hold::wake`]); they wait for new apps only as before (readiness), or not at all.
@@ -41,9 +41,10 @@ use crate::seen::News;
 pub const MAX_HOLD: Duration = Duration::from_secs(300);
 /// The soonest a status wake-up follows the app's last reconcile, while the app makes progress.
 pub const FIRST_LOOK: Duration = Duration::from_secs(5);
-/// How much longer each status wake-up that waited for the pace makes the next wait.
-pub const GROWTH: u32 = 4;
-/// The longest wait of a status wake-up: a waiting app costs at most a reconcile a minute.
+/// The wait of a status wake-up once one has waited for the pace: a waiting app costs at most a
+/// reconcile a minute. One step, not a doubling: a burst's apps wait from its first seconds, and
+/// the steps of a doubling (5, 10, 20, 40 s) were three more reconciles of each app in its first
+/// minute.
 pub const SLOWEST_LOOK: Duration = Duration::from_secs(60);
 /// How often held wake-ups look for apps deleted while they waited.
 const RECHECK: Duration = Duration::from_secs(1);
@@ -118,7 +119,7 @@ impl State {
 
     fn slow_down(&mut self, app: &ObjectRef<VisitorsApp>) {
         if let Some(pace) = self.paces.get_mut(app) {
-            pace.wait = (pace.wait * GROWTH).min(SLOWEST_LOOK);
+            pace.wait = SLOWEST_LOOK;
         }
     }
 
@@ -390,10 +391,10 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn status_refreshes_of_a_waiting_app_come_ever_later_up_to_a_minute() {
+    async fn status_refreshes_of_a_waiting_app_come_once_soon_then_once_a_minute() {
         let hold = Hold::default();
         hold.reconciling(&app("waiting"));
-        assert_eq!(waits_between_reconciles(&hold, 5).await, [5, 20, 60, 60, 60]);
+        assert_eq!(waits_between_reconciles(&hold, 4).await, [5, 60, 60, 60]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -405,7 +406,7 @@ mod tests {
 
         assert!(hold.wake(waiting(), News::Readiness), "a pod became ready: at once");
         hold.reconciling(&app("waiting"));
-        assert_eq!(waits_between_reconciles(&hold, 2).await, [5, 20]);
+        assert_eq!(waits_between_reconciles(&hold, 2).await, [5, 60]);
 
         assert!(hold.wake(waiting(), News::Change), "drift: at once");
         hold.reconciling(&app("waiting"));
