@@ -123,6 +123,12 @@ impl State {
         }
     }
 
+    fn reset_pace(&mut self, app: &ObjectRef<VisitorsApp>) {
+        if let Some(pace) = self.paces.get_mut(app) {
+            pace.wait = FIRST_LOOK;
+        }
+    }
+
     /// Holds a wake-up of `app` until `due` (or keeps the one already held, moved to `due` if
     /// that is sooner). Whether the held wake-up came sooner.
     fn hold_until(&mut self, app: ObjectRef<VisitorsApp>, due: Instant, paced: bool) -> bool {
@@ -170,9 +176,7 @@ impl Hold {
         let app = app_ref(app);
         let mut state = self.lock();
         state.waiting.entry(app.clone()).or_insert_with(Instant::now);
-        if let Some(pace) = state.paces.get_mut(&app) {
-            pace.wait = FIRST_LOOK;
-        }
+        state.reset_pace(&app);
     }
 
     /// A reconcile of `app` starts: it no longer waits, it sees every change the watches
@@ -217,9 +221,7 @@ impl Hold {
 
     /// A deleted child of `app` is created again at once: the app is making progress.
     pub fn reset_pace(&self, app: &ObjectRef<VisitorsApp>) {
-        if let Some(pace) = self.lock().paces.get_mut(app) {
-            pace.wait = FIRST_LOOK;
-        }
+        self.lock().reset_pace(app);
     }
 
     /// The readiness the app's reconcile computed differs from the one in its status (the

@@ -74,6 +74,10 @@ impl Workload {
             && self.ready >= self.desired
             && self.available >= self.desired
     }
+
+    pub fn readiness(&self) -> Readiness {
+        Readiness { a_pod_ready: self.ready >= 1, rolled_out: self.rolled_out() }
+    }
 }
 
 /// What the app's readiness and its next step depend on in a workload's status: a pod ready
@@ -84,12 +88,6 @@ impl Workload {
 pub struct Readiness {
     pub a_pod_ready: bool,
     pub rolled_out: bool,
-}
-
-impl Workload {
-    pub fn readiness(&self) -> Readiness {
-        Readiness { a_pod_ready: self.ready >= 1, rolled_out: self.rolled_out() }
-    }
 }
 
 fn first_image(template: &PodTemplateSpec) -> Option<String> {

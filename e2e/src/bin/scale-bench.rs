@@ -290,7 +290,7 @@ impl Progress {
         } else {
             apps.remove(&app)
         };
-        if self.wanted.contains(&app) && PARTS.iter().all(|p| self.has[p].contains(&app)) {
+        if self.wanted.contains(&app) && self.has_every_part(&app) {
             self.complete.insert(app);
         } else {
             self.complete.remove(&app);
@@ -298,8 +298,11 @@ impl Progress {
     }
 
     fn recount(&mut self) {
-        self.complete =
-            self.wanted.iter().filter(|app| PARTS.iter().all(|p| self.has[p].contains(*app))).cloned().collect();
+        self.complete = self.wanted.iter().filter(|app| self.has_every_part(app)).cloned().collect();
+    }
+
+    fn has_every_part(&self, app: &str) -> bool {
+        PARTS.iter().all(|part| self.has[part].contains(app))
     }
 }
 
