@@ -50,7 +50,7 @@ NOT_REASONS = {
                      "Phase", "Reason", "Rows", "Size"], "a printer column"),
     # the `action` of an Event (its reason is another argument)
     **dict.fromkeys(["Apply", "Backup", "Create", "CreateJob", "Delete", "GrowClaim", "Quiesce", "Reconcile",
-                     "RepairLists", "Restore", "Retention", "Schedule", "Start", "Validate", "DeleteStorage",
+                     "Recreate", "RepairLists", "Restore", "Retention", "Schedule", "Start", "Validate", "DeleteStorage",
                      "Verify"], "an Event action"),
     # values of Kubernetes objects the controllers read or write
     **dict.fromkeys(["Complete", "DeletionByPodGC", "DeletionByTaintManager", "DisruptionTarget", "Evicted", "OOMKilled",

@@ -1,6 +1,6 @@
 //! Drift of the VisitorsApp's children on a real cluster: whatever a person edits or deletes
 //! (list fields merged by key included) is put back, and a restarted controller changes
-//! nothing that was already right.
+//! nothing that was already right, or only what an older version left behind.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,8 +12,8 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use visitors_api::VisitorsApp;
 use visitors_e2e::{
-    TestNamespace, app_ready_at_generation, cluster, controller_name, namespace_with_ready_app, release_namespace,
-    wait_for,
+    TestNamespace, app_ready_at_generation, cluster, controller_name, events_of, namespace_with_ready_app,
+    release_namespace, wait_for,
 };
 
 const APP: &str = "ex";
@@ -160,4 +160,71 @@ fn pod_ready(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Scales the visitors controller's Deployment to `replicas` and waits until that many of its
+/// pods are ready (none left, for 0).
+async fn scale_controller(client: &Client, replicas: i32) -> Result<(), String> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &release_namespace());
+    let patch = json!({"spec": {"replicas": replicas}});
+    let name = controller_name("visitors");
+    deployments.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|e| e.to_string())?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &release_namespace());
+    let selector = ListParams::default().labels("app.kubernetes.io/component=visitors-controller");
+    wait_for(&format!("{replicas} visitors-controller pods"), || async {
+        let listed = pods.list(&selector).await.map_err(|e| e.to_string())?.items;
+        let ready = listed.iter().filter(|p| pod_ready(p)).count();
+        let settled = if replicas == 0 { listed.is_empty() } else { ready == replicas as usize };
+        if settled { Ok(()) } else { Err(format!("{} pods, {ready} ready", listed.len())) }
+    })
+    .await;
+    Ok(())
+}
+
+/// Puts the MySQL client Service back as the controller made it before it became headless:
+/// the same Service with a virtual IP. Returns the uid of that Service.
+async fn put_back_a_client_service_with_a_cluster_ip(services: &Api<Service>) -> Result<String, String> {
+    let mut service = services.get("ex-mysql").await.map_err(|e| e.to_string())?;
+    services.delete("ex-mysql", &DeleteParams::default()).await.map_err(|e| e.to_string())?;
+    service.metadata = kube::api::ObjectMeta {
+        name: service.metadata.name,
+        labels: service.metadata.labels,
+        owner_references: service.metadata.owner_references,
+        ..Default::default()
+    };
+    let spec = service.spec.as_mut().ok_or("no spec")?;
+    (spec.cluster_ip, spec.cluster_ips, spec.type_) = (None, None, Some("ClusterIP".into()));
+    let created = services.create(&Default::default(), &service).await.map_err(|e| e.to_string())?;
+    let address = created.spec.and_then(|s| s.cluster_ip).unwrap_or_default();
+    if address == "None" || address.is_empty() {
+        return Err(format!("the Service got no virtual IP: {address:?}"));
+    }
+    created.metadata.uid.ok_or("no uid".into())
+}
+
+#[tokio::test]
+#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
+async fn a_client_service_left_by_an_older_version_is_recreated_headless() {
+    let client = cluster().await;
+    let (namespace, apps) = ready_app(&client, "e2e-upgrade").await;
+    let services: Api<Service> = Api::namespaced(client.clone(), &namespace.name);
+
+    // As an upgrade finds it: made by the older controller, which is stopped meanwhile.
+    scale_controller(&client, 0).await.expect("stop the visitors controller");
+    let old = put_back_a_client_service_with_a_cluster_ip(&services).await;
+    scale_controller(&client, 1).await.expect("start the visitors controller again");
+    let old_uid = old.expect("a client Service with a virtual IP");
+
+    wait_for("the client Service to be recreated headless", || async {
+        let service = services.get("ex-mysql").await.map_err(|e| e.to_string())?;
+        let address = service.spec.and_then(|s| s.cluster_ip).unwrap_or_default();
+        let uid = service.metadata.uid.unwrap_or_default();
+        if address == "None" && uid != old_uid { Ok(()) } else { Err(format!("clusterIP {address}, uid {uid}")) }
+    })
+    .await;
+    let events = events_of(&client, &namespace.name, APP).await;
+    let recreated = events.iter().find(|e| e.reason.as_deref() == Some("Recreated")).expect("a Recreated Event");
+    assert!(recreated.note.as_deref().unwrap_or_default().contains("Service ex-mysql"), "{recreated:?}");
+    wait_for("the app to be Ready again", || app_ready_at_generation(&apps, APP, 1)).await;
+    namespace.delete().await;
 }

@@ -306,7 +306,8 @@ WATCHED_RULES = {
         ("example.com", "visitorsapps/status"): {"get", "patch"},
         ("example.com", "visitorsapps/finalizers"): {"update"},
         ("", "secrets"): {"get", "create", "patch"},
-        ("", "services"): {"get", "list", "watch", "create", "patch"},
+        # A Service whose clusterIP cannot change in place is deleted and created again.
+        ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
         ("", "persistentvolumeclaims"): {"get", "patch"},
         ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch"},
         ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},

@@ -11,7 +11,7 @@ use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, PodSpec, PodTemplateSpec, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -123,6 +123,13 @@ pub enum Error {
         "{child} keeps items in lists the controller sets even after they were removed ({items}); a mutating admission webhook may be adding them: exclude the child from it"
     )]
     ForeignItemsReturn { child: String, items: String },
+}
+
+impl Error {
+    /// The API server found the request invalid (422).
+    fn is_rejected(&self) -> bool {
+        matches!(self, Error::Kube { source: kube::Error::Api(status), .. } if status.code == 422)
+    }
 }
 
 impl ReconcileFailure for Error {
@@ -573,12 +580,50 @@ impl<'a> Reconciler<'a> {
         }
     }
 
-    /// A Service as desired: applied unless that would change nothing.
+    /// A Service as desired: applied unless that would change nothing; recreated when the
+    /// API server refuses the apply because the Service's address cannot change in place.
     async fn ensure_service(&self, desired: &Service) -> Result<(), Error> {
         if self.ctx.seen.unchanged_since_applied(desired, self.ctx.runtime.resync) {
             return Ok(());
         }
+        match self.apply_child(desired).await {
+            // Boxed, as in `apply_child`: the reconcile's future must stay small.
+            Err(rejected) if rejected.is_rejected() => Box::pin(self.recreate_service(desired, rejected)).await,
+            result => result.map(drop),
+        }
+    }
+
+    /// Deletes the live Service and applies `desired` again, when only that can make it so
+    /// (see [`repair::needs_recreating`]) and the live one is this app's: a Service of someone
+    /// else's in the way is never deleted, and `rejected` stays the answer.
+    async fn recreate_service(&self, desired: &Service, rejected: Error) -> Result<(), Error> {
+        let name = desired.name_any();
+        let api = self.api::<Service>();
+        let live = api.get_opt(&name).await.map_err(kube_err(format!("reading Service {name}")))?;
+        let Some(live) =
+            live.filter(|live| self.controls(live) && repair::needs_recreating(&to_json(desired), &to_json(live)))
+        else {
+            return Err(rejected);
+        };
+        let preconditions = Preconditions { uid: live.uid(), resource_version: live.resource_version() };
+        api.delete(&name, &DeleteParams { preconditions: Some(preconditions), ..DeleteParams::default() })
+            .await
+            .map_err(kube_err(format!("deleting Service {name} to recreate it")))?;
+        let address = |service: &Service| service.spec.as_ref().and_then(|s| s.cluster_ip.clone()).unwrap_or_default();
+        let note = format!(
+            "Service {name} recreated: its clusterIP cannot change from {} to {} in place",
+            address(&live),
+            address(desired)
+        );
+        tracing::info!(service = %name, "recreating a Service whose clusterIP cannot change in place");
+        self.ctx.runtime.events.normal(self.app, "Recreated", "Recreate", note).await;
         self.apply_child(desired).await.map(drop)
+    }
+
+    /// Whether this app is the controller owner of `child`.
+    fn controls<K: Resource>(&self, child: &K) -> bool {
+        let uid = self.app.uid();
+        child.owner_references().iter().any(|owner| owner.controller == Some(true) && Some(&owner.uid) == uid.as_ref())
     }
 
     /// Server-side applies one child (an unchanged child is a no-op on the server), then

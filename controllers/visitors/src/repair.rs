@@ -52,6 +52,15 @@ pub fn describe(drifted: &[DriftedList]) -> String {
     drifted.iter().map(|list| format!("{}: {}", list.path, list.foreign.join(", "))).collect::<Vec<_>>().join("; ")
 }
 
+/// Whether `live` has to be deleted and created again to become `desired`: Kubernetes refuses
+/// to change a Service's `clusterIP` in place ("may not change once set"). That is the case of
+/// the MySQL client Service of an app reconciled before that Service became headless, or of a
+/// Service someone re-created with an address of their own.
+pub fn needs_recreating(desired: &Value, live: &Value) -> bool {
+    let address = |service: &Value| service.pointer("/spec/clusterIP").and_then(Value::as_str).map(str::to_string);
+    matches!((address(desired), address(live)), (Some(wanted), Some(present)) if wanted != present)
+}
+
 /// An item by its key fields, never its values.
 fn identify(item: &Value) -> String {
     let fields = ["containerPort", "port", "protocol", "mountPath", "devicePath", "name"];
@@ -135,6 +144,17 @@ fn escape(token: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_service_is_recreated_only_when_its_address_has_to_change() {
+        let headless = json!({"spec": {"clusterIP": "None"}});
+        let allocated = json!({"spec": {"clusterIP": "10.96.12.34", "type": "ClusterIP"}});
+        let unset = json!({"spec": {"type": "ClusterIP"}});
+        assert!(needs_recreating(&headless, &allocated));
+        assert!(!needs_recreating(&headless, &headless));
+        assert!(!needs_recreating(&unset, &allocated), "an address the server allocated is no drift");
+        assert!(!needs_recreating(&headless, &json!({})), "nothing live to compare");
+    }
 
     fn service_ports(ports: Value) -> Value {
         json!({"metadata": {"name": "ex-mysql"}, "spec": {"ports": ports, "selector": {"app": "x"}}})

@@ -741,3 +741,53 @@ async fn a_restore_holding_the_database_stops_the_backend_until_it_ends() {
     assert_eq!(replicas(&h, "ex-backend"), Some(2), "back at spec.size once no restore holds the database");
     assert_ne!(condition_reason(&h, BACKEND_READY), "Quiesced");
 }
+
+/// The MySQL client Service as the controller made it before it became headless: a virtual IP.
+fn client_service_with_a_cluster_ip(h: &Harness, owned: bool) -> Service {
+    let mut service = visitors_controller::build::mysql::client_service(&h.app());
+    let spec = service.spec.as_mut().unwrap();
+    spec.cluster_ip = Some("10.96.7.7".into());
+    spec.type_ = Some("ClusterIP".into());
+    if !owned {
+        service.metadata.owner_references = None;
+    }
+    service
+}
+
+fn cluster_ip(h: &Harness, name: &str) -> Option<String> {
+    h.api.get::<Service>(name).and_then(|s| s.spec?.cluster_ip)
+}
+
+#[tokio::test]
+async fn the_client_service_of_an_older_version_is_recreated_headless() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.api.put(&client_service_with_a_cluster_ip(&h, true));
+    let old_uid = h.api.get::<Service>("ex-mysql").unwrap().metadata.uid;
+
+    h.converge().await;
+
+    assert_eq!(cluster_ip(&h, "ex-mysql").as_deref(), Some("None"));
+    assert_ne!(h.api.get::<Service>("ex-mysql").unwrap().metadata.uid, old_uid, "a new Service");
+    let recreated = h.api.events().into_iter().find(|(_, reason, _)| reason == "Recreated").expect("a Recreated Event");
+    assert!(recreated.2.contains("Service ex-mysql") && recreated.2.contains("10.96.7.7"), "{recreated:?}");
+    assert!(cluster_ip(&h, "ex-frontend").is_some_and(|ip| ip != "None"), "the frontend keeps its address");
+}
+
+#[tokio::test]
+async fn a_service_in_the_way_that_is_not_the_apps_is_never_deleted() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.api.put(&client_service_with_a_cluster_ip(&h, false));
+    let old_uid = h.api.get::<Service>("ex-mysql").unwrap().metadata.uid;
+
+    let error = h.reconcile().await.expect_err("the Service cannot be applied");
+
+    assert!(error.to_string().contains("may not change once set"), "{error}");
+    let service = h.api.get::<Service>("ex-mysql").unwrap();
+    assert_eq!((service.metadata.uid, cluster_ip(&h, "ex-mysql")), (old_uid, Some("10.96.7.7".into())));
+    assert!(h.api.requests().iter().all(|r| r.method != http::Method::DELETE), "{:?}", h.api.requests());
+    let (status, reason, message) = ready_condition(&h);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "ChildApplyFailed"));
+    assert!(message.contains("applying Service ex-mysql failed"), "{message}");
+}

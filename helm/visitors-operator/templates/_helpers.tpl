@@ -92,9 +92,11 @@ Verbs are exactly what the controller uses; no wildcards.
 - apiGroups: ["apps"]
   resources: ["statefulsets", "deployments"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# A Service whose clusterIP cannot change in place (the MySQL client Service an earlier
+# release gave a virtual IP) is deleted and created again.
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The credentials Secret is read, created once, and re-owned by patch; Secrets are not
 # listed or watched, so the controller never reads Secrets it did not ask for by name.
 - apiGroups: [""]

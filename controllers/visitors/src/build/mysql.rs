@@ -226,13 +226,16 @@ pub fn headless_service(app: &VisitorsApp) -> Service {
     }
 }
 
-/// The client Service: the address in `MYSQL_SERVICE_HOST`, routed to the pod only when ready.
+/// The client Service: the address in `MYSQL_SERVICE_HOST`. Headless, as the book's
+/// `mysql-service`: its name resolves to the pod, and only while the pod is ready. A virtual IP
+/// would buy a single pod nothing, and Kubernetes before 1.31 allocates each one by rewriting
+/// one bitmap of the whole service range in etcd, a queue every new app waits in.
 pub fn client_service(app: &VisitorsApp) -> Service {
     let name = app.name_any();
     Service {
         metadata: child_meta(app, names::mysql(&name), Component::Mysql),
         spec: Some(K8sServiceSpec {
-            type_: Some("ClusterIP".to_string()),
+            cluster_ip: Some("None".to_string()),
             selector: Some(selector(&name, Component::Mysql)),
             ports: Some(vec![mysql_port()]),
             ..K8sServiceSpec::default()
@@ -390,6 +393,9 @@ mod tests {
         let client = client_service(&app);
         assert_eq!(client.metadata.name.as_deref(), Some("ex-mysql"));
         let spec = client.spec.unwrap();
+        // Headless too, but its name resolves only while the pod is ready.
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(spec.publish_not_ready_addresses, None);
         assert_eq!(spec.ports.unwrap()[0].port, 3306);
         assert_eq!(spec.selector.unwrap()["app.kubernetes.io/component"], "mysql");
         assert_eq!(client_host(&app), "ex-mysql.shop.svc");

@@ -263,7 +263,9 @@ impl State {
                                 updated[field] = apply_merge(&existing[field], &body[field], &previous[field]);
                             }
                         }
-                        if let Some(invalid) = invalid(&collection, &name, &updated) {
+                        if let Some(invalid) =
+                            invalid(&collection, &name, &updated).or_else(|| immutable(&name, &existing, &updated))
+                        {
                             return invalid;
                         }
                         self.applied.insert(key.clone(), body.clone());
@@ -304,6 +306,20 @@ impl State {
                 }
                 self.store_if_changed(key, existing, updated)
             }
+            Method::DELETE => {
+                let Some(existing) = self.objects.get(&key).cloned() else { return not_found(&name) };
+                let preconditions = &body["preconditions"];
+                for (field, live) in [("uid", "uid"), ("resourceVersion", "resourceVersion")] {
+                    if let Some(wanted) = preconditions[field].as_str()
+                        && Some(wanted) != existing["metadata"][live].as_str()
+                    {
+                        return status(StatusCode::CONFLICT, "Conflict", &format!("Precondition failed: {field}"));
+                    }
+                }
+                self.objects.remove(&key);
+                self.applied.remove(&key);
+                (StatusCode::OK, existing, true)
+            }
             _ => status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", "not supported by the fake"),
         }
     }
@@ -311,6 +327,9 @@ impl State {
     fn stamp_new(&mut self, mut object: Value) -> Value {
         fill_in_defaults(&mut object);
         self.revision += 1;
+        if object["kind"] == "Service" && object["spec"]["clusterIP"].is_null() {
+            object["spec"]["clusterIP"] = json!(format!("10.96.0.{}", self.revision));
+        }
         let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
         object["metadata"]["resourceVersion"] = json!(self.revision.to_string());
         object["metadata"]["uid"] = json!(format!("uid-{name}-{}", self.revision));
@@ -469,6 +488,19 @@ fn invalid(collection: &str, name: &str, object: &Value) -> Option<(StatusCode, 
         }
     }
     None
+}
+
+/// The API server's refusal to change a Service's address in place.
+fn immutable(name: &str, existing: &Value, updated: &Value) -> Option<(StatusCode, Value, bool)> {
+    let address = |object: &Value| object["spec"]["clusterIP"].as_str().map(str::to_string);
+    let (Some(before), after) = (address(existing), address(updated)) else { return None };
+    (existing["kind"] == "Service" && Some(&before) != after.as_ref()).then(|| {
+        let message = format!(
+            "Service \"{name}\" is invalid: spec.clusterIPs[0]: Invalid value: []string{{\"{}\"}}: may not change once set",
+            after.unwrap_or_default()
+        );
+        status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", &message)
+    })
 }
 
 /// RFC 6902, the operations the controller sends: test and replace.
