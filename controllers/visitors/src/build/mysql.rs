@@ -228,7 +228,7 @@ pub fn headless_service(app: &VisitorsApp) -> Service {
 
 /// The client Service: the address in `MYSQL_SERVICE_HOST`. Headless, as the book's
 /// `mysql-service`: its name resolves to the pod, and only while the pod is ready. A virtual IP
-/// would buy a single pod nothing, and Kubernetes before 1.31 allocates each one by rewriting
+/// would buy a single pod nothing, and Kubernetes before 1.33 allocates each one by rewriting
 /// one bitmap of the whole service range in etcd, a queue every new app waits in.
 pub fn client_service(app: &VisitorsApp) -> Service {
     let name = app.name_any();
