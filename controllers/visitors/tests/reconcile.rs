@@ -6,7 +6,10 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::store::Writer;
 use support::{Harness, RESYNC, book_spec};
+use visitors_api::VisitorsApp;
 use visitors_api::conditions::{self, BACKEND_READY, DATABASE_READY, READY};
 use visitors_api::visitors_app::{DeletionPolicy, MysqlSpec, StorageSpec};
 use visitors_controller::controller::{self, FINALIZER};
@@ -790,4 +793,46 @@ async fn a_service_in_the_way_that_is_not_the_apps_is_never_deleted() {
     let (status, reason, message) = ready_condition(&h);
     assert_eq!((status.as_str(), reason.as_str()), ("False", "ChildApplyFailed"));
     assert!(message.contains("applying Service ex-mysql failed"), "{message}");
+}
+
+/// The released wake-ups of the harness's app, as the controller's `reconcile_on` gets them.
+fn released_wake_ups(
+    h: &Harness,
+) -> (impl futures::Stream<Item = ObjectRef<VisitorsApp>> + Unpin, Writer<VisitorsApp>) {
+    let mut apps = Writer::default();
+    apps.apply_watcher_event(&kube::runtime::watcher::Event::Apply(h.app()));
+    (Box::pin(h.ctx.hold.clone().released(apps.as_reader())), apps)
+}
+
+async fn released_within(
+    wake_ups: &mut (impl futures::Stream<Item = ObjectRef<VisitorsApp>> + Unpin),
+    seconds: u64,
+) -> bool {
+    use futures::StreamExt;
+    tokio::time::timeout(std::time::Duration::from_secs(seconds), wake_ups.next()).await.is_ok()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reconcile_that_finds_the_database_answering_brings_the_pace_back_to_a_few_seconds() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.probe.fail_with("connection refused");
+    h.reconcile().await.unwrap();
+    h.mysql_pod_ready();
+    h.reconcile().await.unwrap();
+    assert_eq!(condition_reason(&h, DATABASE_READY), "WaitingForConnection", "the pod is ready, the query fails");
+    let (mut wake_ups, _apps) = released_wake_ups(&h);
+    let app = ObjectRef::from_obj(&h.app());
+    h.ctx.hold.pace(app.clone());
+    assert!(released_within(&mut wake_ups, 6).await, "the first status refresh comes 5 s after the reconcile");
+    h.reconcile().await.unwrap();
+    h.ctx.hold.pace(app.clone());
+    assert!(!released_within(&mut wake_ups, 10).await, "the next one waits a minute");
+
+    // The poll, which no watch sees, finds the database answering: the app made progress.
+    h.probe.succeed();
+    h.reconcile().await.unwrap();
+    assert_eq!(condition_reason(&h, DATABASE_READY), "Connected");
+    h.ctx.hold.pace(app);
+    assert!(released_within(&mut wake_ups, 6).await, "status refreshes come soon again");
 }
