@@ -2,8 +2,8 @@
 //! and the request-count benchmark.
 //!
 //! It keeps objects as JSON, answers the requests the controller makes (get, create,
-//! server-side apply, merge patch, status apply, events) and records each request with whether
-//! it changed anything. Server-side apply is modelled as "the applier owns what it sends":
+//! server-side apply, merge patch, status apply, delete with preconditions, events) and
+//! records each request with whether it changed anything. Server-side apply is modelled as "the applier owns what it sends":
 //! `spec`, `data`, labels and owner references are replaced by the applied ones, and an apply
 //! that changes nothing keeps the resourceVersion, as a real API server does.
 
@@ -309,9 +309,9 @@ impl State {
             Method::DELETE => {
                 let Some(existing) = self.objects.get(&key).cloned() else { return not_found(&name) };
                 let preconditions = &body["preconditions"];
-                for (field, live) in [("uid", "uid"), ("resourceVersion", "resourceVersion")] {
+                for field in ["uid", "resourceVersion"] {
                     if let Some(wanted) = preconditions[field].as_str()
-                        && Some(wanted) != existing["metadata"][live].as_str()
+                        && Some(wanted) != existing["metadata"][field].as_str()
                     {
                         return status(StatusCode::CONFLICT, "Conflict", &format!("Precondition failed: {field}"));
                     }
