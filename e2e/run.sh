@@ -60,6 +60,18 @@ CLUSTER_SH=${TEST_CLUSTER_DIR:-$REPO/../shared/test-cluster}/cluster.sh
 export KUBE_BIN_DIR=${KUBE_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/kube-bin}
 export TEST_CLUSTER_STATE=${TEST_CLUSTER_STATE:-${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/test-cluster}
 
+# The node runs each pod's binary from its host path, and the backup and restore Jobs' pods
+# mount an emptyDir at /tmp: binaries under /tmp would vanish from their view (bwrap: execvp
+# ... No such file or directory) and every Job would fail.
+refuse_a_bin_dir_under_tmp() {
+    local absolute; absolute=$(realpath -m "$1")
+    case "$absolute/" in
+        /tmp/*)
+            echo "e2e: the binaries the node runs would be in $absolute, under /tmp, which the Job pods mount an emptyDir over; clone the repository elsewhere (or set CARGO_TARGET_DIR outside /tmp)" >&2
+            exit 2 ;;
+    esac
+}
+
 start_local_cluster() {
     [ -x "$CLUSTER_SH" ] || skip "no test cluster at $CLUSTER_SH (set TEST_CLUSTER_DIR)"
     for binary in kube-apiserver kube-controller-manager; do
@@ -73,6 +85,7 @@ start_local_cluster() {
         flock 9
     fi
     local bin_dir=${CARGO_TARGET_DIR:-target}/debug
+    refuse_a_bin_dir_under_tmp "$bin_dir"
     step "building the binaries the node runs ($bin_dir)"
     cargo build --locked --bin visitors-controller --bin backup-controller --bin restore-controller --bin visitors-agent
     step "starting the test cluster (state: $TEST_CLUSTER_STATE)"
