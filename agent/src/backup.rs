@@ -8,10 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::StreamExt;
 use futures::future::join_all;
-use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Row, Value};
+use mysql_async::Conn;
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
 
@@ -23,7 +21,8 @@ use crate::format::{
 };
 use crate::mysql::catalog::{self, TableInfo};
 use crate::mysql::connection::describe_server;
-use crate::mysql::{ConnectionSettings, Connector, snapshot, users};
+use crate::mysql::wire::{DataConn, TextRow, WireError};
+use crate::mysql::{ConnectionSettings, Connector, FirstRow, snapshot, users};
 use crate::progress::Progress;
 use crate::storage::{FileWriter, S3Settings, Storage, Syncer};
 
@@ -264,7 +263,7 @@ async fn dump_all(
     output: &Output,
     options: &BackupOptions,
     plans: &[DatabasePlan],
-    mut workers: Vec<Conn>,
+    mut workers: Vec<DataConn>,
 ) -> Result<Vec<TaskResult>> {
     let tasks = plan_tasks(&connector, &mut workers[0], plans, options).await?;
     let expected: u64 = plans.iter().flat_map(|p| &p.tables).map(|t| t.data_length).sum();
@@ -418,7 +417,7 @@ struct RangeTask {
 /// Splits large tables with an integer key into ranges and orders work largest first.
 async fn plan_tasks(
     connector: &Connector,
-    conn: &mut Conn,
+    conn: &mut DataConn,
     plans: &[DatabasePlan],
     options: &BackupOptions,
 ) -> Result<VecDeque<Task>> {
@@ -454,7 +453,7 @@ async fn plan_tasks(
 /// Key values that cut a table into pieces of about `split_bytes` each (equal key widths).
 async fn split_points(
     connector: &Connector,
-    conn: &mut Conn,
+    conn: &mut DataConn,
     database: &str,
     table: &TableInfo,
     split_bytes: u64,
@@ -469,10 +468,9 @@ async fn split_points(
         quote_ident(&table.name),
         k = quote_ident(key)
     );
-    let bounds: Option<(Option<String>, Option<String>)> =
-        conn.query_first(sql).await.map_err(|e| connector.error("reading key ranges", e))?;
-    let parse = |v: Option<String>| v.and_then(|s| s.parse::<i128>().ok());
-    let Some((Some(min), Some(max))) = bounds.map(|(a, b)| (parse(a), parse(b))) else { return Ok(Vec::new()) };
+    let bounds = conn.first_row(connector, &sql, "reading key ranges").await?.unwrap_or_default();
+    let parse = |i: usize| bounds.get(i)?.as_deref().and_then(|v| std::str::from_utf8(v).ok()?.parse::<i128>().ok());
+    let (Some(min), Some(max)) = (parse(0), parse(1)) else { return Ok(Vec::new()) };
     let pieces = table.data_length.div_ceil(split_bytes).min(1024) as i128;
     let width = (max - min + 1).max(1);
     let mut points: Vec<i128> = (1..pieces).map(|i| min + width * i / pieces).filter(|p| *p > min).collect();
@@ -531,7 +529,7 @@ enum TaskResult {
 /// The error a worker returns when it stopped because another one failed.
 const STOPPED: &str = "stopped after another worker failed";
 
-async fn run_worker(context: Arc<DumpContext>, mut conn: Conn) -> Result<Vec<TaskResult>> {
+async fn run_worker(context: Arc<DumpContext>, mut conn: DataConn) -> Result<Vec<TaskResult>> {
     let mut results = Vec::new();
     loop {
         if context.failed.load(Ordering::Relaxed) {
@@ -559,12 +557,12 @@ async fn run_worker(context: Arc<DumpContext>, mut conn: Conn) -> Result<Vec<Tas
             }
         }
     }
-    let _ = conn.query_drop("COMMIT").await;
-    let _ = conn.disconnect().await;
+    let _ = conn.execute("COMMIT").await;
+    conn.disconnect().await;
     Ok(results)
 }
 
-async fn checksum(context: &DumpContext, conn: &mut Conn, database: usize, table: usize) -> Result<TaskResult> {
+async fn checksum(context: &DumpContext, conn: &mut DataConn, database: usize, table: usize) -> Result<TaskResult> {
     let (database_name, table_name) = context.names(database, table);
     let connector = &context.connector;
     let checksum = if catalog::checksum_is_reproducible(connector, conn, &database_name, &table_name).await? {
@@ -595,10 +593,11 @@ const ENCODE_BUFFER_BYTES: usize = 512 * 1024;
 /// Streams one key range into one or more chunk files: this task reads and encodes rows while
 /// a second one compresses, hashes and writes the previous buffers, so both cores can work on
 /// one range (a worker that compressed in turn left its connection idle meanwhile).
-async fn dump_range(context: &Arc<DumpContext>, conn: &mut Conn, task: &RangeTask) -> Result<TaskResult> {
+async fn dump_range(context: &Arc<DumpContext>, conn: &mut DataConn, task: &RangeTask) -> Result<TaskResult> {
     let (buffers, received) = tokio::sync::mpsc::channel(BUFFERS_IN_FLIGHT);
-    let writer = tokio::spawn(write_chunks(context.clone(), task.clone(), received).in_current_span());
-    let read = read_rows(context, conn, task, buffers).await;
+    let (recycle, recycled) = tokio::sync::mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_chunks(context.clone(), task.clone(), received, recycle).in_current_span());
+    let read = read_rows(context, conn, task, buffers, recycled).await;
     let written = writer.await.map_err(AgentError::from).and_then(|chunks| chunks);
     match (read, written) {
         (Ok(()), Ok(chunks)) => {
@@ -626,33 +625,37 @@ const BUFFERS_IN_FLIGHT: usize = 2;
 
 async fn read_rows(
     context: &DumpContext,
-    conn: &mut Conn,
+    conn: &mut DataConn,
     task: &RangeTask,
     buffers: tokio::sync::mpsc::Sender<Piece>,
+    mut recycled: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
 ) -> Result<()> {
-    let during = "reading rows";
+    let failed = |e: WireError| context.connector.wire_error("reading rows", e);
     let writer_gone = || AgentError::Internal(STOPPED.into());
-    let mut result = conn.query_iter(task.select.as_str()).await.map_err(|e| context.connector.error(during, e))?;
-    let mut rows = result.stream::<Row>().await.map_err(|e| context.connector.error(during, e))?;
+    let mut rows = conn.query(&task.select).await.map_err(failed)?;
     let flush_at = ENCODE_BUFFER_BYTES.min(context.options.chunk_bytes as usize);
-    let new_buffer = || Vec::with_capacity(flush_at + 64 * 1024);
+    // Buffers come back from the writer: fresh ones cost the allocator new, zeroed pages.
+    let mut new_buffer = || match recycled.try_recv() {
+        Ok(mut buffer) => {
+            buffer.clear();
+            buffer
+        }
+        Err(_) => Vec::with_capacity(flush_at + 64 * 1024),
+    };
     let mut buffer = new_buffer();
     let mut buffered_rows = 0u64;
-    if let Some(rows) = rows.as_mut() {
-        while let Some(row) = rows.next().await {
-            encode_row(&mut buffer, row.map_err(|e| context.connector.error(during, e))?)?;
-            buffered_rows += 1;
-            if buffer.len() >= flush_at {
-                if context.stopped() {
-                    return Err(writer_gone());
-                }
-                let piece = Piece::Rows { data: std::mem::replace(&mut buffer, new_buffer()), rows: buffered_rows };
-                buffers.send(piece).await.map_err(|_| writer_gone())?;
-                buffered_rows = 0;
+    while let Some(row) = rows.next().await.map_err(failed)? {
+        encode_row(&mut buffer, &row).map_err(failed)?;
+        buffered_rows += 1;
+        if buffer.len() >= flush_at {
+            if context.stopped() {
+                return Err(writer_gone());
             }
+            let piece = Piece::Rows { data: std::mem::replace(&mut buffer, new_buffer()), rows: buffered_rows };
+            buffers.send(piece).await.map_err(|_| writer_gone())?;
+            buffered_rows = 0;
         }
     }
-    drop(rows);
     if !buffer.is_empty() {
         buffers.send(Piece::Rows { data: buffer, rows: buffered_rows }).await.map_err(|_| writer_gone())?;
     }
@@ -664,11 +667,15 @@ async fn write_chunks(
     context: Arc<DumpContext>,
     task: RangeTask,
     mut buffers: tokio::sync::mpsc::Receiver<Piece>,
+    recycle: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
 ) -> Result<Vec<ChunkEntry>> {
     let mut chunks = ChunkSequence::new(&context, &task);
     while let Some(piece) = buffers.recv().await {
         match piece {
-            Piece::Rows { data, rows } => chunks.write(&data, rows).await?,
+            Piece::Rows { data, rows } => {
+                chunks.write(&data, rows).await?;
+                let _ = recycle.send(data);
+            }
             Piece::End => return chunks.finish().await,
         }
     }
@@ -676,17 +683,13 @@ async fn write_chunks(
     Err(AgentError::Internal(STOPPED.into()))
 }
 
-fn encode_row(out: &mut Vec<u8>, row: Row) -> Result<()> {
-    for (i, value) in row.unwrap().into_iter().enumerate() {
+/// One row as a line of the chunk format.
+fn encode_row(out: &mut Vec<u8>, row: &TextRow<'_>) -> std::result::Result<(), WireError> {
+    for (i, field) in row.fields().enumerate() {
         if i > 0 {
             out.push(b'\t');
         }
-        match value {
-            Value::NULL => encode_field(out, None),
-            Value::Bytes(bytes) => encode_field(out, Some(&bytes)),
-            // The text protocol sends every value as bytes; anything else is a driver change.
-            other => return Err(AgentError::Internal(format!("unexpected value from the text protocol: {other:?}"))),
-        }
+        encode_field(out, field?);
     }
     out.push(b'\n');
     Ok(())

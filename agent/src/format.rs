@@ -284,9 +284,17 @@ pub fn quote_ident(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
 }
 
-/// Quotes a string literal for SQL, whatever `sql_mode` says about backslashes.
+/// Quotes a string literal for SQL. Only for text without a backslash (a mode, a collation,
+/// a file name), which the server reads alike whatever `sql_mode` says about backslashes;
+/// [`binary_literal`] takes any text.
 pub fn quote_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
+}
+
+/// A string as a hexadecimal literal: a binary string, the same bytes whatever the session's
+/// character set and `sql_mode`.
+pub fn binary_literal(value: &str) -> String {
+    format!("X'{}'", hex::encode(value))
 }
 
 /// The statement that loads one chunk into `target` (an already quoted table name) from

@@ -529,6 +529,10 @@ struct ZstdFrames {
 
 /// Input bytes per frame. With level 1's 512 KiB window, longer frames find no more matches.
 const ZSTD_FRAME_BYTES: usize = 512 * 1024;
+/// A write that starts a frame and holds up to this much is compressed whole, as one frame: a
+/// backup's buffers of rows end a little past a frame's size, and carrying each one's tail into
+/// the next frame copied nearly every byte once more.
+const ZSTD_FRAME_MAX_BYTES: usize = ZSTD_FRAME_BYTES + ZSTD_FRAME_BYTES / 4;
 
 impl ZstdFrames {
     fn new(writer: HashingWriter, level: i32) -> Self {
@@ -538,7 +542,7 @@ impl ZstdFrames {
         Self {
             compressor,
             pending: Vec::new(),
-            frame: Vec::with_capacity(zstd::zstd_safe::compress_bound(ZSTD_FRAME_BYTES)),
+            frame: Vec::with_capacity(zstd::zstd_safe::compress_bound(ZSTD_FRAME_MAX_BYTES)),
             writer,
         }
     }
@@ -546,7 +550,8 @@ impl ZstdFrames {
     async fn write_all(&mut self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
             if self.pending.is_empty() && data.len() >= ZSTD_FRAME_BYTES {
-                let (frame, rest) = data.split_at(ZSTD_FRAME_BYTES);
+                let whole = if data.len() <= ZSTD_FRAME_MAX_BYTES { data.len() } else { ZSTD_FRAME_BYTES };
+                let (frame, rest) = data.split_at(whole);
                 self.write_frame(frame).await?;
                 data = rest;
                 continue;
@@ -655,6 +660,17 @@ mod tests {
         assert_eq!(entry.sha256, hex::encode(Sha256::digest(&stored)));
         assert_eq!(zstd::decode_all(&stored[..]).unwrap(), text);
         assert_eq!(frame_count(&stored), 3, "2.5 frames of input make 3 frames");
+
+        // A write a little longer than a frame, at a frame's start, is one frame; a longer one is cut.
+        for (length, frames) in [(ZSTD_FRAME_BYTES + 100, 1), (ZSTD_FRAME_MAX_BYTES + 1, 2), (ZSTD_FRAME_BYTES * 2, 2)]
+        {
+            let mut writer = storage.writer("one-write.tsv.zst", Compression::Zstd, 1);
+            writer.write(&text[..length]).await.unwrap();
+            writer.finish().await.unwrap();
+            let stored = std::fs::read(dir.path().join("one-write.tsv.zst")).unwrap();
+            assert_eq!(zstd::decode_all(&stored[..]).unwrap(), &text[..length]);
+            assert_eq!(frame_count(&stored), frames, "a write of {length} bytes");
+        }
 
         let empty = storage.writer("empty.tsv.zst", Compression::Zstd, 1).finish().await.unwrap();
         let stored = std::fs::read(dir.path().join("empty.tsv.zst")).unwrap();

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
-use super::Connector;
+use super::{Connector, FirstRow, TextFields};
 use crate::error::{AgentError, Result};
-use crate::format::{quote_ident, quote_literal};
+use crate::format::{binary_literal, quote_ident, quote_literal};
 
 const SYSTEM_DATABASES: [&str; 4] = ["information_schema", "performance_schema", "mysql", "sys"];
 
@@ -278,23 +278,22 @@ fn session_charset(_original_client_charset: &str, collation: &str) -> String {
 }
 
 /// Rows in a table (exact), for `verify`.
-pub async fn count_rows(connector: &Connector, conn: &mut Conn, database: &str, table: &str) -> Result<u64> {
+pub async fn count_rows(connector: &Connector, conn: &mut impl FirstRow, database: &str, table: &str) -> Result<u64> {
     let sql = format!("SELECT COUNT(*) FROM {}.{}", quote_ident(database), quote_ident(table));
-    let count: Option<u64> = conn.query_first(sql).await.map_err(|e| connector.error("counting rows", e))?;
-    Ok(count.unwrap_or(0))
+    let row = conn.first_row(connector, &sql, "counting rows").await?;
+    Ok(number_in(row, 0, "COUNT(*)")?.unwrap_or(0))
 }
 
 /// `CHECKSUM TABLE`; `None` when the table is missing.
 pub async fn checksum_table(
     connector: &Connector,
-    conn: &mut Conn,
+    conn: &mut impl FirstRow,
     database: &str,
     table: &str,
 ) -> Result<Option<u64>> {
     let sql = format!("CHECKSUM TABLE {}.{}", quote_ident(database), quote_ident(table));
-    let row: Option<(String, Option<u64>)> =
-        conn.query_first(sql).await.map_err(|e| connector.error("computing a table checksum", e))?;
-    Ok(row.and_then(|(_, sum)| sum))
+    let row = conn.first_row(connector, &sql, "computing a table checksum").await?;
+    number_in(row, 1, "CHECKSUM TABLE")
 }
 
 /// Whether `CHECKSUM TABLE` of the table depends only on its rows. MariaDB 10.11 gives two
@@ -303,19 +302,27 @@ pub async fn checksum_table(
 /// compared.
 pub async fn checksum_is_reproducible(
     connector: &Connector,
-    conn: &mut Conn,
+    conn: &mut impl FirstRow,
     database: &str,
     table: &str,
 ) -> Result<bool> {
-    let generated: Option<u64> = conn
-        .exec_first(
-            "SELECT COUNT(*) FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COALESCE(GENERATION_EXPRESSION, '') <> ''",
-            (database, table),
-        )
-        .await
-        .map_err(|e| connector.error("listing generated columns", e))?;
-    Ok(generated.unwrap_or(0) == 0)
+    let sql = format!(
+        "SELECT COUNT(*) FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = {} AND TABLE_NAME = {} AND COALESCE(GENERATION_EXPRESSION, '') <> ''",
+        binary_literal(database),
+        binary_literal(table)
+    );
+    let row = conn.first_row(connector, &sql, "listing generated columns").await?;
+    Ok(number_in(row, 0, "COUNT(*)")?.unwrap_or(0) == 0)
+}
+
+/// The number in field `index` of a row; `None` for no row or NULL.
+fn number_in(row: Option<TextFields>, index: usize, what: &str) -> Result<Option<u64>> {
+    let Some(text) = row.and_then(|mut fields| fields.get_mut(index).and_then(Option::take)) else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(&text);
+    text.parse().map(Some).map_err(|_| AgentError::Internal(format!("{what} returned '{text}', not a number")))
 }
 
 /// The base tables and views that exist in a database.

@@ -3,6 +3,7 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder};
 
+use super::wire::{DataConn, WireError};
 use crate::error::{AgentError, Result};
 
 /// Server error codes the agent tells apart.
@@ -75,46 +76,81 @@ impl Connector {
         Conn::new(opts).await.map_err(|e| self.error("connecting", e))
     }
 
+    /// Opens a backup data session ([`super::wire`]) with the same session settings.
+    pub async fn connect_data(&self) -> Result<DataConn> {
+        let settings = &self.settings;
+        let mut conn = DataConn::connect(&settings.host, settings.port, &settings.user, settings.password.as_deref())
+            .await
+            .map_err(|e| self.wire_error("connecting", e))?;
+        self.execute_data(&mut conn, SESSION_TIME_ZONE, "preparing the session").await?;
+        Ok(conn)
+    }
+
     /// Runs a statement that returns nothing.
     pub async fn execute(&self, conn: &mut Conn, sql: &str, during: &str) -> Result<()> {
         conn.query_drop(sql).await.map_err(|e| self.error(during, e))
     }
 
+    /// Runs a statement that returns nothing, in a data session.
+    pub async fn execute_data(&self, conn: &mut DataConn, sql: &str, during: &str) -> Result<()> {
+        conn.execute(sql).await.map_err(|e| self.wire_error(during, e))
+    }
+
     pub fn error(&self, during: &str, error: mysql_async::Error) -> AgentError {
         map_error(&self.settings, during, error)
+    }
+
+    pub fn wire_error(&self, during: &str, error: WireError) -> AgentError {
+        let settings = &self.settings;
+        match error {
+            WireError::Server { code, message } => server_error(settings, during, code, message),
+            WireError::Io(io) => io_error(settings, during, io.to_string()),
+            WireError::Closed => io_error(settings, during, "connection closed".into()),
+            other @ (WireError::UnsupportedAuthPlugin(_) | WireError::Protocol(_)) => {
+                AgentError::Client { during: during.into(), reason: other.to_string() }
+            }
+        }
     }
 }
 
 /// The user-facing error for a driver error.
 pub fn map_error(settings: &ConnectionSettings, during: &str, error: mysql_async::Error) -> AgentError {
     use mysql_async::{DriverError, Error};
-    let lost = |reason: String| AgentError::ConnectionLost { during: during.into(), reason };
     match error {
-        Error::Server(server) => match server.code {
-            codes::ACCESS_DENIED => {
-                AgentError::WrongCredentials { user: settings.user.clone(), address: settings.address() }
-            }
-            codes::BAD_DB => AgentError::MissingDatabase(quoted_name(&server.message)),
-            codes::SERVER_SHUTDOWN | codes::CONNECTION_KILLED | codes::QUERY_INTERRUPTED => lost(server.message),
-            codes::LOCAL_INFILE_DISABLED_MYSQL | codes::LOCAL_INFILE_DISABLED_MARIADB | codes::NOT_ALLOWED_COMMAND => {
-                AgentError::LocalInfileDisabled
-            }
-            codes::SPECIFIC_ACCESS_DENIED => AgentError::MissingPrivilege {
-                user: settings.user.clone(),
-                operation: during.into(),
-                message: server.message,
-            },
-            code => AgentError::Server { during: during.into(), code, message: server.message },
-        },
-        Error::Io(io) if during == "connecting" => {
-            AgentError::Unreachable { address: settings.address(), reason: io.to_string() }
-        }
-        Error::Io(io) => lost(io.to_string()),
-        Error::Driver(DriverError::ConnectionClosed) if during == "connecting" => {
-            AgentError::Unreachable { address: settings.address(), reason: "connection closed".into() }
-        }
-        Error::Driver(DriverError::ConnectionClosed) => lost("connection closed".into()),
+        Error::Server(server) => server_error(settings, during, server.code, server.message),
+        Error::Io(io) => io_error(settings, during, io.to_string()),
+        Error::Driver(DriverError::ConnectionClosed) => io_error(settings, during, "connection closed".into()),
         other => AgentError::Client { during: during.into(), reason: other.to_string() },
+    }
+}
+
+/// The user-facing error for an error the server sent.
+fn server_error(settings: &ConnectionSettings, during: &str, code: u16, message: String) -> AgentError {
+    match code {
+        codes::ACCESS_DENIED => {
+            AgentError::WrongCredentials { user: settings.user.clone(), address: settings.address() }
+        }
+        codes::BAD_DB => AgentError::MissingDatabase(quoted_name(&message)),
+        codes::SERVER_SHUTDOWN | codes::CONNECTION_KILLED | codes::QUERY_INTERRUPTED => {
+            AgentError::ConnectionLost { during: during.into(), reason: message }
+        }
+        codes::LOCAL_INFILE_DISABLED_MYSQL | codes::LOCAL_INFILE_DISABLED_MARIADB | codes::NOT_ALLOWED_COMMAND => {
+            AgentError::LocalInfileDisabled
+        }
+        codes::SPECIFIC_ACCESS_DENIED => {
+            AgentError::MissingPrivilege { user: settings.user.clone(), operation: during.into(), message }
+        }
+        code => AgentError::Server { during: during.into(), code, message },
+    }
+}
+
+/// The user-facing error for a connection that failed or ended: unreachable while connecting,
+/// lost afterwards.
+fn io_error(settings: &ConnectionSettings, during: &str, reason: String) -> AgentError {
+    if during == "connecting" {
+        AgentError::Unreachable { address: settings.address(), reason }
+    } else {
+        AgentError::ConnectionLost { during: during.into(), reason }
     }
 }
 

@@ -13,12 +13,13 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
 use super::Connector;
+use super::wire::DataConn;
 use crate::error::{AgentError, Result};
 use crate::format::Position;
 
 pub struct Snapshot {
-    /// Connections inside the snapshot, each with an open read-only transaction.
-    pub workers: Vec<Conn>,
+    /// Data sessions inside the snapshot, each with an open read-only transaction.
+    pub workers: Vec<DataConn>,
     /// How commits were blocked, for the manifest.
     pub method: &'static str,
     pub position: Option<Position>,
@@ -106,10 +107,10 @@ pub async fn open(
 
 const BACKUP_STAGE: &str = "backup-stage-block-commit";
 
-async fn open_worker(connector: &Connector) -> Result<Conn> {
-    let mut conn = connector.connect().await?;
+async fn open_worker(connector: &Connector) -> Result<DataConn> {
+    let mut conn = connector.connect_data().await?;
     for sql in WORKER_SETUP {
-        connector.execute(&mut conn, sql, "preparing a worker session").await?;
+        connector.execute_data(&mut conn, sql, "preparing a worker session").await?;
     }
     Ok(conn)
 }
@@ -144,9 +145,9 @@ async fn block_commits(connector: &Connector, coordinator: &mut Conn, mariadb: b
     Ok("flush-tables-with-read-lock")
 }
 
-async fn start_transactions(connector: &Connector, workers: &mut [Conn]) -> Result<()> {
+async fn start_transactions(connector: &Connector, workers: &mut [DataConn]) -> Result<()> {
     try_join_all(workers.iter_mut().map(|conn| {
-        connector.execute(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY", "opening the snapshot")
+        connector.execute_data(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY", "opening the snapshot")
     }))
     .await?;
     Ok(())

@@ -3,6 +3,7 @@
 mod atomic;
 mod by_hand;
 mod consistency;
+mod data_sessions;
 mod ddl_users;
 mod delete;
 mod failures;
