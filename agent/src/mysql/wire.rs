@@ -293,24 +293,18 @@ impl Rows<'_> {
         if self.columns == 0 {
             return Ok(None);
         }
-        let capabilities = self.conn.capabilities;
-        let payload = self.conn.packet().await?;
-        let end = match payload.first() {
-            _ if is_eof(payload) => Some(eof_status(payload) & SERVER_MORE_RESULTS_EXISTS != 0),
-            Some(0xFF) => {
-                self.columns = 0;
-                return Err(server_error(payload, capabilities));
-            }
-            _ => None,
-        };
-        match end {
-            None => Ok(Some(TextRow { payload: self.conn.last_payload(), columns: self.columns })),
-            Some(more_results) => {
+        match self.conn.result_packet().await {
+            Ok(ResultPacket::Row) => Ok(Some(TextRow { payload: self.conn.last_payload(), columns: self.columns })),
+            Ok(ResultPacket::End { more_results }) => {
                 self.columns = 0;
                 if more_results {
                     self.drain_further_results().await?;
                 }
                 Ok(None)
+            }
+            Err(error) => {
+                self.columns = 0;
+                Err(error)
             }
         }
     }
@@ -322,23 +316,38 @@ impl Rows<'_> {
                 return Ok(());
             }
             loop {
-                let capabilities = self.conn.capabilities;
-                let payload = self.conn.packet().await?;
-                if is_eof(payload) {
-                    if eof_status(payload) & SERVER_MORE_RESULTS_EXISTS == 0 {
-                        return Ok(());
-                    }
-                    break;
-                }
-                if payload.first() == Some(&0xFF) {
-                    return Err(server_error(payload, capabilities));
+                match self.conn.result_packet().await? {
+                    ResultPacket::Row => {}
+                    ResultPacket::End { more_results: false } => return Ok(()),
+                    ResultPacket::End { more_results: true } => break,
                 }
             }
         }
     }
 }
 
+/// What the next packet of a result's rows is.
+enum ResultPacket {
+    /// A row, in [`DataConn::last_payload`].
+    Row,
+    /// The end of this result, and whether another follows.
+    End { more_results: bool },
+}
+
 impl DataConn {
+    /// Reads the next packet of a result's rows; a server error raised mid-result is an error.
+    async fn result_packet(&mut self) -> Result<ResultPacket> {
+        let capabilities = self.capabilities;
+        let payload = self.packet().await?;
+        if is_eof(payload) {
+            return Ok(ResultPacket::End { more_results: eof_status(payload) & SERVER_MORE_RESULTS_EXISTS != 0 });
+        }
+        if payload.first() == Some(&0xFF) {
+            return Err(server_error(payload, capabilities));
+        }
+        Ok(ResultPacket::Row)
+    }
+
     /// The payload [`DataConn::packet`] returned last.
     fn last_payload(&self) -> &[u8] {
         if self.consumed > 0 { &self.buffer[4..self.consumed] } else { &self.joined }
