@@ -138,7 +138,7 @@ async fn lock_holder(storage: &Storage) -> String {
             let field = |key: &str| {
                 text.split_whitespace()
                     .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
-                    .map(|value| visitors_api::text::truncate_on_char_boundary(value.to_string(), 100))
+                    .map(|value| visitors_agent_contract::text::truncate_on_char_boundary(value.to_string(), 100))
                     .unwrap_or_else(|| "unknown".into())
             };
             format!("held by host {} process {} started {}", field("host"), field("pid"), field("started"))

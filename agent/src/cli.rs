@@ -6,222 +6,32 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use clap::{Args, Parser, Subcommand};
+use clap::Parser;
 use tracing::Instrument;
-use visitors_api::agent_summary::{AgentSummary, Operation};
-use visitors_api::text::truncate_on_char_boundary;
+use visitors_agent_contract::command::{
+    AgentCli, BackupArgs, Command, ConnectionArgs, DeleteArgs, InspectArgs, RestoreArgs, StorageArgs, VerifyArgs,
+};
+use visitors_agent_contract::env;
+use visitors_agent_contract::summary::{AgentSummary, Operation};
+use visitors_agent_contract::text::truncate_on_char_boundary;
 
 use crate::backup::{self, BackupOptions};
 use crate::delete::{self, DeleteOptions};
 use crate::error::{AgentError, Result};
-use crate::format::{Compression, Manifest};
+use crate::format::Manifest;
 use crate::mysql::ConnectionSettings;
 use crate::restore::{self, RestoreOptions, RestoreStep};
 use crate::storage::{S3Settings, Storage};
 use crate::verify::{self, VerifyOptions};
 
-const ENVIRONMENT_HELP: &str = "\
-Environment:
-  MYSQL_PWD               MySQL password (or --password-file; never a flag value)
-  AWS_ACCESS_KEY_ID       S3 access key id (or --aws-access-key-id)
-  AWS_SECRET_ACCESS_KEY   S3 secret key (environment only)
-  AWS_SESSION_TOKEN       S3 session token (environment only, optional)
-  AWS_REGION              S3 region (default us-east-1)
-  AWS_ENDPOINT_URL        S3-compatible endpoint, http:// allowed (optional)
-  AWS_S3_FORCE_PATH_STYLE true to address buckets by path (always so with a custom endpoint)
-  RUST_LOG                log filter (default info), logs and progress go to stderr
-  OTEL_EXPORTER_OTLP_ENDPOINT  export spans over OTLP/HTTP to this collector (optional)
-  TRACEPARENT             W3C trace context the spans continue (optional)
-
-Exit status: 0 on full success, 1 on any failure (the summary's error says why), 2 on bad usage.";
-
-#[derive(Parser, Debug)]
-#[command(name = "visitors-agent", version, about = "Consistent, parallel, verifiable MySQL/MariaDB logical backups", after_help = ENVIRONMENT_HELP)]
-pub struct Cli {
-    /// Also write the JSON summary to this file (a Job passes /dev/termination-log).
-    #[arg(long, global = true, value_name = "PATH")]
-    pub summary_file: Option<PathBuf>,
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum Command {
-    /// Back up databases to a directory or a bucket; manifest.json is written last.
-    #[command(after_help = ENVIRONMENT_HELP)]
-    Backup(BackupArgs),
-    /// Check a backup completely, then restore it.
-    #[command(after_help = ENVIRONMENT_HELP)]
-    Restore(RestoreArgs),
-    /// Check a backup's files and, with --host, compare a database with it.
-    #[command(after_help = ENVIRONMENT_HELP)]
-    Verify(VerifyArgs),
-    /// Describe a backup from its manifest.
-    #[command(after_help = ENVIRONMENT_HELP)]
-    Inspect(InspectArgs),
-    /// Delete one stored backup: manifest.json first, then its other files and folders.
-    #[command(after_help = ENVIRONMENT_HELP)]
-    Delete(DeleteArgs),
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct ConnectionArgs {
-    /// MySQL server host.
-    #[arg(long, env = "MYSQL_HOST")]
-    pub host: Option<String>,
-    #[arg(long, env = "MYSQL_TCP_PORT", default_value_t = 3306)]
-    pub port: u16,
-    #[arg(long, env = "MYSQL_USER", default_value = "root")]
-    pub user: String,
-    /// File holding the password (first line); otherwise MYSQL_PWD is used.
-    #[arg(long, value_name = "PATH")]
-    pub password_file: Option<PathBuf>,
-    /// Database to include (repeatable); default: every non-system database.
-    #[arg(long = "database", value_name = "NAME")]
-    pub databases: Vec<String>,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct StorageArgs {
-    #[arg(long, env = "AWS_ACCESS_KEY_ID", hide_env_values = true)]
-    pub aws_access_key_id: Option<String>,
-    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
-    pub aws_region: String,
-    #[arg(long, env = "AWS_ENDPOINT_URL")]
-    pub aws_endpoint_url: Option<String>,
-    #[arg(long, env = "AWS_S3_FORCE_PATH_STYLE", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::FalseyValueParser::new())]
-    pub aws_s3_force_path_style: bool,
-}
-
-#[derive(Args, Debug)]
-pub struct BackupArgs {
-    /// Where to write: s3://bucket/prefix or file:///abs/path (must not hold a backup yet).
-    #[arg(long, value_name = "LOCATION")]
-    pub to: String,
-    #[command(flatten)]
-    pub connection: ConnectionArgs,
-    #[command(flatten)]
-    pub storage: StorageArgs,
-    #[arg(long, value_enum, default_value = "zstd")]
-    pub compression: Compression,
-    /// Compression level (zstd default 1, gzip default 6).
-    #[arg(long)]
-    pub compression_level: Option<i32>,
-    /// Worker connections, all in one snapshot.
-    #[arg(long, default_value_t = 2)]
-    pub parallelism: usize,
-    /// Uncompressed MiB per chunk file (one transaction each at restore).
-    #[arg(long, default_value_t = 64)]
-    pub chunk_mib: u64,
-    /// Tables estimated larger than this many MiB are split into primary key ranges.
-    #[arg(long, default_value_t = 128)]
-    pub split_mib: u64,
-    /// Split tables by this many bytes instead of --split-mib (for testing).
-    #[arg(long, hide = true)]
-    pub split_bytes: Option<u64>,
-    /// Close chunk files after this many bytes instead of --chunk-mib (for testing).
-    #[arg(long, hide = true)]
-    pub chunk_bytes: Option<u64>,
-    /// Record CHECKSUM TABLE of every table (read in the snapshot) for `verify --checksum`.
-    #[arg(long)]
-    pub table_checksums: bool,
-    /// Also back up the accounts with privileges on the databases, and those grants (users.sql).
-    #[arg(long)]
-    pub users: bool,
-    /// Seconds between progress lines on stderr (0: none).
-    #[arg(long, default_value_t = 10)]
-    pub progress_interval: u64,
-}
-
-#[derive(Args, Debug)]
-pub struct RestoreArgs {
-    /// The backup: s3://bucket/prefix or file:///abs/path.
-    #[arg(long, value_name = "LOCATION")]
-    pub from: String,
-    #[command(flatten)]
-    pub connection: ConnectionArgs,
-    #[command(flatten)]
-    pub storage: StorageArgs,
-    /// Chunks loaded at once.
-    #[arg(long, default_value_t = 2)]
-    pub parallelism: usize,
-    /// Refuse the backup unless manifest.json has this SHA-256 (the backup run's manifestSha256).
-    #[arg(long, value_name = "HEX")]
-    pub expect_manifest_sha256: Option<String>,
-    /// Drop each database of the backup that exists on the server, then restore it.
-    #[arg(long)]
-    pub drop_existing: bool,
-    /// Recreate the accounts and grants of a backup taken with --users (existing accounts are kept).
-    #[arg(long)]
-    pub users: bool,
-    /// Keep the restore out of the binary log (sql_log_bin=0; needs the privilege).
-    #[arg(long)]
-    pub skip_binlog: bool,
-    /// Seconds between progress lines on stderr (0: none).
-    #[arg(long, default_value_t = 10)]
-    pub progress_interval: u64,
-    /// Only load and check each database in its staging schema and leave it there, marked
-    /// complete, for --from-stage; the target is not touched.
-    #[arg(long, conflicts_with = "from_stage")]
-    pub stage_only: bool,
-    /// Check the copy staged by --stage-only from this backup against the manifest again (row
-    /// counts, checksums) and swap it in; refused when there is none.
-    #[arg(long)]
-    pub from_stage: bool,
-}
-
-#[derive(Args, Debug)]
-pub struct VerifyArgs {
-    /// The backup to compare the database with: s3://bucket/prefix or file:///abs/path.
-    #[arg(long, value_name = "LOCATION")]
-    pub from: String,
-    #[command(flatten)]
-    pub connection: ConnectionArgs,
-    #[command(flatten)]
-    pub storage: StorageArgs,
-    /// Refuse the backup unless manifest.json has this SHA-256 (the backup run's manifestSha256).
-    #[arg(long, value_name = "HEX")]
-    pub expect_manifest_sha256: Option<String>,
-    /// Also compare CHECKSUM TABLE with the backup (needs a backup taken with --table-checksums).
-    #[arg(long)]
-    pub checksum: bool,
-    /// Tables counted at once.
-    #[arg(long, default_value_t = 2)]
-    pub parallelism: usize,
-}
-
-#[derive(Args, Debug)]
-pub struct InspectArgs {
-    /// The backup to describe: s3://bucket/prefix or file:///abs/path.
-    #[arg(long, value_name = "LOCATION")]
-    pub from: String,
-    #[command(flatten)]
-    pub storage: StorageArgs,
-}
-
-#[derive(Args, Debug)]
-pub struct DeleteArgs {
-    /// The backup to delete: s3://bucket/prefix or file:///abs/path. Refused unless every file
-    /// there is a backup file; a location with no files left succeeds (already deleted).
-    #[arg(value_name = "LOCATION")]
-    pub location: String,
-    #[command(flatten)]
-    pub storage: StorageArgs,
-    /// Delete even when a backup's .backup.lock is there (only when no backup runs there).
-    #[arg(long)]
-    pub break_lock: bool,
-}
-
-impl StorageArgs {
-    fn settings(&self) -> S3Settings {
-        S3Settings {
-            access_key_id: self.aws_access_key_id.clone(),
-            secret_access_key: non_empty_env("AWS_SECRET_ACCESS_KEY"),
-            session_token: non_empty_env("AWS_SESSION_TOKEN"),
-            region: self.aws_region.clone(),
-            endpoint: self.aws_endpoint_url.clone().filter(|e| !e.is_empty()),
-            force_path_style: self.aws_s3_force_path_style,
-        }
+fn s3_settings(storage: &StorageArgs) -> S3Settings {
+    S3Settings {
+        access_key_id: storage.aws_access_key_id.clone(),
+        secret_access_key: non_empty_env(env::AWS_SECRET_ACCESS_KEY),
+        session_token: non_empty_env(env::AWS_SESSION_TOKEN),
+        region: storage.region().to_string(),
+        endpoint: storage.aws_endpoint_url.clone().filter(|e| !e.is_empty()),
+        force_path_style: storage.aws_s3_force_path_style,
     }
 }
 
@@ -229,20 +39,18 @@ fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-impl ConnectionArgs {
-    /// Connection settings, or `None` without a host.
-    fn settings(&self) -> Result<Option<ConnectionSettings>> {
-        let Some(host) = self.host.clone() else { return Ok(None) };
-        let password = match &self.password_file {
-            Some(path) => Some(read_password_file(path)?),
-            None => non_empty_env("MYSQL_PWD"),
-        };
-        Ok(Some(ConnectionSettings { host, port: self.port, user: self.user.clone(), password }))
-    }
+/// Connection settings, or `None` without a host.
+fn connection_settings(connection: &ConnectionArgs) -> Result<Option<ConnectionSettings>> {
+    let Some(host) = connection.host.clone() else { return Ok(None) };
+    let password = match &connection.password_file {
+        Some(path) => Some(read_password_file(path)?),
+        None => non_empty_env(env::MYSQL_PWD),
+    };
+    Ok(Some(ConnectionSettings { host, port: connection.port(), user: connection.user().to_string(), password }))
+}
 
-    fn required(&self) -> Result<ConnectionSettings> {
-        self.settings()?.ok_or_else(|| AgentError::Usage("--host is required".into()))
-    }
+fn required_connection(connection: &ConnectionArgs) -> Result<ConnectionSettings> {
+    connection_settings(connection)?.ok_or_else(|| AgentError::Usage("--host is required".into()))
 }
 
 fn read_password_file(path: &PathBuf) -> Result<String> {
@@ -253,7 +61,7 @@ fn read_password_file(path: &PathBuf) -> Result<String> {
 
 /// Parses arguments, runs, prints the summary and returns the exit code.
 pub async fn main() -> i32 {
-    let cli = Cli::parse();
+    let cli = AgentCli::parse();
     let operation = match &cli.command {
         Command::Backup(_) => Operation::Backup,
         Command::Restore(_) => Operation::Restore,
@@ -334,10 +142,10 @@ async fn run(command: Command) -> Result<AgentSummary> {
 }
 
 async fn run_backup(args: BackupArgs) -> Result<AgentSummary> {
-    let mut options = BackupOptions::new(args.connection.required()?, args.to.clone());
+    let mut options = BackupOptions::new(required_connection(&args.connection)?, args.to.clone());
     options.databases = args.connection.databases.clone();
-    options.s3 = args.storage.settings();
-    options.compression = args.compression;
+    options.s3 = s3_settings(&args.storage);
+    options.compression = args.compression.into();
     options.compression_level = args.compression_level;
     options.parallelism = positive(args.parallelism, "--parallelism")?;
     options.chunk_bytes = args.chunk_bytes.unwrap_or(args.chunk_mib * 1024 * 1024).max(1);
@@ -353,9 +161,9 @@ async fn run_backup(args: BackupArgs) -> Result<AgentSummary> {
 }
 
 async fn run_restore(args: RestoreArgs) -> Result<AgentSummary> {
-    let mut options = RestoreOptions::new(args.connection.required()?, args.from.clone());
+    let mut options = RestoreOptions::new(required_connection(&args.connection)?, args.from.clone());
     options.databases = args.connection.databases.clone();
-    options.s3 = args.storage.settings();
+    options.s3 = s3_settings(&args.storage);
     options.expect_manifest_sha256 = sha256_arg(args.expect_manifest_sha256)?;
     options.parallelism = positive(args.parallelism, "--parallelism")?;
     options.drop_existing = args.drop_existing;
@@ -377,9 +185,9 @@ async fn run_restore(args: RestoreArgs) -> Result<AgentSummary> {
 async fn run_verify(args: VerifyArgs) -> Result<AgentSummary> {
     let options = VerifyOptions {
         from: args.from.clone(),
-        s3: args.storage.settings(),
+        s3: s3_settings(&args.storage),
         expect_manifest_sha256: sha256_arg(args.expect_manifest_sha256)?,
-        connection: args.connection.settings()?,
+        connection: connection_settings(&args.connection)?,
         databases: args.connection.databases.clone(),
         checksum: args.checksum,
         parallelism: positive(args.parallelism, "--parallelism")?,
@@ -389,7 +197,7 @@ async fn run_verify(args: VerifyArgs) -> Result<AgentSummary> {
 }
 
 async fn run_inspect(args: InspectArgs) -> Result<AgentSummary> {
-    let storage = Storage::open(&args.from, &args.storage.settings(), false)?;
+    let storage = Storage::open(&args.from, &s3_settings(&args.storage), false)?;
     let manifest = verify::load_manifest(&storage, None).await?;
     let _ = write!(std::io::stdout(), "{}", describe(&manifest));
     Ok(manifest_summary(&manifest, &args.from))
@@ -397,7 +205,7 @@ async fn run_inspect(args: InspectArgs) -> Result<AgentSummary> {
 
 async fn run_delete(args: DeleteArgs) -> Result<AgentSummary> {
     let options =
-        DeleteOptions { location: args.location.clone(), s3: args.storage.settings(), break_lock: args.break_lock };
+        DeleteOptions { location: args.location.clone(), s3: s3_settings(&args.storage), break_lock: args.break_lock };
     let report = delete::run(&options).await?;
     Ok(AgentSummary {
         ok: true,

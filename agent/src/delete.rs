@@ -177,7 +177,7 @@ async fn take_lock(target: &Target, text: &str, files: &[(String, u64)], break_l
     }
     Err(AgentError::LocationLocked {
         location: text.trim_end_matches('/').into(),
-        holder: visitors_api::text::truncate_on_char_boundary(holder, 200),
+        holder: visitors_agent_contract::text::truncate_on_char_boundary(holder, 200),
     })
 }
 

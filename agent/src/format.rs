@@ -16,12 +16,22 @@ pub const DATA_FORMAT: &str = "load-data-tsv";
 /// so the `mariadb` client reads them as they are and routine bodies keep their `;`.
 pub const STATEMENT_END: &str = ";;";
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
     Zstd,
     Gzip,
     None,
+}
+
+impl From<visitors_agent_contract::Compression> for Compression {
+    fn from(compression: visitors_agent_contract::Compression) -> Self {
+        match compression {
+            visitors_agent_contract::Compression::Zstd => Self::Zstd,
+            visitors_agent_contract::Compression::Gzip => Self::Gzip,
+            visitors_agent_contract::Compression::None => Self::None,
+        }
+    }
 }
 
 impl Compression {

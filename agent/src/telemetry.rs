@@ -1,24 +1,17 @@
 //! Logs on stderr and, when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans exported over
-//! OTLP/HTTP with the controllers' exporter (`controller_common::telemetry`). A run started by
+//! OTLP/HTTP with the exporter the controllers use too (`visitors_telemetry`). A run started by
 //! a controller gets `TRACEPARENT` (W3C trace context): its spans are then children of the
 //! controller's span, in the same trace. Spans carry names of databases, tables and files,
 //! never credentials.
 
-use std::collections::HashMap;
 use std::io::IsTerminal;
 
-use controller_common::telemetry::{OTLP_ENDPOINT_ENV, otel_layer, tracer_provider};
-use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
+use visitors_telemetry::{TRACEPARENT_ENV, otel_layer, otlp_endpoint, service_name, tracer_provider};
 
-/// The W3C trace context the agent's spans continue.
-pub const TRACEPARENT_ENV: &str = "TRACEPARENT";
-const TRACESTATE_ENV: &str = "TRACESTATE";
 const SERVICE: &str = "visitors-agent";
 
 /// Keeps span export alive; [`Telemetry::shutdown`] flushes what is pending.
@@ -36,9 +29,8 @@ pub fn init() -> Telemetry {
         .with_target(false)
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
-    let service = std::env::var("OTEL_SERVICE_NAME").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| SERVICE.into());
-    let endpoint = std::env::var(OTLP_ENDPOINT_ENV).ok().filter(|e| !e.is_empty());
-    let provider = endpoint.and_then(|endpoint| match tracer_provider(&endpoint, &service) {
+    let service = service_name(SERVICE);
+    let provider = otlp_endpoint().and_then(|endpoint| match tracer_provider(&endpoint, &service) {
         Ok(provider) => Some(provider),
         Err(error) => {
             eprintln!("warning: spans are not exported: {error}");
@@ -55,7 +47,7 @@ impl Telemetry {
     /// Flushes pending spans; call before the process exits.
     pub fn shutdown(mut self) {
         if let Some(provider) = self.provider.take()
-            && let Err(error) = provider.shutdown()
+            && let Err(error) = visitors_telemetry::shut_down(provider)
         {
             eprintln!("warning: could not flush spans: {error}");
         }
@@ -64,13 +56,7 @@ impl Telemetry {
 
 /// Makes `span` a child of the trace context in `TRACEPARENT` (and `TRACESTATE`), if any.
 pub fn continue_trace(span: &tracing::Span) {
-    let Some(traceparent) = std::env::var(TRACEPARENT_ENV).ok().filter(|v| !v.is_empty()) else { return };
-    let mut carrier = HashMap::from([("traceparent".to_string(), traceparent)]);
-    if let Some(tracestate) = std::env::var(TRACESTATE_ENV).ok().filter(|v| !v.is_empty()) {
-        carrier.insert("tracestate".into(), tracestate);
-    }
-    let parent = TraceContextPropagator::new().extract(&carrier);
-    if let Err(error) = span.set_parent(parent) {
+    if let Err(error) = visitors_telemetry::continue_trace_from_env(span) {
         tracing::warn!("cannot continue the trace of {TRACEPARENT_ENV}: {error}");
     }
 }

@@ -10,7 +10,7 @@ use visitors_agent::AgentError;
 use visitors_agent::delete::{self, DeleteOptions};
 use visitors_agent::format::{LOCK_FILE, MANIFEST_FILE};
 use visitors_agent::storage::{S3Settings, Storage};
-use visitors_api::agent_summary::{AgentSummary, Operation};
+use visitors_agent_contract::summary::{AgentSummary, Operation};
 
 use crate::support::{MariaDb, Moto};
 use crate::{back_up, file_location, files_under, small_backup};

@@ -6,7 +6,7 @@ use std::process::Command;
 use visitors_agent::AgentError;
 use visitors_agent::backup;
 use visitors_agent::format::MANIFEST_FILE;
-use visitors_api::agent_summary::{AgentSummary, MAX_SUMMARY_BYTES};
+use visitors_agent_contract::summary::{AgentSummary, MAX_SUMMARY_BYTES};
 
 use crate::support::{MariaDb, PASSWORD, USER, free_port};
 use crate::{file_location, files_under, small_backup};

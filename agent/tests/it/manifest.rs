@@ -133,7 +133,7 @@ async fn the_cli_checks_the_expected_manifest_sha256() {
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        let summary: visitors_api::agent_summary::AgentSummary =
+        let summary: visitors_agent_contract::summary::AgentSummary =
             serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
         (output.status.code().unwrap(), summary)
     };

@@ -2,7 +2,6 @@
 //! termination message: the contract between the agent and the controllers that read it.
 //! It must stay under 4 KiB when serialised (a Kubernetes termination message limit).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
 /// Where a Job's agent writes its summary; the pod's `terminationMessagePath`.
@@ -66,37 +65,6 @@ pub struct AgentSummary {
     /// SHA-256 of `manifest.json`, hex.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifest_sha256: Option<String>,
-}
-
-impl AgentSummary {
-    /// When the agent started, if it said so in a form Kubernetes can hold.
-    pub fn started(&self) -> Option<Time> {
-        parse_time(self.started_at.as_deref())
-    }
-
-    /// When the agent finished, if it said so.
-    pub fn finished(&self) -> Option<Time> {
-        parse_time(self.finished_at.as_deref())
-    }
-
-    /// The tables and rows it counted, as a status holds them.
-    pub fn counts(&self) -> (Option<i64>, Option<i64>) {
-        (status_count(self.tables), status_count(self.rows))
-    }
-}
-
-fn parse_time(text: Option<&str>) -> Option<Time> {
-    text.and_then(|t| t.parse::<jiff::Timestamp>().ok()).map(Time)
-}
-
-/// A count as a status field holds it (an `int64`).
-pub fn status_count(n: Option<u64>) -> Option<i64> {
-    n.map(|n| i64::try_from(n).unwrap_or(i64::MAX))
-}
-
-/// Seconds from `start` to `end`.
-pub fn seconds_between(start: &Time, end: &Time) -> f64 {
-    (end.0.as_millisecond() - start.0.as_millisecond()) as f64 / 1000.0
 }
 
 impl AgentSummary {

@@ -1,0 +1,513 @@
+//! The agent's command line as types: the agent parses it with these (`AgentCli::parse`), and
+//! the controllers build their Jobs' arguments from them ([`AgentCli::to_args`]), so the two
+//! sides cannot drift apart. What a Job passes through the environment (the database, the
+//! storage and their credentials, see [`crate::env`]) is left out of the arguments.
+
+use std::fmt::Display;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::env;
+
+/// The default of `--parallelism`.
+pub const DEFAULT_PARALLELISM: usize = 2;
+/// The port used when neither `--port` nor `MYSQL_TCP_PORT` says another.
+pub const DEFAULT_PORT: u16 = 3306;
+/// The account used when neither `--user` nor `MYSQL_USER` says another.
+pub const DEFAULT_USER: &str = "root";
+/// The S3 region used when neither `--aws-region` nor `AWS_REGION` says another.
+pub const DEFAULT_REGION: &str = "us-east-1";
+
+const ENVIRONMENT_HELP: &str = "\
+Environment:
+  MYSQL_PWD               MySQL password (or --password-file; never a flag value)
+  AWS_ACCESS_KEY_ID       S3 access key id (or --aws-access-key-id)
+  AWS_SECRET_ACCESS_KEY   S3 secret key (environment only)
+  AWS_SESSION_TOKEN       S3 session token (environment only, optional)
+  AWS_REGION              S3 region (default us-east-1)
+  AWS_ENDPOINT_URL        S3-compatible endpoint, http:// allowed (optional)
+  AWS_S3_FORCE_PATH_STYLE true to address buckets by path (always so with a custom endpoint)
+  RUST_LOG                log filter (default info), logs and progress go to stderr
+  OTEL_EXPORTER_OTLP_ENDPOINT  export spans over OTLP/HTTP to this collector (optional)
+  TRACEPARENT             W3C trace context the spans continue (optional)
+
+Exit status: 0 on full success, 1 on any failure (the summary's error says why), 2 on bad usage.";
+
+#[derive(Parser, Debug, Clone, PartialEq)]
+#[command(name = "visitors-agent", version, about = "Consistent, parallel, verifiable MySQL/MariaDB logical backups", after_help = ENVIRONMENT_HELP)]
+pub struct AgentCli {
+    /// Also write the JSON summary to this file (a Job passes /dev/termination-log).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub summary_file: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Back up databases to a directory or a bucket; manifest.json is written last.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Backup(BackupArgs),
+    /// Check a backup completely, then restore it.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Restore(RestoreArgs),
+    /// Check a backup's files and, with --host, compare a database with it.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Verify(VerifyArgs),
+    /// Describe a backup from its manifest.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Inspect(InspectArgs),
+    /// Delete one stored backup: manifest.json first, then its other files and folders.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Delete(DeleteArgs),
+}
+
+#[derive(Args, Debug, Clone, Default, PartialEq)]
+pub struct ConnectionArgs {
+    /// MySQL server host.
+    #[arg(long, env = env::MYSQL_HOST)]
+    pub host: Option<String>,
+    /// MySQL server port (default 3306).
+    #[arg(long, env = env::MYSQL_TCP_PORT)]
+    pub port: Option<u16>,
+    /// MySQL account (default root).
+    #[arg(long, env = env::MYSQL_USER)]
+    pub user: Option<String>,
+    /// File holding the password (first line); otherwise MYSQL_PWD is used.
+    #[arg(long, value_name = "PATH")]
+    pub password_file: Option<PathBuf>,
+    /// Database to include (repeatable); default: every non-system database.
+    #[arg(long = "database", value_name = "NAME")]
+    pub databases: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone, Default, PartialEq)]
+pub struct StorageArgs {
+    #[arg(long, env = env::AWS_ACCESS_KEY_ID, hide_env_values = true)]
+    pub aws_access_key_id: Option<String>,
+    /// S3 region (default us-east-1).
+    #[arg(long, env = env::AWS_REGION)]
+    pub aws_region: Option<String>,
+    #[arg(long, env = env::AWS_ENDPOINT_URL)]
+    pub aws_endpoint_url: Option<String>,
+    #[arg(long, env = env::AWS_S3_FORCE_PATH_STYLE, default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::FalseyValueParser::new())]
+    pub aws_s3_force_path_style: bool,
+}
+
+/// Compression of a backup's data chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Compression {
+    Zstd,
+    Gzip,
+    None,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct BackupArgs {
+    /// Where to write: s3://bucket/prefix or file:///abs/path (must not hold a backup yet).
+    #[arg(long, value_name = "LOCATION")]
+    pub to: String,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    #[arg(long, value_enum, default_value = "zstd")]
+    pub compression: Compression,
+    /// Compression level (zstd default 1, gzip default 6).
+    #[arg(long)]
+    pub compression_level: Option<i32>,
+    /// Worker connections, all in one snapshot.
+    #[arg(long, default_value_t = DEFAULT_PARALLELISM)]
+    pub parallelism: usize,
+    /// Uncompressed MiB per chunk file (one transaction each at restore).
+    #[arg(long, default_value_t = 64)]
+    pub chunk_mib: u64,
+    /// Tables estimated larger than this many MiB are split into primary key ranges.
+    #[arg(long, default_value_t = 128)]
+    pub split_mib: u64,
+    /// Split tables by this many bytes instead of --split-mib (for testing).
+    #[arg(long, hide = true)]
+    pub split_bytes: Option<u64>,
+    /// Close chunk files after this many bytes instead of --chunk-mib (for testing).
+    #[arg(long, hide = true)]
+    pub chunk_bytes: Option<u64>,
+    /// Record CHECKSUM TABLE of every table (read in the snapshot) for `verify --checksum`.
+    #[arg(long)]
+    pub table_checksums: bool,
+    /// Also back up the accounts with privileges on the databases, and those grants (users.sql).
+    #[arg(long)]
+    pub users: bool,
+    /// Seconds between progress lines on stderr (0: none).
+    #[arg(long, default_value_t = 10)]
+    pub progress_interval: u64,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct RestoreArgs {
+    /// The backup: s3://bucket/prefix or file:///abs/path.
+    #[arg(long, value_name = "LOCATION")]
+    pub from: String,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// Chunks loaded at once.
+    #[arg(long, default_value_t = DEFAULT_PARALLELISM)]
+    pub parallelism: usize,
+    /// Refuse the backup unless manifest.json has this SHA-256 (the backup run's manifestSha256).
+    #[arg(long, value_name = "HEX")]
+    pub expect_manifest_sha256: Option<String>,
+    /// Drop each database of the backup that exists on the server, then restore it.
+    #[arg(long)]
+    pub drop_existing: bool,
+    /// Recreate the accounts and grants of a backup taken with --users (existing accounts are kept).
+    #[arg(long)]
+    pub users: bool,
+    /// Keep the restore out of the binary log (sql_log_bin=0; needs the privilege).
+    #[arg(long)]
+    pub skip_binlog: bool,
+    /// Seconds between progress lines on stderr (0: none).
+    #[arg(long, default_value_t = 10)]
+    pub progress_interval: u64,
+    /// Only load and check each database in its staging schema and leave it there, marked
+    /// complete, for --from-stage; the target is not touched.
+    #[arg(long, conflicts_with = "from_stage")]
+    pub stage_only: bool,
+    /// Check the copy staged by --stage-only from this backup against the manifest again (row
+    /// counts, checksums) and swap it in; refused when there is none.
+    #[arg(long)]
+    pub from_stage: bool,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct VerifyArgs {
+    /// The backup to compare the database with: s3://bucket/prefix or file:///abs/path.
+    #[arg(long, value_name = "LOCATION")]
+    pub from: String,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// Refuse the backup unless manifest.json has this SHA-256 (the backup run's manifestSha256).
+    #[arg(long, value_name = "HEX")]
+    pub expect_manifest_sha256: Option<String>,
+    /// Also compare CHECKSUM TABLE with the backup (needs a backup taken with --table-checksums).
+    #[arg(long)]
+    pub checksum: bool,
+    /// Tables counted at once.
+    #[arg(long, default_value_t = DEFAULT_PARALLELISM)]
+    pub parallelism: usize,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct InspectArgs {
+    /// The backup to describe: s3://bucket/prefix or file:///abs/path.
+    #[arg(long, value_name = "LOCATION")]
+    pub from: String,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct DeleteArgs {
+    /// The backup to delete: s3://bucket/prefix or file:///abs/path. Refused unless every file
+    /// there is a backup file; a location with no files left succeeds (already deleted).
+    #[arg(value_name = "LOCATION")]
+    pub location: String,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// Delete even when a backup's .backup.lock is there (only when no backup runs there).
+    #[arg(long)]
+    pub break_lock: bool,
+}
+
+impl Compression {
+    /// The name `--compression` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::Zstd => "zstd",
+            Compression::Gzip => "gzip",
+            Compression::None => "none",
+        }
+    }
+}
+
+/// Arguments as the agent's parser reads them: every value that is not its parser's default
+/// source (the environment) is written out, a flag only when it is set.
+#[derive(Default)]
+struct Rendered(Vec<String>);
+
+impl Rendered {
+    fn value(&mut self, flag: &str, value: impl Display) -> &mut Self {
+        self.0.extend([flag.to_string(), value.to_string()]);
+        self
+    }
+
+    fn optional(&mut self, flag: &str, value: Option<impl Display>) -> &mut Self {
+        if let Some(value) = value {
+            self.value(flag, value);
+        }
+        self
+    }
+
+    fn flag(&mut self, flag: &str, set: bool) -> &mut Self {
+        if set {
+            self.0.push(flag.to_string());
+        }
+        self
+    }
+
+    fn word(&mut self, word: impl Display) -> &mut Self {
+        self.0.push(word.to_string());
+        self
+    }
+}
+
+impl AgentCli {
+    /// The arguments (after the program's name) that parse back into `self`.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = Rendered::default();
+        args.optional("--summary-file", self.summary_file.as_ref().map(|path| path.display()));
+        args.0.extend(self.command.to_args());
+        args.0
+    }
+}
+
+impl Command {
+    /// The subcommand and its arguments.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = Rendered::default();
+        match self {
+            Command::Backup(backup) => {
+                args.word("backup").value("--to", &backup.to);
+                backup.connection.render(&mut args);
+                backup.storage.render(&mut args);
+                args.value("--compression", backup.compression.as_str())
+                    .optional("--compression-level", backup.compression_level)
+                    .value("--parallelism", backup.parallelism)
+                    .value("--chunk-mib", backup.chunk_mib)
+                    .value("--split-mib", backup.split_mib)
+                    .optional("--split-bytes", backup.split_bytes)
+                    .optional("--chunk-bytes", backup.chunk_bytes)
+                    .flag("--table-checksums", backup.table_checksums)
+                    .flag("--users", backup.users)
+                    .value("--progress-interval", backup.progress_interval);
+            }
+            Command::Restore(restore) => {
+                args.word("restore").value("--from", &restore.from);
+                restore.connection.render(&mut args);
+                restore.storage.render(&mut args);
+                args.flag("--drop-existing", restore.drop_existing)
+                    .value("--parallelism", restore.parallelism)
+                    .value("--progress-interval", restore.progress_interval)
+                    .optional("--expect-manifest-sha256", restore.expect_manifest_sha256.as_ref())
+                    .flag("--users", restore.users)
+                    .flag("--skip-binlog", restore.skip_binlog)
+                    .flag("--stage-only", restore.stage_only)
+                    .flag("--from-stage", restore.from_stage);
+            }
+            Command::Verify(verify) => {
+                args.word("verify").value("--from", &verify.from);
+                verify.connection.render(&mut args);
+                verify.storage.render(&mut args);
+                args.optional("--expect-manifest-sha256", verify.expect_manifest_sha256.as_ref())
+                    .flag("--checksum", verify.checksum)
+                    .value("--parallelism", verify.parallelism);
+            }
+            Command::Inspect(inspect) => {
+                args.word("inspect").value("--from", &inspect.from);
+                inspect.storage.render(&mut args);
+            }
+            Command::Delete(delete) => {
+                args.word("delete").word(&delete.location);
+                delete.storage.render(&mut args);
+                args.flag("--break-lock", delete.break_lock);
+            }
+        }
+        args.0
+    }
+}
+
+impl ConnectionArgs {
+    fn render(&self, args: &mut Rendered) {
+        args.optional("--host", self.host.as_ref())
+            .optional("--port", self.port)
+            .optional("--user", self.user.as_ref())
+            .optional("--password-file", self.password_file.as_ref().map(|path| path.display()));
+        for database in &self.databases {
+            args.value("--database", database);
+        }
+    }
+
+    /// The port to connect to.
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or(DEFAULT_PORT)
+    }
+
+    /// The account to connect as.
+    pub fn user(&self) -> &str {
+        self.user.as_deref().unwrap_or(DEFAULT_USER)
+    }
+}
+
+impl StorageArgs {
+    fn render(&self, args: &mut Rendered) {
+        args.optional("--aws-access-key-id", self.aws_access_key_id.as_ref())
+            .optional("--aws-region", self.aws_region.as_ref())
+            .optional("--aws-endpoint-url", self.aws_endpoint_url.as_ref());
+        if self.aws_s3_force_path_style {
+            args.value("--aws-s3-force-path-style", true);
+        }
+    }
+
+    /// The S3 region.
+    pub fn region(&self) -> &str {
+        self.aws_region.as_deref().unwrap_or(DEFAULT_REGION)
+    }
+}
+
+impl BackupArgs {
+    /// A backup to `to` with every option at its default.
+    pub fn to(to: impl Into<String>) -> Self {
+        BackupArgs {
+            to: to.into(),
+            connection: ConnectionArgs::default(),
+            storage: StorageArgs::default(),
+            compression: Compression::Zstd,
+            compression_level: None,
+            parallelism: DEFAULT_PARALLELISM,
+            chunk_mib: 64,
+            split_mib: 128,
+            split_bytes: None,
+            chunk_bytes: None,
+            table_checksums: false,
+            users: false,
+            progress_interval: 10,
+        }
+    }
+}
+
+impl RestoreArgs {
+    /// A restore from `from` with every option at its default.
+    pub fn from(from: impl Into<String>) -> Self {
+        RestoreArgs {
+            from: from.into(),
+            connection: ConnectionArgs::default(),
+            storage: StorageArgs::default(),
+            parallelism: DEFAULT_PARALLELISM,
+            expect_manifest_sha256: None,
+            drop_existing: false,
+            users: false,
+            skip_binlog: false,
+            progress_interval: 10,
+            stage_only: false,
+            from_stage: false,
+        }
+    }
+}
+
+impl DeleteArgs {
+    /// A delete of `location` with every option at its default.
+    pub fn of(location: impl Into<String>) -> Self {
+        DeleteArgs { location: location.into(), storage: StorageArgs::default(), break_lock: false }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[String]) -> AgentCli {
+        let program = std::iter::once("visitors-agent".to_string());
+        AgentCli::try_parse_from(program.chain(args.iter().cloned())).unwrap_or_else(|e| panic!("{e}: {args:?}"))
+    }
+
+    fn every_command() -> Vec<Command> {
+        let connection = ConnectionArgs {
+            host: Some("db".into()),
+            port: Some(3307),
+            user: Some("backup".into()),
+            password_file: Some("/run/password".into()),
+            databases: vec!["visitors".into(), "other".into()],
+        };
+        let storage = StorageArgs {
+            aws_access_key_id: Some("AKIA".into()),
+            aws_region: Some("eu-west-3".into()),
+            aws_endpoint_url: Some("http://minio:9000".into()),
+            aws_s3_force_path_style: true,
+        };
+        let backup = BackupArgs {
+            connection: connection.clone(),
+            storage: storage.clone(),
+            compression: Compression::Gzip,
+            compression_level: Some(9),
+            parallelism: 4,
+            chunk_mib: 16,
+            split_mib: 32,
+            split_bytes: Some(1000),
+            chunk_bytes: Some(2000),
+            table_checksums: true,
+            users: true,
+            progress_interval: 30,
+            ..BackupArgs::to("s3://bucket/prefix")
+        };
+        let restore = RestoreArgs {
+            connection: connection.clone(),
+            storage: storage.clone(),
+            parallelism: 3,
+            expect_manifest_sha256: Some("ab".repeat(32)),
+            drop_existing: true,
+            users: true,
+            skip_binlog: true,
+            progress_interval: 0,
+            stage_only: true,
+            ..RestoreArgs::from("file:///backup/x")
+        };
+        let verify = VerifyArgs {
+            from: "file:///backup/x".into(),
+            connection,
+            storage: storage.clone(),
+            expect_manifest_sha256: Some("cd".repeat(32)),
+            checksum: true,
+            parallelism: 5,
+        };
+        vec![
+            Command::Backup(BackupArgs::to("file:///backup/plain")),
+            Command::Backup(backup),
+            Command::Restore(RestoreArgs::from("s3://bucket/plain")),
+            Command::Restore(RestoreArgs { stage_only: false, from_stage: true, ..restore.clone() }),
+            Command::Restore(restore),
+            Command::Verify(verify),
+            Command::Inspect(InspectArgs { from: "s3://b/p".into(), storage: storage.clone() }),
+            Command::Delete(DeleteArgs { break_lock: true, storage, ..DeleteArgs::of("s3://b/p/run") }),
+            Command::Delete(DeleteArgs::of("file:///backup/run")),
+        ]
+    }
+
+    #[test]
+    fn every_command_parses_back_into_itself() {
+        for command in every_command() {
+            for summary_file in [None, Some(PathBuf::from("/dev/termination-log"))] {
+                let cli = AgentCli { summary_file, command: command.clone() };
+                assert_eq!(parse(&cli.to_args()), cli);
+            }
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_parsers_defaults() {
+        let backup = parse(&["backup".into(), "--to".into(), "file:///b".into()]);
+        assert_eq!(backup.command, Command::Backup(BackupArgs::to("file:///b")));
+        let restore = parse(&["restore".into(), "--from".into(), "file:///b".into()]);
+        assert_eq!(restore.command, Command::Restore(RestoreArgs::from("file:///b")));
+        let delete = parse(&["delete".into(), "file:///b".into()]);
+        assert_eq!(delete.command, Command::Delete(DeleteArgs::of("file:///b")));
+    }
+
+    #[test]
+    fn the_environment_is_not_rendered_into_arguments() {
+        let args = Command::Restore(RestoreArgs::from("file:///b")).to_args();
+        assert!(args.iter().all(|arg| !arg.starts_with("--host") && !arg.starts_with("--aws")), "{args:?}");
+    }
+}

@@ -1,0 +1,49 @@
+//! The environment variables the agent reads. A Job hands the agent its database and storage
+//! this way (credentials only by Secret reference), and its trace context.
+
+pub use visitors_telemetry::{OTLP_ENDPOINT_ENV, SERVICE_NAME_ENV, TRACEPARENT_ENV, TRACESTATE_ENV};
+
+/// The MySQL server's host.
+pub const MYSQL_HOST: &str = "MYSQL_HOST";
+/// The MySQL server's port (default 3306).
+pub const MYSQL_TCP_PORT: &str = "MYSQL_TCP_PORT";
+/// The MySQL account (default root).
+pub const MYSQL_USER: &str = "MYSQL_USER";
+/// The MySQL password: environment only, never a flag value.
+pub const MYSQL_PWD: &str = "MYSQL_PWD";
+/// The S3 access key id.
+pub const AWS_ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
+/// The S3 secret key: environment only.
+pub const AWS_SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
+/// The S3 session token: environment only, optional.
+pub const AWS_SESSION_TOKEN: &str = "AWS_SESSION_TOKEN";
+/// The S3 region (default us-east-1).
+pub const AWS_REGION: &str = "AWS_REGION";
+/// An S3-compatible endpoint (http:// allowed).
+pub const AWS_ENDPOINT_URL: &str = "AWS_ENDPOINT_URL";
+/// `true` to address buckets by path.
+pub const AWS_S3_FORCE_PATH_STYLE: &str = "AWS_S3_FORCE_PATH_STYLE";
+/// The log filter.
+pub const RUST_LOG: &str = "RUST_LOG";
+
+/// Every variable the agent reads.
+pub const ALL: [&str; 15] = [
+    MYSQL_HOST,
+    MYSQL_TCP_PORT,
+    MYSQL_USER,
+    MYSQL_PWD,
+    AWS_ACCESS_KEY_ID,
+    AWS_SECRET_ACCESS_KEY,
+    AWS_SESSION_TOKEN,
+    AWS_REGION,
+    AWS_ENDPOINT_URL,
+    AWS_S3_FORCE_PATH_STYLE,
+    RUST_LOG,
+    OTLP_ENDPOINT_ENV,
+    SERVICE_NAME_ENV,
+    TRACEPARENT_ENV,
+    TRACESTATE_ENV,
+];
+
+/// The variables that hold a secret: a Job sets them only from a Secret, never as a value.
+pub const SECRETS: [&str; 3] = [MYSQL_PWD, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN];

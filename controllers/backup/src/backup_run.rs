@@ -1,0 +1,167 @@
+//! One on-demand (or scheduled) backup run: validate → resolve the app, its credentials and
+//! the storage → take the database lock → start the Job → follow it → status from the agent's
+//! summary, release the lock. Every step reads the API, so a restarted controller picks a run
+//! up where it is; a finished run makes no request at all.
+
+use controller_common::agent_job::RunEnd;
+use controller_common::operation::{DatabaseOperation, JobSteps, Wait};
+use controller_common::reconcile::ApiError;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use visitors_agent_contract::summary::Operation;
+use visitors_api::backup::BackupPhase;
+use visitors_api::conditions::reason;
+use visitors_api::{MySQLBackup, MySQLBackupStatus};
+
+use crate::build::backup_path;
+use crate::build::job::{backup_job, job_name};
+use crate::context::{Context, Error};
+use crate::metrics::SourceLabels;
+use crate::{status, validate};
+
+pub async fn reconcile(backup: &MySQLBackup, namespace: &str, ctx: &Context) -> Result<Action, Error> {
+    BackupRun { backup, ctx, op: DatabaseOperation::of(backup, &ctx.runtime, namespace) }.reconcile().await
+}
+
+struct BackupRun<'a> {
+    backup: &'a MySQLBackup,
+    ctx: &'a Context,
+    op: DatabaseOperation<'a, MySQLBackup>,
+}
+
+impl BackupRun<'_> {
+    fn location(&self) -> String {
+        self.backup.spec.storage.location(&backup_path(self.backup))
+    }
+
+    async fn reconcile(&self) -> Result<Action, Error> {
+        let runtime = &self.ctx.runtime;
+        crate::cleanup::keep_finalizer_in_line(self.backup, runtime).await?;
+        if let Err(invalid) = validate::backup(self.backup) {
+            let wrote = self.publish(status::invalid(self.backup, &invalid, now())).await?;
+            if wrote {
+                runtime.report_invalid_spec(self.backup, &invalid).await;
+            }
+            return Ok(runtime.until_spec_changes(self.backup));
+        }
+        if status::is_finished(self.backup) {
+            self.remember_success();
+            return Ok(runtime.converged(self.backup));
+        }
+        self.op.next_step(self, &job_name(self.backup)).await
+    }
+
+    /// Everything the Job needs that the run does not hold: the app, its credentials Secret,
+    /// and the storage's Secret or claim. Returns the credentials Secret's name.
+    async fn resolve(&self) -> Result<Result<String, Wait>, ApiError> {
+        let credentials = match self.op.app_credentials("spec.source.visitorsApp").await? {
+            Ok(credentials) => credentials,
+            Err(wait) => return Ok(Err(wait)),
+        };
+        let claim_field = "spec.storage.persistentVolumeClaim.claimName";
+        Ok(self.op.storage_ready(&self.backup.spec.storage, claim_field).await?.map(|()| credentials))
+    }
+
+    async fn wait(&self, wait: Wait) -> Result<Action, Error> {
+        let before = self.op.waiting_for();
+        if self.publish(status::pending(self.backup, wait.reason, wait.message.clone(), now())).await? {
+            self.op.announce_wait(&wait, before.as_deref()).await;
+        }
+        Ok(self.ctx.runtime.waiting(self.backup))
+    }
+
+    /// Releases the lock first: a status write that fails is retried, a lock held by a finished
+    /// run would only be taken over later.
+    async fn finish(&self, job_name: &str, end: RunEnd) -> Result<Action, Error> {
+        self.op.release_lock().await?;
+        let status = status::finished(self.backup, job_name, &end, self.location(), now());
+        if self.publish(status.clone()).await? {
+            self.announce(&end, &status).await;
+        }
+        Ok(self.ctx.runtime.converged(self.backup))
+    }
+
+    fn source(&self) -> SourceLabels {
+        SourceLabels { namespace: self.op.namespace.to_string(), visitors_app: self.op.app.to_string() }
+    }
+
+    /// A successful run found finished (after a controller restart, the reconcile that
+    /// finished it ran in another process) still counts for the last-success gauge.
+    fn remember_success(&self) {
+        let Some(status) = &self.backup.status else { return };
+        if status.phase == Some(BackupPhase::Succeeded)
+            && let Some(completed) = &status.completion_time
+        {
+            self.ctx.metrics.success_seen(&self.source(), completed.0.as_millisecond() as f64 / 1000.0);
+        }
+    }
+
+    async fn announce(&self, end: &RunEnd, status: &MySQLBackupStatus) {
+        let source = self.source();
+        let completed =
+            status.completion_time.as_ref().map(|t| t.0.as_millisecond() as f64 / 1000.0).unwrap_or_default();
+        let succeeded = matches!(end, RunEnd::Succeeded(_));
+        self.ctx.metrics.run_ended(source, succeeded, completed, status.duration_seconds, status.size_bytes);
+        let stored = || {
+            format!(
+                "backup stored at {}: {} bytes, {} tables, {} rows",
+                status.location.as_deref().unwrap_or_default(),
+                status.size_bytes.unwrap_or_default(),
+                status.tables.unwrap_or_default(),
+                status.rows.unwrap_or_default()
+            )
+        };
+        self.op.announce_end(end, "Backup", stored).await;
+    }
+
+    async fn publish(&self, status: MySQLBackupStatus) -> Result<bool, Error> {
+        Ok(self.op.publish(self.backup.status.as_ref(), &status).await?)
+    }
+}
+
+impl JobSteps for BackupRun<'_> {
+    type Error = Error;
+
+    async fn start(&self, job_name: &str) -> Result<Action, Error> {
+        let credentials = match self.resolve().await? {
+            Ok(credentials) => credentials,
+            Err(wait) => return self.wait(wait).await,
+        };
+        if let Err(wait) = self.op.take_lock().await? {
+            return self.wait(wait).await;
+        }
+        let job = backup_job(self.backup, &self.ctx.settings.inputs(), &credentials);
+        let note = format!("Job {job_name} backs up VisitorsApp {} to {}", self.op.app, self.location());
+        self.op.create_job(&job, note).await?;
+        self.publish(status::running(self.backup, job_name, self.location(), None, now())).await?;
+        // The Job watch wakes the run when the Job changes, ends or disappears.
+        Ok(self.ctx.runtime.watching(self.backup))
+    }
+
+    async fn follow(&self, job: &Job) -> Result<Action, Error> {
+        if !self.op.owns(job) {
+            return self.wait(self.op.job_name_taken(job)).await;
+        }
+        let job_name = job.name_any();
+        let deadline = self.backup.spec.active_deadline_seconds();
+        match self.op.end_of(job, Operation::Backup, deadline).await? {
+            Some(end) => self.finish(&job_name, end).await,
+            None => {
+                let started = controller_common::agent_job::started_at(job);
+                self.publish(status::running(self.backup, &job_name, self.location(), started, now())).await?;
+                Ok(self.ctx.runtime.watching(self.backup))
+            }
+        }
+    }
+
+    async fn job_lost(&self, job_name: &str) -> Result<Action, Error> {
+        let message = format!("Job {job_name} was deleted before it finished; the backup did not complete");
+        self.finish(job_name, RunEnd::Failed { reason: reason::JOB_DELETED, message, summary: None }).await
+    }
+}
+
+fn now() -> Time {
+    Time(jiff::Timestamp::now())
+}

@@ -1,0 +1,227 @@
+//! The start-up and shut-down sequence every controller binary shares:
+//! signals → cluster connection → health server → CRD established → ready → leadership;
+//! then, on SIGTERM or lost leadership, stop reconciling, release the lease, stop serving.
+
+use std::sync::Arc;
+
+use futures::Stream;
+use k8s_openapi::api::batch::v1::Job;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use visitors_api::labels::Component;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::args::{AgentControllerArgs, ControllerArgs, ENVIRONMENT_HELP};
+use crate::backoff::ObjectBackoff;
+use crate::events::Events;
+use crate::leader::{self, Leadership};
+use crate::metrics::Metrics;
+use crate::operation::AgentSettings;
+use crate::reconcile::Runtime;
+use crate::server::{self, Health};
+use crate::shutdown;
+use crate::startup::{self, StartupError};
+use crate::watch::OwnKind;
+
+/// Who a controller is: its name (field manager, event reporter, lease and service name) and
+/// the CRD it reconciles.
+#[derive(Debug, Clone, Copy)]
+pub struct Identity {
+    /// For example `visitors-controller`.
+    pub name: &'static str,
+    /// For example `visitorsapps.example.com`.
+    pub crd: &'static str,
+}
+
+/// A started controller, ready to reconcile.
+pub struct Started {
+    pub runtime: Arc<Runtime>,
+    /// Cancelled on SIGTERM, SIGINT or lost leadership.
+    pub shutdown: CancellationToken,
+    pub health: Arc<Health>,
+    leadership: Option<Leadership>,
+    server: JoinHandle<std::io::Result<()>>,
+}
+
+/// Runs the start-up sequence. Returns `Ok(None)` when a shutdown signal came while standing
+/// by for leadership.
+pub async fn start(identity: Identity, args: &ControllerArgs) -> Result<Option<Started>, StartupError> {
+    let shutdown = shutdown::on_signals();
+    let client = startup::connect().await?;
+    let metrics = Arc::new(Metrics::new(identity.name));
+    let health = Health::new(metrics.clone());
+    let server = spawn_server(args, health.clone(), shutdown.clone()).await?;
+
+    startup::wait_for_crd(client.clone(), identity.crd, std::time::Duration::from_secs(args.crd_wait_seconds)).await?;
+    // A standby replica is ready too: it is healthy and takes over when the leader goes. If
+    // readiness waited for leadership, a rolling update would stall (the new pod waits for the
+    // old one's lease, the old one is kept until the new one is ready).
+    health.set_ready(true);
+
+    let leadership = if args.leader_election {
+        let lease = format!("{}-leader", identity.name);
+        match leader::acquire(client.clone(), &lease, &args.lease_namespace(), &args.identity(), &shutdown).await? {
+            Some(leadership) => {
+                leadership.stop_on_loss(shutdown.clone());
+                Some(leadership)
+            }
+            None => return Ok(None),
+        }
+    } else {
+        None
+    };
+    metrics.set_leader(true);
+
+    let runtime = Arc::new(Runtime {
+        client: client.clone(),
+        metrics,
+        backoff: ObjectBackoff::new(args.backoff_base(), args.backoff_max()),
+        events: Events::new(client, identity.name, Some(args.identity())),
+        field_manager: identity.name.to_string(),
+        resync: args.resync(),
+    });
+    tracing::info!(controller = identity.name, namespace = args.watch_namespace().unwrap_or("<all>"), "reconciling");
+    Ok(Some(Started { runtime, shutdown, health, leadership, server }))
+}
+
+async fn spawn_server(
+    args: &ControllerArgs,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+) -> Result<JoinHandle<std::io::Result<()>>, StartupError> {
+    let address = args.metrics_address;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| StartupError::Server { address: address.to_string(), reason: e.to_string() })?;
+    tracing::info!(%address, "serving /metrics, /healthz and /readyz");
+    Ok(tokio::spawn(async move {
+        axum::serve(listener, server::router(health)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    }))
+}
+
+impl Started {
+    /// Called once the controller loop has ended: stops being ready, releases the lease and
+    /// stops the HTTP server.
+    pub async fn finish(self) {
+        self.health.set_ready(false);
+        self.runtime.metrics.set_leader(false);
+        self.shutdown.cancel();
+        if let Some(leadership) = self.leadership {
+            leadership.release().await;
+        }
+        match self.server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "the HTTP server failed"),
+            Err(error) => tracing::warn!(%error, "the HTTP server task failed"),
+        }
+        tracing::info!("stopped");
+    }
+}
+
+/// The whole life of a controller binary: telemetry, start-up, `reconcile_until` shutdown,
+/// then clean-up. Start-up errors are printed as one line and give a non-zero exit code.
+pub async fn main<F, Fut>(identity: Identity, args: &ControllerArgs, reconcile_until: F) -> std::process::ExitCode
+where
+    F: FnOnce(Arc<Runtime>, CancellationToken) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let _telemetry = match crate::telemetry::init(identity.name, args.log_format) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("{}: {error}", identity.name);
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match start(identity, args).await {
+        Ok(Some(started)) => {
+            reconcile_until(started.runtime.clone(), started.shutdown.clone()).await;
+            started.finish().await;
+            std::process::ExitCode::SUCCESS
+        }
+        Ok(None) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "cannot start");
+            eprintln!("{}: {error}", identity.name);
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// What a controller that runs the agent in Jobs reconciles with, once started.
+pub struct AgentController {
+    pub runtime: Arc<Runtime>,
+    /// The namespace it watches, or `None` for all.
+    pub namespace: Option<String>,
+    pub settings: AgentSettings,
+    /// Cancelled on SIGTERM, SIGINT or lost leadership.
+    pub shutdown: CancellationToken,
+}
+
+impl AgentController {
+    /// The namespace watched, as the API calls take it.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// What every controller of operations watches: the objects of kind `K` (and the cache
+    /// they fill), and their agent Jobs of tier `component`.
+    #[allow(clippy::type_complexity)]
+    pub fn operations<K>(
+        &self,
+        component: Component,
+    ) -> (
+        Store<K>,
+        impl Stream<Item = Result<K, watcher::Error>> + Send + use<K>,
+        impl Stream<Item = Result<PartialObjectMeta<Job>, watcher::Error>> + Send + use<K>,
+    )
+    where
+        K: OwnKind,
+    {
+        let client = self.runtime.client.clone();
+        let (reader, objects) = crate::watch::own_kind::<K>(client.clone(), self.namespace());
+        (reader, objects, crate::watch::agent_jobs(client, self.namespace(), component))
+    }
+}
+
+/// [`main`] for a controller that runs the agent in Jobs: `reconcile_until` gets the namespace
+/// to watch and the agent's settings besides.
+pub async fn main_with_agent<F, Fut>(
+    identity: Identity,
+    args: AgentControllerArgs,
+    reconcile_until: F,
+) -> std::process::ExitCode
+where
+    F: FnOnce(AgentController) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let namespace = args.common.watch_namespace().map(str::to_string);
+    let settings = AgentSettings::from_env(args.agent_image);
+    main(identity, &args.common, |runtime, shutdown| {
+        reconcile_until(AgentController { runtime, namespace, settings, shutdown })
+    })
+    .await
+}
+
+/// The whole `main` of a controller that runs the agent in Jobs: its command line (the shared
+/// flags and `--agent-image`, `about` as its description), then [`main_with_agent`].
+pub async fn agent_controller_main<F, Fut>(
+    identity: Identity,
+    about: &'static str,
+    reconcile_until: F,
+) -> std::process::ExitCode
+where
+    F: FnOnce(AgentController) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    use clap::{Args, FromArgMatches};
+    let command = AgentControllerArgs::augment_args(clap::Command::new(identity.name))
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(about)
+        .after_help(ENVIRONMENT_HELP);
+    let matches = command.get_matches();
+    let args = AgentControllerArgs::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    main_with_agent(identity, args, reconcile_until).await
+}
