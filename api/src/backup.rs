@@ -10,6 +10,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::schedule::Plan;
 use crate::storage::BackupStorage;
 use crate::validation::{InvalidSpec, Problems, dns_subdomain};
 use crate::visitors_app::DeletionPolicy;
@@ -25,7 +26,7 @@ pub const DEFAULT_KEEP_FAILED: i32 = 3;
 /// Condition types of a MySQLBackup besides `Ready`.
 pub mod condition {
     /// Run: True while it waits to start (the reason names what for), False once its Job runs.
-    pub const PENDING: &str = "Pending";
+    pub use crate::conditions::PENDING;
     /// Schedule: whether its cron expression and time zone are usable.
     pub const SCHEDULE_VALID: &str = "ScheduleValid";
     /// Schedule: whether the newest finished run succeeded.
@@ -33,6 +34,29 @@ pub mod condition {
     /// Run being deleted under `deletionPolicy: Delete`: True while its stored backup is being
     /// deleted, False (reason `StorageDeleteFailed`) when the storage refused.
     pub const DELETING: &str = "Deleting";
+}
+
+/// Reasons of a MySQLBackup's conditions besides those every operation has
+/// ([`crate::conditions::reason`]).
+pub mod reason {
+    /// Schedule, `ScheduleValid` True.
+    pub const VALID: &str = "Valid";
+    /// Schedule, `ScheduleValid` False.
+    pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
+    /// Schedule, `LastBackupSucceeded` Unknown.
+    pub const NO_RUN_FINISHED: &str = "NoRunFinished";
+    /// Schedule, `LastBackupSucceeded` False.
+    pub const FAILED: &str = "Failed";
+    /// Schedule, `Ready` True while runs are created.
+    pub const SCHEDULED: &str = "Scheduled";
+    /// Schedule, `Ready` True while `suspend` is set.
+    pub const SUSPENDED: &str = "Suspended";
+    /// Run being deleted, `Deleting` True.
+    pub const DELETING_STORAGE: &str = "DeletingStorage";
+    /// Run being deleted, `Deleting` False: the storage refused.
+    pub const STORAGE_DELETE_FAILED: &str = "StorageDeleteFailed";
+    /// Run being deleted, `Deleting` False: the spec no longer points where the backup is.
+    pub const STORAGE_LOCATION_CHANGED: &str = "StorageLocationChanged";
 }
 
 /// A backup of a VisitorsApp's database: a single run, or a schedule of runs.
@@ -179,17 +203,6 @@ pub enum Compression {
     None,
 }
 
-impl Compression {
-    /// The name the agent's `--compression` flag takes.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Compression::Zstd => "zstd",
-            Compression::Gzip => "gzip",
-            Compression::None => "none",
-        }
-    }
-}
-
 /// What a schedule does when a fire time comes while a run is active.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum ConcurrencyPolicy {
@@ -293,16 +306,21 @@ impl MySQLBackupSpec {
         self.deletion_policy.unwrap_or_default()
     }
 
-    pub fn validate(&self) -> Result<(), InvalidSpec> {
+    /// Checks the spec and parses a schedule's cron expression and time zone, once: the plan is
+    /// what the schedule then runs on (`None` for a run).
+    pub fn checked(&self) -> Result<Option<Plan>, InvalidSpec> {
         let mut problems = Problems::default();
         problems.check("spec.source.visitorsApp", dns_subdomain(&self.source.visitors_app));
         self.storage.validate("spec.storage", &mut problems);
         validate_parallelism("spec.parallelism", self.parallelism, &mut problems);
         validate_deadline("spec.activeDeadlineSeconds", self.active_deadline_seconds, &mut problems);
-        if let Some(schedule) = &self.schedule {
-            schedule.validate(&mut problems);
-        }
-        problems.into_result()
+        let plan = self.schedule.as_ref().and_then(|schedule| schedule.checked(&mut problems));
+        problems.into_result().map(|()| plan)
+    }
+
+    /// Checks the spec (see [`Self::checked`]).
+    pub fn validate(&self) -> Result<(), InvalidSpec> {
+        self.checked().map(drop)
     }
 }
 
@@ -319,9 +337,8 @@ impl BackupSchedule {
         self.concurrency_policy.unwrap_or_default()
     }
 
-    fn validate(&self, problems: &mut Problems) {
-        problems.check("spec.schedule.cron", cron_expression(&self.cron));
-        problems.check("spec.schedule.timeZone", time_zone(self.time_zone()));
+    fn checked(&self, problems: &mut Problems) -> Option<Plan> {
+        let plan = Plan::parse(&self.cron, self.time_zone(), problems);
         if let Some(seconds) = self.starting_deadline_seconds
             && seconds < 1
         {
@@ -330,6 +347,7 @@ impl BackupSchedule {
         if let Some(retention) = &self.retention {
             retention.validate(problems);
         }
+        plan
     }
 }
 
@@ -371,27 +389,6 @@ fn parse_age(text: &str) -> Result<Duration, String> {
         return Err(format!("{text:?} must be longer than zero"));
     }
     Ok(Duration::from_secs_f64(seconds))
-}
-
-/// Checks a standard 5-field cron expression (no seconds field, no year field).
-pub fn cron_expression(expression: &str) -> Result<(), String> {
-    let fields = expression.split_whitespace().count();
-    if fields != 5 {
-        return Err(format!(
-            "{expression:?} has {fields} fields; use the standard 5: minute hour day-of-month month day-of-week (for example \"0 3 * * *\")"
-        ));
-    }
-    expression
-        .parse::<croner::Cron>()
-        .map(|_| ())
-        .map_err(|e| format!("{expression:?} is not a valid cron expression: {e}"))
-}
-
-/// Checks an IANA time zone name against the time zone database built into the binary.
-pub fn time_zone(name: &str) -> Result<(), String> {
-    jiff::tz::TimeZone::get(name)
-        .map(|_| ())
-        .map_err(|_| format!("{name:?} is not an IANA time zone name (examples: UTC, Europe/Paris, America/New_York)"))
 }
 
 pub(crate) fn validate_parallelism(field: &str, parallelism: Option<i32>, problems: &mut Problems) {

@@ -9,8 +9,46 @@ pub const READY: &str = "Ready";
 pub const DATABASE_READY: &str = "DatabaseReady";
 pub const BACKEND_READY: &str = "BackendReady";
 pub const FRONTEND_READY: &str = "FrontendReady";
+/// An operation (a backup run, a restore): True while it waits to start (the reason names what
+/// for), False once its Job runs.
+pub const PENDING: &str = "Pending";
 /// Reason used on every condition when the spec is invalid.
 pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
+
+/// The reasons of an operation's conditions (a backup run, a restore): waiting, started, and
+/// how its Job ended.
+pub mod reason {
+    /// `Pending` False: the Job was created.
+    pub const STARTED: &str = "Started";
+    /// `Ready` False while the Job runs.
+    pub const RUNNING: &str = "Running";
+    /// `Ready` True: the agent reported success.
+    pub const SUCCEEDED: &str = "Succeeded";
+
+    // What an operation waits for before its Job.
+    pub const WAITING_FOR_VISITORS_APP: &str = "WaitingForVisitorsApp";
+    pub const WAITING_FOR_CREDENTIALS_SECRET: &str = "WaitingForCredentialsSecret";
+    pub const WAITING_FOR_STORAGE_SECRET: &str = "WaitingForStorageSecret";
+    pub const WAITING_FOR_BACKUP_VOLUME: &str = "WaitingForBackupVolume";
+    /// Another operation holds the database's lock.
+    pub const WAITING_FOR_DATABASE_LOCK: &str = "WaitingForDatabaseLock";
+    /// A Job of the operation's name exists but is someone else's.
+    pub const JOB_NAME_TAKEN: &str = "JobNameTaken";
+
+    // How a Job ended other than in success.
+    pub const JOB_DELETED: &str = "JobDeleted";
+    pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+    pub const INVALID_SUMMARY: &str = "InvalidSummary";
+    pub const NO_SUMMARY: &str = "NoSummary";
+    pub const AGENT_FAILED: &str = "AgentFailed";
+    pub const NODE_LOST: &str = "NodeLost";
+    pub const POD_PREEMPTED: &str = "PodPreempted";
+    pub const POD_EVICTED: &str = "PodEvicted";
+    pub const OUT_OF_MEMORY: &str = "OutOfMemory";
+    pub const POD_DELETED: &str = "PodDeleted";
+    pub const POD_LOST: &str = "PodLost";
+    pub const JOB_FAILED: &str = "JobFailed";
+}
 
 /// The status of a condition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

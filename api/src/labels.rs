@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use kube::core::{Expression, Selector};
+
 /// The value of `app.kubernetes.io/part-of` on every child.
 pub const PART_OF: &str = "visitors-site";
 /// The value of `app.kubernetes.io/managed-by` on every child.
@@ -47,6 +49,16 @@ pub fn labels(instance: &str, component: Component) -> BTreeMap<String, String> 
     labels
 }
 
+/// The labels of the objects of one operation (a backup run, a restore) on the database of app
+/// `app`: the app's standard set in tier `component`, the database they act on
+/// ([`DATABASE_LABEL`]), and `label` naming the operation.
+pub fn operation_labels(app: &str, component: Component, label: &str, operation: &str) -> BTreeMap<String, String> {
+    let mut all = labels(app, component);
+    all.insert(DATABASE_LABEL.into(), app.into());
+    all.insert(label.into(), operation.into());
+    all
+}
+
 /// The labels that select the pods of one tier of one app; stable for a workload's life, as a
 /// selector must be.
 pub fn selector(instance: &str, component: Component) -> BTreeMap<String, String> {
@@ -55,6 +67,29 @@ pub fn selector(instance: &str, component: Component) -> BTreeMap<String, String
         ("app.kubernetes.io/instance".to_string(), instance.to_string()),
         ("app.kubernetes.io/component".to_string(), component.as_str().to_string()),
     ])
+}
+
+/// Selects every child of every VisitorsApp, and nothing else.
+pub fn children_selector() -> Selector {
+    Selector::from_iter([("app.kubernetes.io/name", APP_NAME), ("app.kubernetes.io/managed-by", MANAGED_BY)])
+}
+
+/// Selects what the operator manages in tier `component`, of every app.
+pub fn tier_selector(component: Component) -> Selector {
+    Selector::from_iter([
+        ("app.kubernetes.io/managed-by", MANAGED_BY),
+        ("app.kubernetes.io/component", component.as_str()),
+    ])
+}
+
+/// Selects the runs schedule `schedule` created.
+pub fn runs_of_schedule(schedule: &str) -> Selector {
+    Selector::from_iter([(SCHEDULE_LABEL.to_string(), schedule.to_string())])
+}
+
+/// Selects every run a schedule created.
+pub fn scheduled_runs() -> Selector {
+    Selector::from(Expression::Exists(SCHEDULE_LABEL.to_string()))
 }
 
 /// Names of the objects derived from one VisitorsApp.
@@ -105,6 +140,20 @@ mod tests {
         }
         assert_eq!(all["app.kubernetes.io/managed-by"], MANAGED_BY);
         assert_eq!(all[VISITORS_APP_LABEL], "ex");
+    }
+
+    #[test]
+    fn selectors_select_what_they_say() {
+        assert_eq!(
+            children_selector().to_string(),
+            "app.kubernetes.io/managed-by=visitors-operator,app.kubernetes.io/name=visitors"
+        );
+        assert_eq!(
+            tier_selector(Component::Backup).to_string(),
+            "app.kubernetes.io/component=backup,app.kubernetes.io/managed-by=visitors-operator"
+        );
+        assert_eq!(runs_of_schedule("nightly").to_string(), "example.com/backup-schedule=nightly");
+        assert_eq!(scheduled_runs().to_string(), "example.com/backup-schedule");
     }
 
     #[test]

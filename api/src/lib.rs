@@ -1,18 +1,18 @@
 //! The public API of visitors-operator: the three custom resources, their validation, the
-//! names and labels of the objects derived from them, condition helpers, and the summary the
-//! agent reports to the controllers. This crate does no I/O.
+//! names and labels of the objects derived from them, and condition helpers.
+//! This crate does no I/O.
 
 // kube's derive takes one `printcolumn(...)` per column; clippy mistakes them for duplicates.
 #![allow(clippy::duplicated_attributes)]
 
-pub mod agent_summary;
 pub mod backup;
 pub mod conditions;
 pub mod crds;
 pub mod labels;
+pub mod operation;
 pub mod restore;
+pub mod schedule;
 pub mod storage;
-pub mod text;
 pub mod validation;
 pub mod visitors_app;
 

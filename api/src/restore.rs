@@ -89,6 +89,44 @@ pub struct RestoreTarget {
     pub visitors_app: String,
 }
 
+/// Condition types of a restore besides `Ready`.
+pub mod condition {
+    /// True while the restore waits before its Job (for its backup, its app, the lock).
+    pub use crate::conditions::PENDING;
+    /// True once the app's backend is stopped for the restore.
+    pub const QUIESCED: &str = "Quiesced";
+    /// True when the spec changed after the restore ended: the change did nothing.
+    pub const SPEC_IGNORED: &str = "SpecChangeIgnored";
+}
+
+/// Reasons of a restore's conditions besides those every operation has
+/// ([`crate::conditions::reason`]).
+pub mod reason {
+    // Which backup the restore reads.
+    pub const BACKUP_NOT_FOUND: &str = "BackupNotFound";
+    pub const BACKUP_IS_SCHEDULE: &str = "BackupIsSchedule";
+    pub const BACKUP_FAILED: &str = "BackupFailed";
+    pub const BACKUP_NOT_FINISHED: &str = "BackupNotFinished";
+    pub const BACKUP_LOCATION_UNKNOWN: &str = "BackupLocationUnknown";
+    pub const BACKUP_UNVERIFIABLE: &str = "BackupUnverifiable";
+    /// The agent's summary does not match what the backup run recorded.
+    pub const VERIFY_MISMATCH: &str = "VerifyMismatch";
+    /// `Pending` False: the restore holds the database lock and quiesces the app.
+    pub const DATABASE_LOCKED: &str = "DatabaseLocked";
+    /// `Quiesced` False while the backend stops.
+    pub const STOPPING: &str = "Stopping";
+    /// `Quiesced` True.
+    pub const BACKEND_STOPPED: &str = "BackendStopped";
+    /// `Quiesced` False once the restore ended.
+    pub const RELEASED: &str = "Released";
+    /// `Ready` False while the backend stops.
+    pub const QUIESCING: &str = "Quiescing";
+    /// `Ready` False while the staged copy is checked and swapped in.
+    pub const VERIFYING: &str = "Verifying";
+    /// `SpecChangeIgnored` True.
+    pub const RESTORE_ENDED: &str = "RestoreEnded";
+}
+
 /// The lifecycle phase of a restore.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum RestorePhase {
@@ -160,11 +198,6 @@ impl MySQLRestore {
             Some(RestorePhase::Quiescing | RestorePhase::Running | RestorePhase::Verifying)
         );
         self.spec.quiesce() && holding
-    }
-
-    /// Whether the restore has ended for good.
-    pub fn has_ended(&self) -> bool {
-        matches!(self.status.as_ref().and_then(|s| s.phase), Some(RestorePhase::Succeeded | RestorePhase::Failed))
     }
 }
 

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use crate::backup::BackupSchedule;
 use crate::validation::Problems;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
@@ -19,15 +18,13 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Parses `schedule`'s cron expression and time zone; each one that cannot be parsed is a
-    /// problem of its field.
-    pub fn parse(schedule: &BackupSchedule, problems: &mut Problems) -> Option<Self> {
-        let cron = cron_expression(&schedule.cron).map_err(|problem| problems.add("spec.schedule.cron", problem));
-        let zone = TimeZone::get(schedule.time_zone()).map_err(|_| {
-            let problem = format!(
-                "{:?} is not an IANA time zone name (examples: UTC, Europe/Paris, America/New_York)",
-                schedule.time_zone()
-            );
+    /// Parses a cron expression (`spec.schedule.cron`) and an IANA time zone
+    /// (`spec.schedule.timeZone`); each one that cannot be parsed is a problem of its field.
+    pub fn parse(cron: &str, time_zone: &str, problems: &mut Problems) -> Option<Self> {
+        let cron = cron_expression(cron).map_err(|problem| problems.add("spec.schedule.cron", problem));
+        let zone = TimeZone::get(time_zone).map_err(|_| {
+            let problem =
+                format!("{time_zone:?} is not an IANA time zone name (examples: UTC, Europe/Paris, America/New_York)");
             problems.add("spec.schedule.timeZone", problem);
         });
         Some(Self { cron: cron.ok()?, zone: zone.ok()? })
@@ -70,8 +67,7 @@ mod tests {
     use super::*;
 
     fn plan(cron: &str, zone: &str) -> Plan {
-        let schedule = BackupSchedule { cron: cron.into(), time_zone: Some(zone.into()), ..Default::default() };
-        Plan::parse(&schedule, &mut Problems::default()).unwrap()
+        Plan::parse(cron, zone, &mut Problems::default()).unwrap()
     }
 
     fn ts(text: &str) -> Timestamp {
@@ -121,8 +117,7 @@ mod tests {
     fn bad_expressions_and_zones_name_their_field() {
         let bad = |cron: &str, zone: &str| {
             let mut problems = Problems::default();
-            let schedule = BackupSchedule { cron: cron.into(), time_zone: Some(zone.into()), ..Default::default() };
-            assert!(Plan::parse(&schedule, &mut problems).is_none());
+            assert!(Plan::parse(cron, zone, &mut problems).is_none());
             problems.into_result().unwrap_err().first_field().to_string()
         };
         assert_eq!(bad("61 * * * *", "UTC"), "spec.schedule.cron");

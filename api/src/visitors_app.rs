@@ -37,6 +37,33 @@ pub const MAX_SIZE: i32 = 50;
 pub const MAX_TITLE_LEN: usize = 256;
 
 /// Keys of the credentials Secret (generated, or supplied through `spec.credentialsSecret`).
+/// Reasons of a VisitorsApp's conditions.
+pub mod reason {
+    /// `Ready` True.
+    pub const READY: &str = "Ready";
+    // The database.
+    pub const WAITING_FOR_MYSQL_POD: &str = "WaitingForMysqlPod";
+    pub const WAITING_FOR_CONNECTION: &str = "WaitingForConnection";
+    pub const CONNECTED: &str = "Connected";
+    pub const POD_READY: &str = "PodReady";
+    /// The backend waits for the database.
+    pub const WAITING_FOR_DATABASE: &str = "WaitingForDatabase";
+    /// The backend is stopped by a restore.
+    pub const QUIESCED: &str = "Quiesced";
+    // A workload.
+    pub const SCALED_TO_ZERO: &str = "ScaledToZero";
+    pub const AVAILABLE: &str = "Available";
+    pub const ROLLING_OUT: &str = "RollingOut";
+    pub const WAITING_FOR_REPLICAS: &str = "WaitingForReplicas";
+    pub const NOT_CREATED: &str = "NotCreated";
+    /// A child could not be applied or repaired.
+    pub const CHILD_APPLY_FAILED: &str = "ChildApplyFailed";
+    // The credentials Secret.
+    pub const INVALID_CREDENTIALS_SECRET: &str = "InvalidCredentialsSecret";
+    pub const CREDENTIALS_LOST: &str = "CredentialsLost";
+    pub const CREDENTIALS_SECRET_CONFLICT: &str = "CredentialsSecretConflict";
+}
+
 pub mod secret_keys {
     /// The application user's name.
     pub const USERNAME: &str = "username";
