@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
-use visitors_api::text::truncate_on_char_boundary;
+use visitors_agent_contract::text::truncate_on_char_boundary;
 
 /// Distinct (object, reason, action, note) series remembered before the memory is reset; a
 /// reset only means the next repeat starts a new series.

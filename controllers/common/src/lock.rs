@@ -8,17 +8,53 @@
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams, Preconditions};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Deserialize;
 use visitors_api::labels::{Component, labels, names};
+use visitors_api::operation::{OperationKind, OperationStatus};
 use visitors_api::{MySQLBackup, MySQLRestore};
 
 /// Reason of a run's `Pending` condition while another run holds its database's lock.
-pub const REASON_WAITING_FOR_LOCK: &str = "WaitingForDatabaseLock";
+pub const REASON_WAITING_FOR_LOCK: &str = visitors_api::conditions::reason::WAITING_FOR_DATABASE_LOCK;
+
+/// The kinds of run that take the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HolderKind {
+    Backup,
+    Restore,
+    /// A kind this code does not know (written by a newer release): assumed active.
+    Other(String),
+}
+
+impl HolderKind {
+    /// The kind of `K`.
+    pub fn of<K: Resource<DynamicType = ()>>() -> Self {
+        Self::parse(&K::kind(&()))
+    }
+
+    fn parse(kind: &str) -> Self {
+        if kind == MySQLBackup::kind(&()) {
+            HolderKind::Backup
+        } else if kind == MySQLRestore::kind(&()) {
+            HolderKind::Restore
+        } else {
+            HolderKind::Other(kind.to_string())
+        }
+    }
+
+    fn as_str(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            HolderKind::Backup => MySQLBackup::kind(&()),
+            HolderKind::Restore => MySQLRestore::kind(&()),
+            HolderKind::Other(kind) => kind.as_str().into(),
+        }
+    }
+}
 
 /// Who holds (or wants) the lock: a run, by kind, name and UID.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
-    pub kind: String,
+    pub kind: HolderKind,
     pub name: String,
     pub uid: String,
 }
@@ -26,19 +62,19 @@ pub struct Holder {
 impl Holder {
     /// The holder identity written into the Lease.
     pub fn identity(&self) -> String {
-        format!("{}/{}/{}", self.kind, self.name, self.uid)
+        format!("{}/{}/{}", self.kind.as_str(), self.name, self.uid)
     }
 
     /// Reads an identity written by [`Holder::identity`].
     pub fn parse(identity: &str) -> Option<Self> {
         let mut parts = identity.splitn(3, '/');
         let (kind, name, uid) = (parts.next()?, parts.next()?, parts.next()?);
-        Some(Self { kind: kind.into(), name: name.into(), uid: uid.into() })
+        Some(Self { kind: HolderKind::parse(kind), name: name.into(), uid: uid.into() })
     }
 
     /// `MySQLBackup nightly`, for messages.
     pub fn describe(&self) -> String {
-        format!("{} {}", self.kind, self.name)
+        format!("{} {}", self.kind.as_str(), self.name)
     }
 }
 
@@ -137,18 +173,26 @@ impl DatabaseLock {
     /// Whether `holder` still exists with the same UID and has not finished. A kind this code
     /// does not know is assumed active: better wait than run beside it.
     async fn is_active(&self, holder: &Holder) -> Result<bool, kube::Error> {
-        let resource = match holder.kind.as_str() {
-            "MySQLBackup" => ApiResource::erase::<MySQLBackup>(&()),
-            "MySQLRestore" => ApiResource::erase::<MySQLRestore>(&()),
-            _ => return Ok(true),
-        };
+        match holder.kind {
+            HolderKind::Backup => self.still_running::<MySQLBackup>(holder).await,
+            HolderKind::Restore => self.still_running::<MySQLRestore>(holder).await,
+            HolderKind::Other(_) => Ok(true),
+        }
+    }
+
+    /// The holder is judged by its status alone (its typed phase), whatever its spec says.
+    async fn still_running<K>(&self, holder: &Holder) -> Result<bool, kube::Error>
+    where
+        K: OperationKind + Resource<DynamicType = ()>,
+    {
+        let resource = ApiResource::erase::<K>(&());
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &self.namespace, &resource);
         let Some(object) = api.get_opt(&holder.name).await? else { return Ok(false) };
         if object.uid().as_deref() != Some(holder.uid.as_str()) {
             return Ok(false);
         }
-        let phase = object.data.get("status").and_then(|s| s.get("phase")).and_then(|p| p.as_str());
-        Ok(!matches!(phase, Some("Succeeded" | "Failed")))
+        let status = object.data.get("status").and_then(|status| K::Status::deserialize(status).ok());
+        Ok(!status.is_some_and(|status| status.has_ended()))
     }
 
     fn lease(&self, me: &Holder, owner: OwnerReference) -> Lease {
@@ -183,7 +227,7 @@ mod tests {
     const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases";
 
     fn me() -> Holder {
-        Holder { kind: "MySQLBackup".into(), name: "b2".into(), uid: "u-2".into() }
+        Holder { kind: HolderKind::Backup, name: "b2".into(), uid: "u-2".into() }
     }
 
     fn owner() -> OwnerReference {

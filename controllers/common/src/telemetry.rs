@@ -8,27 +8,22 @@
 use std::io::IsTerminal;
 
 use kube::{Resource, ResourceExt};
-use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
-use opentelemetry_otlp::{SpanExporter, WithExportConfig};
-use opentelemetry_sdk::Resource as OtelResource;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use tower_http::classify::{ServerErrorsAsFailures, ServerErrorsFailureClass, SharedClassifier};
 use tower_http::trace::{MakeSpan, OnFailure, OnResponse, TraceLayer};
-use tracing_opentelemetry::{OpenTelemetryLayer, OpenTelemetrySpanExt};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
+pub use visitors_telemetry::{OTLP_ENDPOINT_ENV, otel_layer, trace_id, tracer_provider};
 
 use crate::args::LogFormat;
 
-/// The environment variable that turns trace export on.
-pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 const DEFAULT_FILTER: &str = "info,kube=warn,kube_lease_manager=warn";
 
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
-    #[error("cannot set up the OTLP trace exporter for {endpoint}: {reason}")]
-    Exporter { endpoint: String, reason: String },
+    #[error(transparent)]
+    Exporter(#[from] visitors_telemetry::ExporterError),
     #[error("a global tracing subscriber is already installed")]
     AlreadyInstalled,
 }
@@ -41,7 +36,7 @@ pub struct Telemetry {
 impl Drop for Telemetry {
     fn drop(&mut self) {
         if let Some(provider) = self.provider.take()
-            && let Err(error) = provider.shutdown()
+            && let Err(error) = visitors_telemetry::shut_down(provider)
         {
             eprintln!("could not flush traces on shutdown: {error}");
         }
@@ -52,8 +47,8 @@ impl Drop for Telemetry {
 /// export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. `service` is the default service name
 /// (`OTEL_SERVICE_NAME` overrides it).
 pub fn init(service: &str, format: LogFormat) -> Result<Telemetry, TelemetryError> {
-    let service = std::env::var("OTEL_SERVICE_NAME").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| service.into());
-    let provider = match std::env::var(OTLP_ENDPOINT_ENV).ok().filter(|e| !e.is_empty()) {
+    let service = visitors_telemetry::service_name(service);
+    let provider = match visitors_telemetry::otlp_endpoint() {
         Some(endpoint) => Some(tracer_provider(&endpoint, &service)?),
         None => None,
     };
@@ -80,27 +75,6 @@ pub fn init(service: &str, format: LogFormat) -> Result<Telemetry, TelemetryErro
 /// (<https://no-color.org>).
 pub fn use_colour(stdout_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
     stdout_is_terminal && no_color.is_none_or(|value| value.is_empty())
-}
-
-/// A tracer provider that batches spans to `endpoint` (the collector's base URL, for example
-/// `http://jaeger-collector:4318`) over OTLP/HTTP with protobuf bodies.
-pub fn tracer_provider(endpoint: &str, service: &str) -> Result<SdkTracerProvider, TelemetryError> {
-    let traces_url = format!("{}/v1/traces", endpoint.trim_end_matches('/'));
-    let exporter = SpanExporter::builder()
-        .with_http()
-        .with_endpoint(traces_url)
-        .build()
-        .map_err(|e| TelemetryError::Exporter { endpoint: endpoint.to_string(), reason: e.to_string() })?;
-    let resource = OtelResource::builder().with_service_name(service.to_string()).build();
-    Ok(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
-}
-
-/// The tracing layer that turns spans into OpenTelemetry spans of `provider`.
-pub fn otel_layer<S>(provider: &SdkTracerProvider, service: &str) -> OpenTelemetryLayer<S, SdkTracer>
-where
-    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
-{
-    tracing_opentelemetry::layer().with_tracer(provider.tracer(service.to_string()))
 }
 
 /// Opens the span of one reconcile of `object` and records its trace id (when traces are
@@ -210,13 +184,6 @@ pub fn resource_of(path: &str) -> String {
         [resource, _, subresource, ..] => format!("{resource}/{subresource}"),
         [] => path.to_string(),
     }
-}
-
-/// The OpenTelemetry trace id of `span`, when it is being exported.
-pub fn trace_id(span: &tracing::Span) -> Option<opentelemetry::TraceId> {
-    let context = span.context();
-    let span_context = context.span().span_context().clone();
-    span_context.is_valid().then(|| span_context.trace_id())
 }
 
 #[cfg(test)]

@@ -273,3 +273,29 @@ pub mod shop {
         }]})
     }
 }
+
+/// What the agent reads from each container of agent Job `job` (its init containers first),
+/// parsed by the agent's own parser: the arguments, which must parse, and the environment,
+/// whose every variable must be one the agent reads, a secret only by Secret reference.
+pub fn agent_contract_of(job: &k8s_openapi::api::batch::v1::Job) -> Vec<visitors_agent_contract::AgentCli> {
+    use clap::Parser;
+    use visitors_agent_contract::env;
+    let pod = job.spec.as_ref().and_then(|s| s.template.spec.as_ref()).expect("a Job has a pod template");
+    let containers = pod.init_containers.iter().flatten().chain(&pod.containers);
+    containers
+        .map(|container| {
+            let command = container.command.clone().unwrap_or_default();
+            assert_eq!(command, [crate::agent_job::AGENT_BINARY], "{} runs the agent", container.name);
+            let argv = command.into_iter().chain(container.args.clone().unwrap_or_default());
+            let cli = visitors_agent_contract::AgentCli::try_parse_from(argv)
+                .unwrap_or_else(|error| panic!("the agent cannot parse {}'s arguments: {error}", container.name));
+            for var in container.env.iter().flatten() {
+                assert!(env::ALL.contains(&var.name.as_str()), "{} is not a variable the agent reads", var.name);
+                if env::SECRETS.contains(&var.name.as_str()) {
+                    assert!(var.value.is_none(), "{} must come from a Secret, never as a value", var.name);
+                }
+            }
+            cli
+        })
+        .collect()
+}
