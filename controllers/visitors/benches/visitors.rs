@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
-use controller_common::runner::trim_for_cache;
+use controller_common::watch::trim_for_cache;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, StatefulSet, StatefulSetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta, Time};
 use kube::runtime::reflector::store::Writer;
@@ -67,7 +67,7 @@ fn app(index: usize) -> VisitorsApp {
         uid: Some(format!("00000000-0000-0000-0000-{index:012}")),
         generation: Some(1),
         resource_version: Some(format!("{}", 100_000 + index)),
-        finalizers: Some(vec![visitors_controller::controller::FINALIZER.into()]),
+        finalizers: Some(vec![visitors_controller::cleanup::FINALIZER.into()]),
         ..ObjectMeta::default()
     };
     app

@@ -1,13 +1,21 @@
 //! The VisitorsApp controller: keeps a Visitors Site (MySQL, the REST backend and the web
 //! frontend) converged with its VisitorsApp.
 //!
-//! The reconcile is a pipeline: [`validate`] the spec, [`build`] the desired children (pure),
-//! apply them with server-side apply, then compute the [`status`].
+//! [`controller`] wires the watches to [`reconcile`], whose pipeline is: [`validate`] the spec
+//! and the [`credentials`], [`build`] the desired children (pure), [`apply`] them, check the
+//! database ([`db`]), then compute the [`status`]. A deleted app goes through [`cleanup`].
+//! [`seen`] and [`hold`] decide which watch events wake an app.
 
+pub mod apply;
 pub mod build;
+pub mod cleanup;
+pub mod context;
 pub mod controller;
+pub mod credentials;
 pub mod db;
+pub mod db_check;
 pub mod hold;
+pub mod reconcile;
 pub mod repair;
 pub mod seen;
 pub mod status;

@@ -47,8 +47,8 @@ async fn main() -> std::process::ExitCode {
         }
         DatabaseCheck::Pod => None,
     };
-    controller_common::runner::main(controller::IDENTITY, &cli.common, |runtime, shutdown| async move {
-        Watches::new().run(runtime, namespace.as_deref(), probe, shutdown).await
+    controller_common::process::main(controller::IDENTITY, &cli.common, |runtime, shutdown| async move {
+        Watches::new().watch_and_reconcile(runtime, namespace.as_deref(), probe, shutdown).await
     })
     .await
 }

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use visitors_api::conditions::{self, BACKEND_READY, DATABASE_READY, Desired, FRONTEND_READY, READY, Status};
 use visitors_api::labels::names;
-use visitors_api::visitors_app::{BACKEND_PORT, DATABASE_USER, Endpoints, FRONTEND_PORT, MYSQL_PORT};
+use visitors_api::visitors_app::{BACKEND_PORT, DATABASE_USER, Endpoints, FRONTEND_PORT, MYSQL_PORT, reason};
 use visitors_api::{VisitorsApp, VisitorsAppStatus};
 
 use crate::build::mysql::client_host;
@@ -141,10 +141,10 @@ impl Observed {
 }
 
 /// The `BackendReady` (and `Ready`) reason while a restore keeps the backend stopped.
-pub const QUIESCED: &str = "Quiesced";
+pub const QUIESCED: &str = reason::QUIESCED;
 
 /// The `Ready` reason while a child cannot be applied or repaired.
-pub const CHILD_APPLY_FAILED: &str = "ChildApplyFailed";
+pub const CHILD_APPLY_FAILED: &str = reason::CHILD_APPLY_FAILED;
 
 /// The status after a reconcile that applied the children.
 pub fn compute(app: &VisitorsApp, observed: &Observed, now: Time) -> VisitorsAppStatus {
@@ -208,18 +208,20 @@ fn database_condition(app: &str, database: &Database) -> Desired<'static> {
     let (status, reason, message) = match database {
         Database::PodNotReady => (
             Status::False,
-            "WaitingForMysqlPod",
+            reason::WAITING_FOR_MYSQL_POD,
             format!("waiting for the MySQL pod to pass its readiness probe (SELECT 1 as user {DATABASE_USER})"),
         ),
         Database::QueryFailed(why) => (
             Status::False,
-            "WaitingForConnection",
+            reason::WAITING_FOR_CONNECTION,
             format!("the MySQL pod is ready; waiting for the controller's SELECT 1 through Service {service}: {why}"),
         ),
-        Database::Connected => (Status::True, "Connected", format!("SELECT 1 through Service {service} succeeds")),
+        Database::Connected => {
+            (Status::True, reason::CONNECTED, format!("SELECT 1 through Service {service} succeeds"))
+        }
         Database::PodReady => (
             Status::True,
-            "PodReady",
+            reason::POD_READY,
             "the MySQL pod passes its readiness probe (the controller's own query is switched off)".to_string(),
         ),
     };
@@ -231,7 +233,7 @@ fn backend_condition(backend: Option<&Workload>, held: bool) -> Desired<'static>
         return Desired {
             type_: BACKEND_READY,
             status: Status::False,
-            reason: "WaitingForDatabase",
+            reason: reason::WAITING_FOR_DATABASE,
             message: "the backend is rolled out once the database is ready".to_string(),
         };
     }
@@ -259,14 +261,16 @@ fn quiesced_condition(restore: &str, backend: Option<&Workload>) -> Desired<'sta
 fn workload_condition(type_: &'static str, tier: &str, workload: Option<&Workload>) -> Desired<'static> {
     let (status, reason, message) = match workload {
         Some(w) if w.desired == 0 && w.rolled_out() => {
-            (Status::True, "ScaledToZero", format!("the {tier} is scaled to zero replicas"))
+            (Status::True, reason::SCALED_TO_ZERO, format!("the {tier} is scaled to zero replicas"))
         }
-        Some(w) if w.rolled_out() => (Status::True, "Available", format!("every {tier} replica is ready")),
+        Some(w) if w.rolled_out() => (Status::True, reason::AVAILABLE, format!("every {tier} replica is ready")),
         Some(w) if !w.current || w.updated < w.desired => {
-            (Status::False, "RollingOut", format!("the {tier} is rolling out its latest spec"))
+            (Status::False, reason::ROLLING_OUT, format!("the {tier} is rolling out its latest spec"))
         }
-        Some(_) => (Status::False, "WaitingForReplicas", format!("waiting for {tier} replicas to become ready")),
-        None => (Status::False, "NotCreated", format!("the {tier} does not exist yet")),
+        Some(_) => {
+            (Status::False, reason::WAITING_FOR_REPLICAS, format!("waiting for {tier} replicas to become ready"))
+        }
+        None => (Status::False, reason::NOT_CREATED, format!("the {tier} does not exist yet")),
     };
     Desired { type_, status, reason, message }
 }
@@ -279,7 +283,7 @@ fn ready_condition(parts: [&Desired<'static>; 3]) -> Desired<'static> {
         None => Desired {
             type_: READY,
             status: Status::True,
-            reason: "Ready",
+            reason: reason::READY,
             message: "the database, the backend and the frontend are ready".to_string(),
         },
     }

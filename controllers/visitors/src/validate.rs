@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Secret;
 use visitors_api::InvalidSpec;
 use visitors_api::conditions::REASON_INVALID_SPEC;
 use visitors_api::labels::{MANAGED_BY, VISITORS_APP_LABEL};
-use visitors_api::visitors_app::{VisitorsAppSpec, secret_keys};
+use visitors_api::visitors_app::{VisitorsAppSpec, reason, secret_keys};
 
 /// Why the app cannot be reconciled as it stands.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,10 +45,10 @@ impl Invalid {
         match self {
             Invalid::Spec(_) => REASON_INVALID_SPEC,
             Invalid::SecretMissing { .. } | Invalid::SecretKeys { .. } | Invalid::RootUser { .. } => {
-                "InvalidCredentialsSecret"
+                reason::INVALID_CREDENTIALS_SECRET
             }
-            Invalid::CredentialsLost { .. } => "CredentialsLost",
-            Invalid::ForeignSecret { .. } => "CredentialsSecretConflict",
+            Invalid::CredentialsLost { .. } => reason::CREDENTIALS_LOST,
+            Invalid::ForeignSecret { .. } => reason::CREDENTIALS_SECRET_CONFLICT,
         }
     }
 

@@ -12,7 +12,8 @@ use support::{Harness, RESYNC, book_spec};
 use visitors_api::VisitorsApp;
 use visitors_api::conditions::{self, BACKEND_READY, DATABASE_READY, READY};
 use visitors_api::visitors_app::{DeletionPolicy, MysqlSpec, StorageSpec};
-use visitors_controller::controller::{self, FINALIZER};
+use visitors_controller::cleanup::FINALIZER;
+use visitors_controller::reconcile;
 
 fn ready_condition(h: &Harness) -> (String, String, String) {
     let status = h.app().status.expect("a status");
@@ -651,8 +652,8 @@ async fn api_failures_are_explained_counted_and_backed_off() {
     );
 
     let app = std::sync::Arc::new(h.app());
-    controller::error_policy(app.clone(), &error, h.ctx.clone());
-    controller::error_policy(app.clone(), &error, h.ctx.clone());
+    reconcile::error_policy(app.clone(), &error, h.ctx.clone());
+    reconcile::error_policy(app.clone(), &error, h.ctx.clone());
     let third = h.ctx.runtime.retry_delay(app.as_ref());
     assert!(third >= std::time::Duration::from_secs(2), "two failures backed off: {third:?}");
     assert!(h.ctx.runtime.metrics.encode().contains(r#"error="Forbidden"} 2"#));
@@ -676,7 +677,7 @@ async fn nothing_is_done_before_the_caches_are_filled() {
     let h = Harness::new();
     h.create_app(book_spec());
     let app = std::sync::Arc::new(h.app());
-    let action = controller::reconcile(app, h.ctx.clone()).await.unwrap();
+    let action = reconcile::reconcile(app, h.ctx.clone()).await.unwrap();
     assert_eq!(action, Action::requeue(std::time::Duration::from_secs(1)));
     assert!(h.api.requests().is_empty(), "{:?}", h.api.requests());
 }

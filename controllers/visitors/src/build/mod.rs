@@ -32,7 +32,7 @@ pub fn child_meta(app: &VisitorsApp, name: String, component: Component) -> Obje
     }
 }
 
-pub use controller_common::job::{env, env_from_secret};
+pub use controller_common::agent_job::{env, env_from_secret};
 
 /// A named TCP container port.
 pub fn container_port(name: &str, port: i32) -> ContainerPort {

@@ -30,8 +30,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use visitors_api::{MySQLRestore, VisitorsApp, VisitorsAppSpec};
-use visitors_controller::controller::{self, Context, Stores};
+use visitors_controller::context::{self, Context, Stores};
+use visitors_controller::controller;
 use visitors_controller::db::{DatabaseProbe, Target};
+use visitors_controller::reconcile;
 use visitors_controller::seen::{Fingerprint, Seen};
 
 pub const NAMESPACE: &str = "shop";
@@ -635,10 +637,10 @@ impl Harness {
     }
 
     /// One reconcile of the app as it is in the API, after the caches caught up.
-    pub async fn reconcile(&self) -> Result<Action, controller::Error> {
+    pub async fn reconcile(&self) -> Result<Action, context::Error> {
         self.sync_caches();
         let app = Arc::new(self.app());
-        controller::reconcile(app, self.ctx.clone()).await
+        reconcile::reconcile(app, self.ctx.clone()).await
     }
 
     /// Fills the caches from the fake API, and tells the controller what changed, as the
