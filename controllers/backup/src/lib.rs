@@ -1,12 +1,18 @@
-//! The backup controller as a library, so tests can drive its reconcile.
+//! The backup controller: MySQLBackup runs and schedules of runs.
+//!
+//! [`controller`] wires the watches to [`reconcile`], which dispatches a run to
+//! [`backup_run`] (validate → resolve → lock → the Job from [`build`] → [`status`] from the
+//! agent's summary), a schedule to [`schedule`] (fire times, [`retention`]), and a deleted run
+//! to [`cleanup`].
 
+pub mod backup_run;
 pub mod build;
+pub mod cleanup;
+pub mod context;
 pub mod controller;
-pub mod cron;
-pub mod deletion;
 pub mod metrics;
+pub mod reconcile;
 pub mod retention;
-pub mod run;
 pub mod schedule;
 pub mod status;
 pub mod validate;

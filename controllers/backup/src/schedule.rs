@@ -1,4 +1,4 @@
-//! A schedule of runs: at each fire time one run object (see [`crate::build::run`]); missed
+//! A schedule of runs: at each fire time one run object (see [`crate::build::scheduled_run`]); missed
 //! fire times give at most one catch-up run, within `startingDeadlineSeconds`; `Forbid` skips
 //! a fire time while a run is active, `Replace` stops the active run first; `suspend` creates
 //! and touches nothing. Retention runs at every reconcile, which every run's end triggers.
@@ -11,32 +11,37 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
-use visitors_api::backup::{BackupPhase, ConcurrencyPolicy, MySQLBackupStatus, Retention, condition};
+use visitors_api::backup::{BackupPhase, ConcurrencyPolicy, MySQLBackupStatus, Retention, condition, reason};
 use visitors_api::conditions::{self, Desired, READY, Status};
-use visitors_api::labels::{SCHEDULE_LABEL, names};
+use visitors_api::labels::{names, runs_of_schedule};
 use visitors_api::{InvalidSpec, MySQLBackup};
 
-use crate::build::run::scheduled_run;
 use controller_common::reconcile::{ApiError, api_err};
 
-use crate::controller::{Context, Error};
-use crate::cron::Plan;
+use crate::build::scheduled_run::scheduled_run;
+use crate::context::{Context, Error};
 use crate::metrics::ScheduleLabels;
 use crate::retention::{self, RunFacts};
 use crate::{status, validate};
 
+/// A schedule being deleted: its runs go with it (they are owned by it); its metrics go now.
+pub fn deleted(schedule: &MySQLBackup, namespace: &str, ctx: &Context) -> Action {
+    ctx.metrics.schedule_deleted(&labels(schedule, namespace));
+    ctx.runtime.forget(schedule);
+    Action::await_change()
+}
+
+fn labels(schedule: &MySQLBackup, namespace: &str) -> ScheduleLabels {
+    ScheduleLabels { namespace: namespace.to_string(), schedule: schedule.name_any() }
+}
+
 pub async fn reconcile(schedule: &MySQLBackup, namespace: &str, ctx: &Context) -> Result<Action, Error> {
-    let labels = ScheduleLabels { namespace: namespace.to_string(), schedule: schedule.name_any() };
-    if schedule.metadata.deletion_timestamp.is_some() {
-        ctx.metrics.schedule_deleted(&labels);
-        ctx.runtime.forget(schedule);
-        return Ok(Action::await_change());
-    }
-    let spec = schedule.spec.schedule.clone().unwrap_or_default();
-    let plan = match validate::backup(schedule).and_then(|()| Plan::parse(&spec).map_err(invalid_from)) {
+    let labels = labels(schedule, namespace);
+    let plan = match validate::schedule(schedule) {
         Ok(plan) => plan,
         Err(invalid) => return reject(schedule, ctx, &invalid).await,
     };
+    let spec = schedule.spec.schedule.clone().unwrap_or_default();
     let api: Api<MySQLBackup> = Api::namespaced(ctx.runtime.client.clone(), namespace);
     let now = Timestamp::now();
     let mut runs = own_runs(&api, schedule).await?;
@@ -77,12 +82,6 @@ pub async fn reconcile(schedule: &MySQLBackup, namespace: &str, ctx: &Context) -
     })
 }
 
-fn invalid_from(bad: crate::cron::BadSchedule) -> InvalidSpec {
-    let mut problems = visitors_api::validation::Problems::default();
-    problems.add(bad.field, bad.problem);
-    problems.into_result().unwrap_err()
-}
-
 async fn reject(schedule: &MySQLBackup, ctx: &Context, invalid: &InvalidSpec) -> Result<Action, Error> {
     let now = Time(Timestamp::now());
     let mut desired = status::invalid(schedule, invalid, now.clone());
@@ -96,14 +95,14 @@ async fn reject(schedule: &MySQLBackup, ctx: &Context, invalid: &InvalidSpec) ->
         Desired {
             type_: condition::SCHEDULE_VALID,
             status: Status::True,
-            reason: "Valid",
+            reason: reason::VALID,
             message: "the cron expression and time zone are valid".into(),
         }
     } else {
         Desired {
             type_: condition::SCHEDULE_VALID,
             status: Status::False,
-            reason: "InvalidSchedule",
+            reason: reason::INVALID_SCHEDULE,
             message: bad_schedule.join("; "),
         }
     };
@@ -122,9 +121,8 @@ async fn reject(schedule: &MySQLBackup, ctx: &Context, invalid: &InvalidSpec) ->
 
 /// The runs this schedule created (labelled with its name and owned by it).
 async fn own_runs(api: &Api<MySQLBackup>, schedule: &MySQLBackup) -> Result<Vec<MySQLBackup>, Error> {
-    let selector = format!("{SCHEDULE_LABEL}={}", schedule.name_any());
     let listed = api
-        .list(&ListParams::default().labels(&selector))
+        .list(&ListParams::default().labels_from(&runs_of_schedule(&schedule.name_any())))
         .await
         .map_err(api_err(format!("listing the runs of schedule {}", schedule.name_any())))?;
     let uid = schedule.uid();
@@ -155,8 +153,7 @@ fn created(object: &MySQLBackup) -> Option<Timestamp> {
 }
 
 fn is_active(run: &MySQLBackup) -> bool {
-    run.metadata.deletion_timestamp.is_none()
-        && !matches!(run.status.as_ref().and_then(|s| s.phase), Some(BackupPhase::Succeeded | BackupPhase::Failed))
+    run.metadata.deletion_timestamp.is_none() && !run.has_ended()
 }
 
 async fn delete_run(api: &Api<MySQLBackup>, name: &str) -> Result<(), Error> {
@@ -263,7 +260,7 @@ pub fn schedule_status(
     set(Desired {
         type_: condition::SCHEDULE_VALID,
         status: Status::True,
-        reason: "Valid",
+        reason: reason::VALID,
         message: "the cron expression and time zone are valid".into(),
     });
     let last = [succeeded, failed].into_iter().flatten().max_by_key(|r| (facts(r).at, r.name_any()));
@@ -272,14 +269,14 @@ pub fn schedule_status(
         Desired {
             type_: READY,
             status: Status::True,
-            reason: "Suspended",
+            reason: reason::SUSPENDED,
             message: "suspend is true: no new runs are created".into(),
         }
     } else {
         Desired {
             type_: READY,
             status: Status::True,
-            reason: "Scheduled",
+            reason: reason::SCHEDULED,
             message: "runs are created at each fire time".into(),
         }
     });
@@ -292,17 +289,22 @@ fn last_backup(last: Option<&MySQLBackup>) -> Desired<'static> {
         return Desired {
             type_,
             status: Status::Unknown,
-            reason: "NoRunFinished",
+            reason: reason::NO_RUN_FINISHED,
             message: "no run has finished yet".into(),
         };
     };
     let name = run.name_any();
     let status = run.status.clone().unwrap_or_default();
     if status.phase == Some(BackupPhase::Succeeded) {
-        return Desired { type_, status: Status::True, reason: "Succeeded", message: format!("run {name} succeeded") };
+        return Desired {
+            type_,
+            status: Status::True,
+            reason: conditions::reason::SUCCEEDED,
+            message: format!("run {name} succeeded"),
+        };
     }
     let error = status.error.unwrap_or_else(|| "no error recorded".into());
-    Desired { type_, status: Status::False, reason: "Failed", message: format!("run {name} failed: {error}") }
+    Desired { type_, status: Status::False, reason: reason::FAILED, message: format!("run {name} failed: {error}") }
 }
 
 /// Whether the newest finished run failed, as the `LastBackupSucceeded` condition says;

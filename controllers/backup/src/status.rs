@@ -1,57 +1,39 @@
 //! Observed state → MySQLBackup status. Pure: the reconcile passes what it saw and the time.
+//! What a run shares with a restore is written by [`controller_common::status::Update`]; this
+//! module adds where the backup is stored and what the agent counted.
 
-use controller_common::job::RunEnd;
+use controller_common::agent_job::RunEnd;
+use controller_common::status::{Update, status_count, summary_counts, summary_started};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use visitors_agent_contract::summary::AgentSummary;
 use visitors_api::InvalidSpec;
-use visitors_api::agent_summary::{AgentSummary, seconds_between, status_count};
-use visitors_api::backup::{BackupPhase, MySQLBackup, MySQLBackupStatus, condition};
-use visitors_api::conditions::{self, Desired, READY, REASON_INVALID_SPEC, Status};
-
-/// The current status, or an empty one, with `observedGeneration` of this spec.
-fn base(backup: &MySQLBackup) -> MySQLBackupStatus {
-    let mut status = backup.status.clone().unwrap_or_default();
-    status.observed_generation = backup.metadata.generation;
-    status
-}
-
-fn set(status: &mut MySQLBackupStatus, generation: Option<i64>, now: &Time, desired: Desired<'_>) {
-    conditions::set(&mut status.conditions, desired, generation, now.clone());
-}
+use visitors_api::backup::{MySQLBackup, MySQLBackupStatus};
+use visitors_api::conditions::{self, READY, REASON_INVALID_SPEC};
 
 /// Whether the run has ended for good (an invalid spec can still be fixed).
 pub fn is_finished(backup: &MySQLBackup) -> bool {
     let Some(status) = &backup.status else { return false };
     let invalid = conditions::find(&status.conditions, READY).is_some_and(|c| c.reason == REASON_INVALID_SPEC);
-    matches!(status.phase, Some(BackupPhase::Succeeded | BackupPhase::Failed)) && !invalid
+    backup.has_ended() && !invalid
 }
 
 /// The spec is invalid: `Ready=False` naming the fields; a run is `Failed` (it can never
 /// succeed as it is), a schedule only says so.
 pub fn invalid(backup: &MySQLBackup, invalid: &InvalidSpec, now: Time) -> MySQLBackupStatus {
-    let mut status = base(backup);
-    let generation = backup.metadata.generation;
-    set(&mut status, generation, &now, conditions::invalid_spec(invalid));
-    if !backup.spec.is_schedule() {
-        status.phase = Some(BackupPhase::Failed);
-        status.error = Some(invalid.to_string());
+    let mut update = Update::of(backup, now);
+    if backup.spec.is_schedule() {
+        update.invalid(invalid);
+    } else {
+        update.failed_for(invalid);
     }
-    status
+    update.done()
 }
 
 /// The run waits for something (`reason`, `message` say what) before it can start its Job.
 pub fn pending(backup: &MySQLBackup, reason: &str, message: String, now: Time) -> MySQLBackupStatus {
-    let mut status = base(backup);
-    let generation = backup.metadata.generation;
-    status.phase = Some(BackupPhase::Pending);
-    status.error = None;
-    set(
-        &mut status,
-        generation,
-        &now,
-        Desired { type_: condition::PENDING, status: Status::True, reason, message: message.clone() },
-    );
-    set(&mut status, generation, &now, Desired { type_: READY, status: Status::False, reason, message });
-    status
+    let mut update = Update::of(backup, now);
+    update.pending(reason, message);
+    update.done()
 }
 
 /// The run's Job exists and has not ended.
@@ -62,73 +44,26 @@ pub fn running(
     started: Option<Time>,
     now: Time,
 ) -> MySQLBackupStatus {
-    let mut status = base(backup);
-    let generation = backup.metadata.generation;
-    status.phase = Some(BackupPhase::Running);
-    status.job_name = Some(job.to_string());
-    status.location = Some(location);
-    status.error = None;
-    if status.start_time.is_none() {
-        status.start_time = started;
-    }
-    let message = format!("Job {job} runs the backup");
-    set(
-        &mut status,
-        generation,
-        &now,
-        Desired { type_: condition::PENDING, status: Status::False, reason: "Started", message: message.clone() },
-    );
-    set(&mut status, generation, &now, Desired { type_: READY, status: Status::False, reason: "Running", message });
-    status
+    let mut update = Update::of(backup, now);
+    update.status.location = Some(location);
+    update.started(job, started).running(job);
+    update.done()
 }
 
 /// The run ended. Success needs the agent's own summary; every field comes from it.
 pub fn finished(backup: &MySQLBackup, job: &str, end: &RunEnd, location: String, now: Time) -> MySQLBackupStatus {
-    let mut status = base(backup);
-    let generation = backup.metadata.generation;
-    status.job_name = Some(job.to_string());
-    status.location = Some(location);
-    if let Some(summary) = end.summary() {
-        fill_from_summary(&mut status, summary);
-    }
-    if status.completion_time.is_none() {
-        status.completion_time = Some(now.clone());
-    }
-    if status.duration_seconds.is_none()
-        && let (Some(start), Some(end)) = (&status.start_time, &status.completion_time)
-    {
-        status.duration_seconds = Some(seconds_between(start, end));
-    }
-    let ready = match end {
-        RunEnd::Succeeded(_) => {
-            status.phase = Some(BackupPhase::Succeeded);
-            status.error = None;
-            Desired {
-                type_: READY,
-                status: Status::True,
-                reason: "Succeeded",
-                message: "the backup is stored and complete".into(),
-            }
-        }
-        RunEnd::Failed { reason, message, .. } => {
-            status.phase = Some(BackupPhase::Failed);
-            status.error = Some(message.clone());
-            Desired { type_: READY, status: Status::False, reason, message: message.clone() }
-        }
-    };
-    set(&mut status, generation, &now, ready);
-    status
+    let mut update = Update::of(backup, now);
+    update.status.location = Some(location);
+    update.ended(Some(job), end, "the backup is stored and complete", fill_from_summary);
+    update.done()
 }
 
+/// The agent's account of the run, its start included: the agent's start is the backup's.
 fn fill_from_summary(status: &mut MySQLBackupStatus, summary: &AgentSummary) {
-    if let Some(start) = summary.started() {
+    if let Some(start) = summary_started(summary) {
         status.start_time = Some(start);
     }
-    if let Some(end) = summary.finished() {
-        status.completion_time = Some(end);
-    }
-    let (tables, rows) = summary.counts();
-    status.duration_seconds = summary.duration_seconds.or(status.duration_seconds);
+    let (tables, rows) = summary_counts(summary);
     status.location = summary.location.clone().or(status.location.take());
     status.size_bytes = status_count(summary.stored_bytes);
     status.tables = tables;
@@ -141,7 +76,8 @@ fn fill_from_summary(status: &mut MySQLBackupStatus, summary: &AgentSummary) {
 mod tests {
     use super::*;
     use crate::build::fixtures::run;
-    use visitors_api::agent_summary::{AgentSummary, Operation};
+    use visitors_agent_contract::summary::Operation;
+    use visitors_api::backup::{BackupPhase, condition};
 
     fn at(seconds: i64) -> Time {
         Time(jiff::Timestamp::from_second(seconds).unwrap())

@@ -6,16 +6,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backup_controller::controller::{Context, reconcile};
-use backup_controller::deletion::FINALIZER;
-use controller_common::agent_run::AgentSettings;
+use backup_controller::cleanup::FINALIZER;
+use backup_controller::context::Context;
+use backup_controller::reconcile::reconcile;
+use controller_common::operation::AgentSettings;
 use controller_common::testing::shop::{self, EVENTS_PATH, JOBS_PATH, LEASE_PATH, PODS_PATH};
 use controller_common::testing::{MockApiServer, mock_runtime, not_found, with_applied_status};
 use http::{Method, StatusCode};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
+use visitors_agent_contract::summary::{AgentSummary, Operation};
 use visitors_api::MySQLBackup;
-use visitors_api::agent_summary::{AgentSummary, Operation};
 
 const BACKUP_PATH: &str = "/apis/example.com/v1/namespaces/shop/mysqlbackups/b1";
 const STATUS_PATH: &str = "/apis/example.com/v1/namespaces/shop/mysqlbackups/b1/status";

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backup_controller::controller::{Context, reconcile};
-use controller_common::agent_run::AgentSettings;
+use backup_controller::context::Context;
+use backup_controller::reconcile::reconcile;
+use controller_common::operation::AgentSettings;
 use controller_common::testing::mock_runtime;
 use serde_json::json;
 use visitors_api::MySQLBackup;

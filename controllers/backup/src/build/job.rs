@@ -1,10 +1,12 @@
 //! The Job that runs one backup: `visitors-agent backup --to <location>` against the app's
 //! MySQL Service, as root, with every credential from a Secret reference.
 
-use controller_common::job::{AgentInputs, AgentJob, StorageAccess};
+use controller_common::agent_job::{AgentInputs, AgentJob, StorageAccess};
 use k8s_openapi::api::batch::v1::Job;
 use kube::{Resource, ResourceExt};
+use visitors_agent_contract::command::{BackupArgs, Command, Compression, DeleteArgs};
 use visitors_api::MySQLBackup;
+use visitors_api::backup::Compression as SpecCompression;
 use visitors_api::labels::names;
 
 use super::{backup_path, run_labels};
@@ -20,29 +22,38 @@ pub fn agent_location(backup: &MySQLBackup) -> String {
     backup.spec.storage.agent_location(&backup_path(backup))
 }
 
+/// Seconds between the progress lines of a Job's agent.
+pub const PROGRESS_INTERVAL: u64 = 30;
+
+/// What the agent of run `backup` does.
+pub fn backup_command(backup: &MySQLBackup) -> Command {
+    Command::Backup(BackupArgs {
+        compression: compression(backup.spec.compression()),
+        parallelism: usize::try_from(backup.spec.parallelism()).unwrap_or(1),
+        progress_interval: PROGRESS_INTERVAL,
+        ..BackupArgs::to(agent_location(backup))
+    })
+}
+
+fn compression(compression: SpecCompression) -> Compression {
+    match compression {
+        SpecCompression::Zstd => Compression::Zstd,
+        SpecCompression::Gzip => Compression::Gzip,
+        SpecCompression::None => Compression::None,
+    }
+}
+
 /// The Job of run `backup`, connecting as root with the password of `credentials_secret`.
 pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, credentials_secret: &str) -> Job {
     let namespace = backup.namespace().unwrap_or_default();
-    let args = vec![
-        "backup".to_string(),
-        "--to".into(),
-        agent_location(backup),
-        "--compression".into(),
-        backup.spec.compression().as_str().into(),
-        "--parallelism".into(),
-        backup.spec.parallelism().to_string(),
-        "--progress-interval".into(),
-        "30".into(),
-    ];
     AgentJob {
         name: job_name(backup),
         namespace: namespace.clone(),
         labels: run_labels(backup),
         owner: backup.controller_owner_ref(&()),
-        args,
         active_deadline_seconds: backup.spec.active_deadline_seconds(),
         resources: backup.spec.resources.clone(),
-        ..AgentJob::of(inputs)
+        ..AgentJob::of(inputs, backup_command(backup))
             .with_database(&backup.spec.source.visitors_app, &namespace, credentials_secret)
             .with_storage(&backup.spec.storage, StorageAccess::ReadWrite)
     }
@@ -60,16 +71,15 @@ pub fn delete_job_name(backup: &MySQLBackup) -> String {
 /// a lock left there is one a killed backup left.
 pub fn delete_job(backup: &MySQLBackup, inputs: &AgentInputs) -> Job {
     let namespace = backup.namespace().unwrap_or_default();
-    let args = vec!["delete".to_string(), agent_location(backup), "--break-lock".into()];
+    let command = Command::Delete(DeleteArgs { break_lock: true, ..DeleteArgs::of(agent_location(backup)) });
     AgentJob {
         name: delete_job_name(backup),
         namespace,
         labels: run_labels(backup),
         owner: backup.controller_owner_ref(&()),
-        args,
         active_deadline_seconds: backup.spec.active_deadline_seconds(),
         resources: backup.spec.resources.clone(),
-        ..AgentJob::of(inputs).with_storage(&backup.spec.storage, StorageAccess::ReadWrite)
+        ..AgentJob::of(inputs, command).with_storage(&backup.spec.storage, StorageAccess::ReadWrite)
     }
     .build()
 }
@@ -192,5 +202,22 @@ mod tests {
     fn status_location_and_agent_location_name_the_same_folder() {
         assert_eq!(run().spec.storage.location(&backup_path(&run())), "pvc://backups/mysql/shop/ex/b1");
         assert_eq!(agent_location(&s3_run()), s3_run().spec.storage.location(&backup_path(&s3_run())));
+    }
+
+    #[test]
+    fn the_agent_parses_every_job_this_controller_builds_as_it_was_built() {
+        use controller_common::testing::agent_contract_of;
+        use visitors_agent_contract::summary::TERMINATION_MESSAGE_PATH;
+        for run in [run(), s3_run()] {
+            let backup = agent_contract_of(&backup_job(&run, &inputs(), CREDENTIALS));
+            let delete = agent_contract_of(&delete_job(&run, &inputs()));
+            let expected_delete =
+                Command::Delete(DeleteArgs { break_lock: true, ..DeleteArgs::of(agent_location(&run)) });
+            for (parsed, expected) in [(backup, backup_command(&run)), (delete, expected_delete)] {
+                assert_eq!(parsed.len(), 1, "one container");
+                assert_eq!(parsed[0].command, expected);
+                assert_eq!(parsed[0].summary_file.as_deref(), Some(std::path::Path::new(TERMINATION_MESSAGE_PATH)));
+            }
+        }
     }
 }

@@ -1,13 +1,13 @@
 //! Pure builders: a MySQLBackup in, the desired Kubernetes objects out. No client, no clock.
 
 pub mod job;
-pub mod run;
+pub mod scheduled_run;
 
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use visitors_api::MySQLBackup;
-use visitors_api::labels::{Component, DATABASE_LABEL, labels};
+use visitors_api::labels::{Component, operation_labels};
 
 /// Label on a backup Job naming the run it belongs to.
 pub const RUN_LABEL: &str = "example.com/backup-run";
@@ -15,11 +15,7 @@ pub const RUN_LABEL: &str = "example.com/backup-run";
 /// The labels of the objects of backup `backup`: the app's standard set in the `backup` tier,
 /// the database they act on, and the run.
 pub fn run_labels(backup: &MySQLBackup) -> BTreeMap<String, String> {
-    let app = &backup.spec.source.visitors_app;
-    let mut all = labels(app, Component::Backup);
-    all.insert(DATABASE_LABEL.into(), app.clone());
-    all.insert(RUN_LABEL.into(), backup.name_any());
-    all
+    operation_labels(&backup.spec.source.visitors_app, Component::Backup, RUN_LABEL, &backup.name_any())
 }
 
 /// The folder of one run inside the storage: `<namespace>/<app>/<run>`.
