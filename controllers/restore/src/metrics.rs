@@ -3,15 +3,23 @@
 //! its gauge is too; a restarted controller sets it again when it reconciles the restore.
 
 use controller_common::metrics::Metrics;
+use kube::ResourceExt;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use visitors_api::MySQLRestore;
 use visitors_api::restore::{MySQLRestoreStatus, RestorePhase};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RestoreLabels {
     pub namespace: String,
     pub restore: String,
+}
+
+impl RestoreLabels {
+    pub fn of(restore: &MySQLRestore, namespace: &str) -> Self {
+        RestoreLabels { namespace: namespace.to_string(), restore: restore.name_any() }
+    }
 }
 
 #[derive(Default)]

@@ -52,11 +52,6 @@ pub fn error_policy(restore: Arc<MySQLRestore>, error: &Error, context: Arc<Cont
     controller_common::reconcile::error_policy(&context.runtime, restore, error)
 }
 
-/// Metric labels of `restore`.
-pub fn metric_labels(restore: &MySQLRestore, namespace: &str) -> RestoreLabels {
-    RestoreLabels { namespace: namespace.to_string(), restore: restore.name_any() }
-}
-
 struct Restore<'a> {
     restore: &'a MySQLRestore,
     ctx: &'a Context,
@@ -256,7 +251,7 @@ impl<'a> Restore<'a> {
     }
 
     fn metric_labels(&self) -> RestoreLabels {
-        metric_labels(self.restore, self.op.namespace)
+        RestoreLabels::of(self.restore, self.op.namespace)
     }
 }
 

@@ -1,45 +1,22 @@
 //! Observed state → MySQLRestore status. Pure: the reconcile passes what it saw and the time.
+//! What a restore shares with a backup run is written by [`controller_common::status::Update`];
+//! this module adds the backup it reads, the quiescing of the app and the verifying step.
 
-use controller_common::job::RunEnd;
+use controller_common::agent_job::RunEnd;
+use controller_common::status::{Update, summary_counts, summary_started};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use visitors_agent_contract::summary::AgentSummary;
 use visitors_api::InvalidSpec;
-use visitors_api::agent_summary::{AgentSummary, seconds_between};
 use visitors_api::conditions::{self, Desired, READY, Status};
-use visitors_api::restore::{MySQLRestore, MySQLRestoreStatus, RestorePhase};
+use visitors_api::restore::{MySQLRestore, MySQLRestoreStatus, RestorePhase, condition, reason};
 
 use crate::build::Backup;
 
-/// Condition types of a restore beyond `Ready`.
-pub mod condition {
-    /// True while the restore waits before its Job (for its backup, its app, the lock).
-    pub const PENDING: &str = "Pending";
-    /// True once the app's backend is stopped for the restore.
-    pub const QUIESCED: &str = "Quiesced";
-    /// True when the spec changed after the restore ended: the change did nothing.
-    pub const SPEC_IGNORED: &str = "SpecChangeIgnored";
-}
-
-/// The current status, or an empty one, with `observedGeneration` of this spec.
-fn base(restore: &MySQLRestore) -> MySQLRestoreStatus {
-    let mut status = restore.status.clone().unwrap_or_default();
-    status.observed_generation = restore.metadata.generation;
-    status
-}
-
-fn set(status: &mut MySQLRestoreStatus, generation: Option<i64>, now: &Time, desired: Desired<'_>) {
-    conditions::set(&mut status.conditions, desired, generation, now.clone());
-}
-
-fn ready(reason: &str, message: String) -> Desired<'_> {
-    Desired { type_: READY, status: Status::False, reason, message }
-}
-
 /// The spec is invalid, and a restore's spec cannot change: `Failed`, naming the fields.
 pub fn invalid(restore: &MySQLRestore, invalid: &InvalidSpec, now: Time) -> MySQLRestoreStatus {
-    let mut status = base(restore);
-    set(&mut status, restore.metadata.generation, &now, conditions::invalid_spec(invalid));
-    status.phase = Some(RestorePhase::Failed);
-    status.error = Some(invalid.to_string());
+    let mut update = Update::of(restore, now.clone());
+    update.failed_for(invalid);
+    let mut status = update.done();
     if status.completion_time.is_none() {
         status.completion_time = Some(now);
     }
@@ -48,33 +25,26 @@ pub fn invalid(restore: &MySQLRestore, invalid: &InvalidSpec, now: Time) -> MySQ
 
 /// The restore waits (`reason`, `message` say for what) before it can start.
 pub fn pending(restore: &MySQLRestore, reason: &str, message: String, now: Time) -> MySQLRestoreStatus {
-    let mut status = base(restore);
-    let generation = restore.metadata.generation;
-    status.phase = Some(RestorePhase::Pending);
-    let pending = Desired { type_: condition::PENDING, status: Status::True, reason, message: message.clone() };
-    set(&mut status, generation, &now, pending);
-    set(&mut status, generation, &now, ready(reason, message));
-    status
+    let mut update = Update::of(restore, now);
+    update.pending(reason, message);
+    update.done()
 }
 
 /// The restore holds the database and waits for the app's backend to stop.
 pub fn quiescing(restore: &MySQLRestore, backup: &Backup, message: String, now: Time) -> MySQLRestoreStatus {
-    let mut status = base(restore);
-    let generation = restore.metadata.generation;
-    status.phase = Some(RestorePhase::Quiescing);
-    record_backup(&mut status, backup);
-    let started = Desired {
-        type_: condition::PENDING,
-        status: Status::False,
-        reason: "DatabaseLocked",
-        message: "the restore holds the database".into(),
-    };
-    set(&mut status, generation, &now, started);
-    let quiesced =
-        Desired { type_: condition::QUIESCED, status: Status::False, reason: "Stopping", message: message.clone() };
-    set(&mut status, generation, &now, quiesced);
-    set(&mut status, generation, &now, ready("Quiescing", message));
-    status
+    let mut update = Update::of(restore, now);
+    update.status.phase = Some(RestorePhase::Quiescing);
+    record_backup(&mut update.status, backup);
+    update
+        .set(Desired {
+            type_: condition::PENDING,
+            status: Status::False,
+            reason: reason::DATABASE_LOCKED,
+            message: "the restore holds the database".into(),
+        })
+        .set(quiesced(Status::False, reason::STOPPING, message.clone()))
+        .not_ready(reason::QUIESCING, message);
+    update.done()
 }
 
 /// The restore Job exists and has not ended.
@@ -85,32 +55,15 @@ pub fn running(
     started: Option<Time>,
     now: Time,
 ) -> MySQLRestoreStatus {
-    let mut status = base(restore);
-    let generation = restore.metadata.generation;
-    status.phase = Some(RestorePhase::Running);
-    status.job_name = Some(job.to_string());
-    record_backup(&mut status, backup);
-    if status.start_time.is_none() {
-        status.start_time = Some(started.unwrap_or_else(|| now.clone()));
-    }
-    let started = Desired {
-        type_: condition::PENDING,
-        status: Status::False,
-        reason: "Started",
-        message: format!("Job {job} runs the restore"),
-    };
-    set(&mut status, generation, &now, started);
+    let mut update = Update::of(restore, now.clone());
+    record_backup(&mut update.status, backup);
+    update.started(job, Some(started.unwrap_or(now)));
     if restore.spec.quiesce() {
-        let quiesced = Desired {
-            type_: condition::QUIESCED,
-            status: Status::True,
-            reason: "BackendStopped",
-            message: format!("the backend of VisitorsApp {} is stopped", restore.spec.target.visitors_app),
-        };
-        set(&mut status, generation, &now, quiesced);
+        let message = format!("the backend of VisitorsApp {} is stopped", restore.spec.target.visitors_app);
+        update.set(quiesced(Status::True, reason::BACKEND_STOPPED, message));
     }
-    set(&mut status, generation, &now, ready("Running", format!("Job {job} runs the restore")));
-    status
+    update.running(job);
+    update.done()
 }
 
 /// The Job's first step has loaded the backup into staging schemas and checked it there; its
@@ -128,7 +81,8 @@ pub fn verifying(
     let message = format!(
         "the backup is loaded and checked in staging schemas; Job {job} checks the staged copy against the manifest again (row counts, checksums) and swaps it in"
     );
-    set(&mut status, restore.metadata.generation, &now, ready("Verifying", message));
+    let ready = Desired { type_: READY, status: Status::False, reason: reason::VERIFYING, message };
+    conditions::set(&mut status.conditions, ready, restore.metadata.generation, now);
     status
 }
 
@@ -140,51 +94,14 @@ pub fn finished(
     end: &RunEnd,
     now: Time,
 ) -> MySQLRestoreStatus {
-    let mut status = base(restore);
-    let generation = restore.metadata.generation;
-    if let Some(job) = job {
-        status.job_name = Some(job.to_string());
-    }
-    record_backup(&mut status, backup);
-    if let Some(summary) = end.summary() {
-        fill_from_summary(&mut status, summary);
-    }
-    if status.completion_time.is_none() {
-        status.completion_time = Some(now.clone());
-    }
-    if status.duration_seconds.is_none()
-        && let (Some(start), Some(end)) = (&status.start_time, &status.completion_time)
-    {
-        status.duration_seconds = Some(seconds_between(start, end));
-    }
-    let desired = match end {
-        RunEnd::Succeeded(_) => {
-            status.phase = Some(RestorePhase::Succeeded);
-            status.error = None;
-            Desired {
-                type_: READY,
-                status: Status::True,
-                reason: "Succeeded",
-                message: "the database holds the backup, checked against its manifest".into(),
-            }
-        }
-        RunEnd::Failed { reason, message, .. } => {
-            status.phase = Some(RestorePhase::Failed);
-            status.error = Some(message.clone());
-            ready(reason, message.clone())
-        }
-    };
-    set(&mut status, generation, &now, desired);
+    let mut update = Update::of(restore, now);
+    record_backup(&mut update.status, backup);
+    update.ended(job, end, "the database holds the backup, checked against its manifest", fill_from_summary);
     if restore.spec.quiesce() {
-        let released = Desired {
-            type_: condition::QUIESCED,
-            status: Status::False,
-            reason: "Released",
-            message: "the restore ended; the backend runs again at the app's size".into(),
-        };
-        set(&mut status, generation, &now, released);
+        let message = "the restore ended; the backend runs again at the app's size".to_string();
+        update.set(quiesced(Status::False, reason::RELEASED, message));
     }
-    status
+    update.done()
 }
 
 /// The restore has ended and its spec changed since: nothing happens but this condition.
@@ -194,9 +111,15 @@ pub fn spec_ignored(restore: &MySQLRestore, now: Time) -> MySQLRestoreStatus {
     let message = format!(
         "the restore has ended ({phase}) and is a record: a change to its spec does nothing; create a new MySQLRestore to restore again"
     );
-    let ignored = Desired { type_: condition::SPEC_IGNORED, status: Status::True, reason: "RestoreEnded", message };
-    set(&mut status, restore.metadata.generation, &now, ignored);
+    let ignored =
+        Desired { type_: condition::SPEC_IGNORED, status: Status::True, reason: reason::RESTORE_ENDED, message };
+    conditions::set(&mut status.conditions, ignored, restore.metadata.generation, now);
     status
+}
+
+/// Whether the app's backend is stopped for the restore.
+fn quiesced(status: Status, reason: &str, message: String) -> Desired<'_> {
+    Desired { type_: condition::QUIESCED, status, reason, message }
 }
 
 fn record_backup(status: &mut MySQLRestoreStatus, backup: &Backup) {
@@ -208,15 +131,13 @@ fn record_backup(status: &mut MySQLRestoreStatus, backup: &Backup) {
     }
 }
 
+/// The agent's account of the restore. The restore's start is its Job's: the agent's summary
+/// is that of the Job's last step.
 fn fill_from_summary(status: &mut MySQLRestoreStatus, summary: &AgentSummary) {
     if status.start_time.is_none() {
-        status.start_time = summary.started();
+        status.start_time = summary_started(summary);
     }
-    if let Some(end) = summary.finished() {
-        status.completion_time = Some(end);
-    }
-    let (tables, rows) = summary.counts();
-    status.duration_seconds = summary.duration_seconds.or(status.duration_seconds);
+    let (tables, rows) = summary_counts(summary);
     status.tables = tables.or(status.tables);
     status.rows = rows.or(status.rows);
     if summary.manifest_sha256.is_some() {
@@ -228,7 +149,7 @@ fn fill_from_summary(status: &mut MySQLRestoreStatus, summary: &AgentSummary) {
 mod tests {
     use super::*;
     use crate::build::fixtures::from_run;
-    use visitors_api::agent_summary::Operation;
+    use visitors_agent_contract::summary::Operation;
 
     fn at(seconds: i64) -> Time {
         Time(jiff::Timestamp::from_second(seconds).unwrap())

@@ -5,9 +5,10 @@
 //! agent container checks the staged copy against the manifest again and swaps it in
 //! (`--from-stage`): the restore's `Running` and `Verifying` phases.
 
-use controller_common::job::{AgentInputs, AgentJob, StorageAccess};
+use controller_common::agent_job::{AgentInputs, AgentJob, StorageAccess, container_args};
 use k8s_openapi::api::batch::v1::Job;
 use kube::{Resource, ResourceExt};
+use visitors_agent_contract::command::{Command, RestoreArgs};
 use visitors_api::MySQLRestore;
 use visitors_api::labels::names;
 
@@ -27,45 +28,40 @@ pub fn job_name(restore: &MySQLRestore) -> String {
 /// backup; the backup is mounted read-only.
 pub fn restore_job(restore: &MySQLRestore, backup: &Backup, inputs: &AgentInputs, credentials_secret: &str) -> Job {
     let namespace = restore.namespace().unwrap_or_default();
-    let mut args = vec![
-        "restore".to_string(),
-        "--from".into(),
-        backup.agent_location.clone(),
-        "--drop-existing".into(),
-        "--parallelism".into(),
-        restore.spec.parallelism().to_string(),
-        "--progress-interval".into(),
-        "30".into(),
-    ];
-    if let Some(sha) = &backup.manifest_sha256 {
-        args.extend(["--expect-manifest-sha256".into(), sha.clone()]);
-    }
+    let restore_args = RestoreArgs {
+        drop_existing: true,
+        parallelism: usize::try_from(restore.spec.parallelism()).unwrap_or(1),
+        progress_interval: PROGRESS_INTERVAL,
+        expect_manifest_sha256: backup.manifest_sha256.clone(),
+        ..RestoreArgs::from(backup.agent_location.clone())
+    };
+    let from_stage = Command::Restore(RestoreArgs { from_stage: true, ..restore_args.clone() });
     let job = AgentJob {
         name: job_name(restore),
         namespace: namespace.clone(),
         labels: restore_labels(restore),
         owner: restore.controller_owner_ref(&()),
-        args,
         active_deadline_seconds: restore.spec.active_deadline_seconds(),
-        ..AgentJob::of(inputs)
+        ..AgentJob::of(inputs, from_stage)
             .with_database(&restore.spec.target.visitors_app, &namespace, credentials_secret)
             .with_storage(&backup.storage, StorageAccess::ReadOnly)
     }
     .build();
-    in_two_steps(job)
+    in_two_steps(job, Command::Restore(RestoreArgs { stage_only: true, ..restore_args }))
 }
 
-/// The agent container of `job` split into the staging step (an init container) and the
-/// checking and swapping step (the agent container). Both take the same arguments, so the
-/// second refuses a copy staged from another manifest.
-fn in_two_steps(mut job: Job) -> Job {
+/// Seconds between the progress lines of a Job's agent.
+const PROGRESS_INTERVAL: u64 = 30;
+
+/// The agent container of `job` (which checks the staged copy and swaps it in) preceded by the
+/// staging step `stage`, an init container otherwise the same. Both take the same arguments
+/// but their step's flag, so the second refuses a copy staged from another manifest.
+fn in_two_steps(mut job: Job, stage: Command) -> Job {
     let pod = job.spec.as_mut().and_then(|s| s.template.spec.as_mut()).expect("an agent Job has a pod template");
-    let agent = &mut pod.containers[0];
-    let mut stage = agent.clone();
-    stage.name = STAGE_CONTAINER.into();
-    stage.args.get_or_insert_default().push("--stage-only".into());
-    agent.args.get_or_insert_default().push("--from-stage".into());
-    pod.init_containers = Some(vec![stage]);
+    let mut stage_container = pod.containers[0].clone();
+    stage_container.name = STAGE_CONTAINER.into();
+    stage_container.args = Some(container_args(stage));
+    pod.init_containers = Some(vec![stage_container]);
     job
 }
 
@@ -169,5 +165,33 @@ mod tests {
         let key = env_var(container, "AWS_SECRET_ACCESS_KEY").unwrap();
         assert_eq!(key.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap().name, "s3-keys");
         assert_eq!(env_var(container, "AWS_ENDPOINT_URL").unwrap().value.as_deref(), Some("http://minio:9000"));
+    }
+
+    #[test]
+    fn the_agent_parses_every_job_this_controller_builds_as_it_was_built() {
+        use controller_common::testing::agent_contract_of;
+        let s3 = from_s3();
+        let storage = s3.spec.source.storage.clone().unwrap();
+        let s3_backup = Backup { agent_location: storage.agent_location("shop/ex/b1"), storage, ..Backup::default() };
+        for (restore, backup) in [(from_run(), pvc_backup()), (s3, s3_backup)] {
+            let parsed = agent_contract_of(&restore_job(&restore, &backup, &inputs(), CREDENTIALS));
+            let steps: Vec<&RestoreArgs> = parsed
+                .iter()
+                .map(|cli| match &cli.command {
+                    Command::Restore(args) => args,
+                    other => panic!("a restore Job runs restores, not {other:?}"),
+                })
+                .collect();
+            let [stage, swap] = steps[..] else { panic!("two steps: {steps:?}") };
+            assert!(stage.stage_only && !stage.from_stage, "the init container stages: {stage:?}");
+            assert!(swap.from_stage && !swap.stage_only, "the agent container swaps: {swap:?}");
+            assert_eq!(
+                RestoreArgs { stage_only: false, ..stage.clone() },
+                RestoreArgs { from_stage: false, ..swap.clone() }
+            );
+            assert_eq!(swap.from, backup.agent_location);
+            assert_eq!(swap.expect_manifest_sha256, backup.manifest_sha256);
+            assert!(swap.drop_existing, "an in-place restore");
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use visitors_api::MySQLRestore;
-use visitors_api::labels::{Component, DATABASE_LABEL, labels};
+use visitors_api::labels::{Component, operation_labels};
 use visitors_api::storage::{BackupStorage, VOLUME_MOUNT, join_path};
 
 /// Label on a restore Job naming the restore it belongs to.
@@ -16,11 +16,7 @@ pub const RESTORE_LABEL: &str = "example.com/restore";
 /// The labels of a restore's Job: the app's standard set in the `restore` tier, the database it
 /// acts on, and the restore.
 pub fn restore_labels(restore: &MySQLRestore) -> BTreeMap<String, String> {
-    let app = &restore.spec.target.visitors_app;
-    let mut all = labels(app, Component::Restore);
-    all.insert(DATABASE_LABEL.into(), app.clone());
-    all.insert(RESTORE_LABEL.into(), restore.name_any());
-    all
+    operation_labels(&restore.spec.target.visitors_app, Component::Restore, RESTORE_LABEL, &restore.name_any())
 }
 
 /// The backup a restore reads, as resolved from its source.
