@@ -36,7 +36,6 @@ pub const MAX_SIZE: i32 = 50;
 /// Longest accepted `spec.title`.
 pub const MAX_TITLE_LEN: usize = 256;
 
-/// Keys of the credentials Secret (generated, or supplied through `spec.credentialsSecret`).
 /// Reasons of a VisitorsApp's conditions.
 pub mod reason {
     /// `Ready` True.
@@ -64,6 +63,7 @@ pub mod reason {
     pub const CREDENTIALS_SECRET_CONFLICT: &str = "CredentialsSecretConflict";
 }
 
+/// Keys of the credentials Secret (generated, or supplied through `spec.credentialsSecret`).
 pub mod secret_keys {
     /// The application user's name.
     pub const USERNAME: &str = "username";
