@@ -12,6 +12,12 @@ use crate::env;
 
 /// The default of `--parallelism`.
 pub const DEFAULT_PARALLELISM: usize = 2;
+/// The default of `archive --flush-seconds`.
+pub const DEFAULT_FLUSH_SECONDS: u64 = 5;
+/// The default of `archive --segment-mib`.
+pub const DEFAULT_SEGMENT_MIB: u64 = 64;
+/// The default of `archive --replica-server-id`: high, so that it is unlikely to be a server's.
+pub const DEFAULT_REPLICA_SERVER_ID: u32 = 0x7F56_4F00;
 /// The port used when neither `--port` nor `MYSQL_TCP_PORT` says another.
 pub const DEFAULT_PORT: u16 = 3306;
 /// The account used when neither `--user` nor `MYSQL_USER` says another.
@@ -44,6 +50,34 @@ pub struct AgentCli {
     pub command: Command,
 }
 
+/// The command line of `visitors-archiver`: `visitors-agent archive` under a Lease, which keeps
+/// one archiver per archive and carries its status to the backup controller.
+#[derive(Parser, Debug, Clone, PartialEq)]
+#[command(
+    name = "visitors-archiver",
+    version,
+    about = "Archives a MySQL/MariaDB binary log continuously, holding a Kubernetes Lease",
+    after_help = ENVIRONMENT_HELP
+)]
+pub struct ArchiverCli {
+    /// The Lease, in the pod's namespace (POD_NAMESPACE), held while archiving; the archiver
+    /// waits while another holder renews it.
+    #[arg(long)]
+    pub lease: String,
+    #[command(flatten)]
+    pub archive: ArchiveArgs,
+}
+
+impl ArchiverCli {
+    /// The arguments (after the program's name) that parse back into `self`.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = Rendered::default();
+        args.value("--lease", &self.lease);
+        self.archive.render(&mut args);
+        args.0
+    }
+}
+
 #[derive(Subcommand, Debug, Clone, PartialEq)]
 pub enum Command {
     /// Back up databases to a directory or a bucket; manifest.json is written last.
@@ -61,6 +95,14 @@ pub enum Command {
     /// Delete one stored backup: manifest.json first, then its other files and folders.
     #[command(after_help = ENVIRONMENT_HELP)]
     Delete(DeleteArgs),
+    /// Stream the server's binary log into an archive, in segments, until stopped (SIGTERM
+    /// stores what is complete, then exits).
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Archive(ArchiveArgs),
+    /// Delete the archived binary log segments a base backup no longer needs: those wholly
+    /// before its snapshot.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    PruneArchive(PruneArchiveArgs),
 }
 
 #[derive(Args, Debug, Clone, Default, PartialEq)]
@@ -178,6 +220,60 @@ pub struct RestoreArgs {
     /// counts, checksums) and swap it in; refused when there is none.
     #[arg(long)]
     pub from_stage: bool,
+    #[command(flatten)]
+    pub point_in_time: PointInTimeArgs,
+}
+
+/// A restore to a point in time: the base backup, then the archived transactions after it.
+#[derive(Args, Debug, Clone, Default, PartialEq)]
+pub struct PointInTimeArgs {
+    /// The binary log archive of the backed-up server (as `archive --to` wrote it): replay its
+    /// transactions after the backup's snapshot, up to --until-time or --until-gtid.
+    #[arg(long, value_name = "LOCATION", requires = "until")]
+    pub binlog_archive: Option<String>,
+    /// Replay every transaction committed at or before this time (RFC 3339, to the second, for
+    /// example 2026-11-25T17:59:00Z), and none after it.
+    #[arg(long, value_name = "TIME", group = "until", requires = "binlog_archive")]
+    pub until_time: Option<String>,
+    /// Replay up to and including these transactions (a MariaDB position `0-1-42` or a MySQL
+    /// GTID set), and stop before the first one outside it.
+    #[arg(long, value_name = "GTIDS", group = "until", requires = "binlog_archive")]
+    pub until_gtid: Option<String>,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct ArchiveArgs {
+    /// The archive: s3://bucket/prefix or file:///abs/path. Created when empty; otherwise
+    /// archiving resumes exactly after the last stored transaction.
+    #[arg(long, value_name = "LOCATION")]
+    pub to: String,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// Store a segment at least this often while there are writes.
+    #[arg(long, default_value_t = DEFAULT_FLUSH_SECONDS)]
+    pub flush_seconds: u64,
+    /// Close a segment once it holds this many MiB of events (a transaction is never split).
+    #[arg(long, default_value_t = DEFAULT_SEGMENT_MIB)]
+    pub segment_mib: u64,
+    /// The server id the archiver registers with as a replica; it must differ from every
+    /// server's and replica's id (a second archiver with the same id is disconnected by the
+    /// server).
+    #[arg(long, default_value_t = DEFAULT_REPLICA_SERVER_ID)]
+    pub replica_server_id: u32,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct PruneArchiveArgs {
+    /// The archive: s3://bucket/prefix or file:///abs/path.
+    #[arg(value_name = "ARCHIVE")]
+    pub archive: String,
+    /// The oldest base backup still kept: segments wholly before its snapshot are deleted.
+    #[arg(long, value_name = "LOCATION")]
+    pub before_backup: String,
+    #[command(flatten)]
+    pub storage: StorageArgs,
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
@@ -306,6 +402,10 @@ impl Command {
                     .flag("--skip-binlog", restore.skip_binlog)
                     .flag("--stage-only", restore.stage_only)
                     .flag("--from-stage", restore.from_stage);
+                let pitr = &restore.point_in_time;
+                args.optional("--binlog-archive", pitr.binlog_archive.as_ref())
+                    .optional("--until-time", pitr.until_time.as_ref())
+                    .optional("--until-gtid", pitr.until_gtid.as_ref());
             }
             Command::Verify(verify) => {
                 args.word("verify").value("--from", &verify.from);
@@ -324,8 +424,39 @@ impl Command {
                 delete.storage.render(&mut args);
                 args.flag("--break-lock", delete.break_lock);
             }
+            Command::Archive(archive) => {
+                args.word("archive");
+                archive.render(&mut args);
+            }
+            Command::PruneArchive(prune) => {
+                args.word("prune-archive").word(&prune.archive).value("--before-backup", &prune.before_backup);
+                prune.storage.render(&mut args);
+            }
         }
         args.0
+    }
+}
+
+impl ArchiveArgs {
+    /// Archiving to `to` with every option at its default.
+    pub fn to(to: impl Into<String>) -> Self {
+        ArchiveArgs {
+            to: to.into(),
+            connection: ConnectionArgs::default(),
+            storage: StorageArgs::default(),
+            flush_seconds: DEFAULT_FLUSH_SECONDS,
+            segment_mib: DEFAULT_SEGMENT_MIB,
+            replica_server_id: DEFAULT_REPLICA_SERVER_ID,
+        }
+    }
+
+    fn render(&self, args: &mut Rendered) {
+        args.value("--to", &self.to);
+        self.connection.render(args);
+        self.storage.render(args);
+        args.value("--flush-seconds", self.flush_seconds)
+            .value("--segment-mib", self.segment_mib)
+            .value("--replica-server-id", self.replica_server_id);
     }
 }
 
@@ -403,6 +534,7 @@ impl RestoreArgs {
             progress_interval: 10,
             stage_only: false,
             from_stage: false,
+            point_in_time: PointInTimeArgs::default(),
         }
     }
 }
@@ -452,6 +584,19 @@ mod tests {
             progress_interval: 30,
             ..BackupArgs::to("s3://bucket/prefix")
         };
+        let point_in_time = PointInTimeArgs {
+            binlog_archive: Some("s3://bucket/prefix/_binlog/nightly".into()),
+            until_time: Some("2026-11-25T17:59:00Z".into()),
+            until_gtid: None,
+        };
+        let archive = ArchiveArgs {
+            connection: connection.clone(),
+            storage: storage.clone(),
+            flush_seconds: 2,
+            segment_mib: 8,
+            replica_server_id: 77,
+            ..ArchiveArgs::to("s3://bucket/prefix/_binlog/nightly")
+        };
         let restore = RestoreArgs {
             connection: connection.clone(),
             storage: storage.clone(),
@@ -477,7 +622,19 @@ mod tests {
             Command::Backup(backup),
             Command::Restore(RestoreArgs::from("s3://bucket/plain")),
             Command::Restore(RestoreArgs { stage_only: false, from_stage: true, ..restore.clone() }),
+            Command::Restore(RestoreArgs { point_in_time: point_in_time.clone(), ..restore.clone() }),
+            Command::Restore(RestoreArgs {
+                point_in_time: PointInTimeArgs { until_time: None, until_gtid: Some("0-1-42".into()), ..point_in_time },
+                ..restore.clone()
+            }),
             Command::Restore(restore),
+            Command::Archive(ArchiveArgs::to("file:///backup/_binlog/x")),
+            Command::Archive(archive),
+            Command::PruneArchive(PruneArchiveArgs {
+                archive: "s3://b/p/_binlog/n".into(),
+                before_backup: "s3://b/p/run".into(),
+                storage: storage.clone(),
+            }),
             Command::Verify(verify),
             Command::Inspect(InspectArgs { from: "s3://b/p".into(), storage: storage.clone() }),
             Command::Delete(DeleteArgs { break_lock: true, storage, ..DeleteArgs::of("s3://b/p/run") }),
@@ -493,6 +650,28 @@ mod tests {
                 assert_eq!(parse(&cli.to_args()), cli);
             }
         }
+    }
+
+    #[test]
+    fn the_archivers_command_line_parses_back_into_itself() {
+        let cli =
+            ArchiverCli { lease: "nightly-archiver".into(), archive: ArchiveArgs::to("file:///backup/_binlog/n") };
+        let program = std::iter::once("visitors-archiver".to_string());
+        let parsed = ArchiverCli::try_parse_from(program.chain(cli.to_args())).unwrap();
+        assert_eq!(parsed, cli);
+    }
+
+    #[test]
+    fn a_point_in_time_needs_an_archive_and_one_target() {
+        let base = ["restore", "--from", "file:///b"];
+        let parse = |extra: &[&str]| {
+            let args = std::iter::once("visitors-agent").chain(base).chain(extra.iter().copied());
+            AgentCli::try_parse_from(args)
+        };
+        assert!(parse(&["--until-time", "2026-11-25T17:59:00Z"]).is_err(), "a target without an archive");
+        assert!(parse(&["--binlog-archive", "file:///a"]).is_err(), "an archive without a target");
+        assert!(parse(&["--binlog-archive", "file:///a", "--until-time", "t", "--until-gtid", "0-1-2"]).is_err());
+        assert!(parse(&["--binlog-archive", "file:///a", "--until-gtid", "0-1-2"]).is_ok());
     }
 
     #[test]

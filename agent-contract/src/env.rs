@@ -25,9 +25,12 @@ pub const AWS_ENDPOINT_URL: &str = "AWS_ENDPOINT_URL";
 pub const AWS_S3_FORCE_PATH_STYLE: &str = "AWS_S3_FORCE_PATH_STYLE";
 /// The log filter.
 pub const RUST_LOG: &str = "RUST_LOG";
+/// The archiver's pod name (the Lease holder) and namespace, from the downward API.
+pub const POD_NAME: &str = "POD_NAME";
+pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
 
-/// Every variable the agent reads.
-pub const ALL: [&str; 15] = [
+/// Every variable the agent (or the archiver) reads.
+pub const ALL: [&str; 17] = [
     MYSQL_HOST,
     MYSQL_TCP_PORT,
     MYSQL_USER,
@@ -39,6 +42,8 @@ pub const ALL: [&str; 15] = [
     AWS_ENDPOINT_URL,
     AWS_S3_FORCE_PATH_STYLE,
     RUST_LOG,
+    POD_NAME,
+    POD_NAMESPACE,
     OTLP_ENDPOINT_ENV,
     SERVICE_NAME_ENV,
     TRACEPARENT_ENV,

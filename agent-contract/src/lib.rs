@@ -4,12 +4,17 @@
 //!   controllers render into a Job's arguments;
 //! - [`env`]: the environment variables the agent reads;
 //! - [`summary`]: the one-line JSON summary the agent reports, which the controllers read from
-//!   the Job's termination message.
+//!   the Job's termination message;
+//! - [`archive`]: what the binary-log archiver and the backup controller tell each other
+//!   through the archiver's Lease;
+//! - [`gtid`]: global transaction identifiers of MariaDB and MySQL, and their sets.
 
+pub mod archive;
 pub mod command;
 pub mod env;
+pub mod gtid;
 pub mod summary;
 pub mod text;
 
-pub use command::{AgentCli, BackupArgs, Command, Compression, DeleteArgs, RestoreArgs};
+pub use command::{AgentCli, ArchiveArgs, ArchiverCli, BackupArgs, Command, Compression, DeleteArgs, RestoreArgs};
 pub use summary::{AgentSummary, Operation};

@@ -19,6 +19,11 @@ pub enum Operation {
     Inspect,
     /// One stored backup deleted (`stored_bytes` then counts the bytes deleted).
     Delete,
+    /// Binary log archiving, until stopped.
+    Archive,
+    /// Segments of an archive deleted (`stored_bytes` counts the bytes deleted).
+    #[serde(rename = "prune-archive")]
+    PruneArchive,
 }
 
 /// The outcome of one agent run.
@@ -65,6 +70,51 @@ pub struct AgentSummary {
     /// SHA-256 of `manifest.json`, hex.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifest_sha256: Option<String>,
+    /// Backup: the server time and binary log position of the snapshot, where a restore to a
+    /// point in time starts replaying.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<Snapshot>,
+    /// Restore to a point in time: what was replayed after the base backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<Replay>,
+}
+
+/// The longest GTID text a summary carries; a longer set is left out rather than cut.
+pub const MAX_GTID_CHARS: usize = 512;
+
+/// Where a backup's snapshot is in the server's history.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    /// The server's clock at the snapshot (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_position: Option<u64>,
+    /// The GTID position (MariaDB) or executed set (MySQL), when short enough.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid: Option<String>,
+}
+
+/// What a restore to a point in time replayed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Replay {
+    /// The newest replayed transaction: its commit time (RFC 3339) and GTID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_gtid: Option<String>,
+    pub transactions: u64,
+    pub events: u64,
+    pub segments: u64,
+}
+
+/// `gtid` when it fits in a summary.
+pub fn bounded_gtid(gtid: Option<String>) -> Option<String> {
+    gtid.filter(|g| !g.is_empty() && g.len() <= MAX_GTID_CHARS)
 }
 
 impl AgentSummary {
@@ -122,6 +172,19 @@ mod tests {
             stored_bytes: Some(u64::MAX),
             consistent_position: Some("g".repeat(1024)),
             manifest_sha256: Some("f".repeat(64)),
+            snapshot: Some(Snapshot {
+                time: Some("2026-11-21T13:45:00Z".into()),
+                binlog_file: Some("b".repeat(255)),
+                binlog_position: Some(u64::MAX),
+                gtid: Some("g".repeat(MAX_GTID_CHARS)),
+            }),
+            replay: Some(Replay {
+                last_applied_time: Some("2026-11-21T13:45:00Z".into()),
+                last_applied_gtid: Some("g".repeat(MAX_GTID_CHARS)),
+                transactions: u64::MAX,
+                events: u64::MAX,
+                segments: u64::MAX,
+            }),
         };
         let line = summary.to_line();
         assert!(line.len() <= MAX_SUMMARY_BYTES, "{}", line.len());

@@ -1,6 +1,6 @@
-//! The command line: `visitors-agent backup | restore | verify | inspect | delete`. Every run
-//! ends with the JSON summary as the last line of stdout (and in `--summary-file`), exit code 0
-//! only on full success.
+//! The command line: `visitors-agent backup | restore | verify | inspect | delete | archive |
+//! prune-archive`. Every run ends with the JSON summary as the last line of stdout (and in
+//! `--summary-file`), exit code 0 only on full success.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,22 +9,26 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use tracing::Instrument;
 use visitors_agent_contract::command::{
-    AgentCli, BackupArgs, Command, ConnectionArgs, DeleteArgs, InspectArgs, RestoreArgs, StorageArgs, VerifyArgs,
+    AgentCli, ArchiveArgs, BackupArgs, Command, ConnectionArgs, DeleteArgs, InspectArgs, PruneArchiveArgs, RestoreArgs,
+    StorageArgs, VerifyArgs,
 };
 use visitors_agent_contract::env;
-use visitors_agent_contract::summary::{AgentSummary, Operation};
+use visitors_agent_contract::summary::{AgentSummary, Operation, Snapshot, bounded_gtid};
 use visitors_agent_contract::text::truncate_on_char_boundary;
 
 use crate::backup::{self, BackupOptions};
+use crate::binlog::archive::{self as archiver, ArchiveOptions};
+use crate::binlog::prune::{self, PruneTarget};
+use crate::binlog::replay::Target;
 use crate::delete::{self, DeleteOptions};
 use crate::error::{AgentError, Result};
 use crate::format::Manifest;
 use crate::mysql::ConnectionSettings;
-use crate::restore::{self, RestoreOptions, RestoreStep};
+use crate::restore::{self, PointInTimeOptions, RestoreOptions, RestoreStep};
 use crate::storage::{S3Settings, Storage};
 use crate::verify::{self, VerifyOptions};
 
-fn s3_settings(storage: &StorageArgs) -> S3Settings {
+pub fn s3_settings(storage: &StorageArgs) -> S3Settings {
     S3Settings {
         access_key_id: storage.aws_access_key_id.clone(),
         secret_access_key: non_empty_env(env::AWS_SECRET_ACCESS_KEY),
@@ -49,7 +53,7 @@ fn connection_settings(connection: &ConnectionArgs) -> Result<Option<ConnectionS
     Ok(Some(ConnectionSettings { host, port: connection.port(), user: connection.user().to_string(), password }))
 }
 
-fn required_connection(connection: &ConnectionArgs) -> Result<ConnectionSettings> {
+pub fn required_connection(connection: &ConnectionArgs) -> Result<ConnectionSettings> {
     connection_settings(connection)?.ok_or_else(|| AgentError::Usage("--host is required".into()))
 }
 
@@ -68,6 +72,8 @@ pub async fn main() -> i32 {
         Command::Verify(_) => Operation::Verify,
         Command::Inspect(_) => Operation::Inspect,
         Command::Delete(_) => Operation::Delete,
+        Command::Archive(_) => Operation::Archive,
+        Command::PruneArchive(_) => Operation::PruneArchive,
     };
     let location = match &cli.command {
         Command::Backup(args) => args.to.clone(),
@@ -75,6 +81,8 @@ pub async fn main() -> i32 {
         Command::Verify(args) => args.from.clone(),
         Command::Inspect(args) => args.from.clone(),
         Command::Delete(args) => args.location.clone(),
+        Command::Archive(args) => args.to.clone(),
+        Command::PruneArchive(args) => args.archive.clone(),
     };
     let started = Instant::now();
     let started_at = jiff::Timestamp::now();
@@ -128,6 +136,8 @@ fn operation_name(command: &Command) -> &'static str {
         Command::Verify(_) => "verify",
         Command::Inspect(_) => "inspect",
         Command::Delete(_) => "delete",
+        Command::Archive(_) => "archive",
+        Command::PruneArchive(_) => "prune-archive",
     }
 }
 
@@ -138,6 +148,8 @@ async fn run(command: Command) -> Result<AgentSummary> {
         Command::Verify(args) => run_verify(args).await,
         Command::Inspect(args) => run_inspect(args).await,
         Command::Delete(args) => run_delete(args).await,
+        Command::Archive(args) => run_archive(args).await,
+        Command::PruneArchive(args) => run_prune_archive(args).await,
     }
 }
 
@@ -157,6 +169,12 @@ async fn run_backup(args: BackupArgs) -> Result<AgentSummary> {
     let mut summary = manifest_summary(&report.manifest, &args.to);
     summary.stored_bytes = Some(report.manifest.stored_bytes() + report.manifest_bytes);
     summary.manifest_sha256 = Some(report.manifest_sha256);
+    summary.snapshot = report.manifest.position.as_ref().map(|position| Snapshot {
+        time: position.time.clone(),
+        binlog_file: position.binlog_file.clone(),
+        binlog_position: position.binlog_position,
+        gtid: bounded_gtid(position.gtid.clone()),
+    });
     Ok(summary)
 }
 
@@ -175,10 +193,16 @@ async fn run_restore(args: RestoreArgs) -> Result<AgentSummary> {
         (_, true) => RestoreStep::FromStage,
         _ => RestoreStep::All,
     };
+    let pitr = &args.point_in_time;
+    if let Some(archive) = &pitr.binlog_archive {
+        let target = Target::parse(pitr.until_time.as_deref(), pitr.until_gtid.as_deref())?;
+        options.point_in_time = Some(PointInTimeOptions { archive: archive.clone(), s3: options.s3.clone(), target });
+    }
     let report = restore::run(&options).await?;
     let mut summary = manifest_summary(&report.manifest, &args.from);
     summary.tables = Some(report.tables);
     summary.rows = Some(report.rows);
+    summary.replay = report.replay;
     Ok(summary)
 }
 
@@ -198,6 +222,16 @@ async fn run_verify(args: VerifyArgs) -> Result<AgentSummary> {
 
 async fn run_inspect(args: InspectArgs) -> Result<AgentSummary> {
     let storage = Storage::open(&args.from, &s3_settings(&args.storage), false)?;
+    if storage.exists(crate::binlog::layout::ARCHIVE_FILE).await? {
+        let (text, stored_bytes) = crate::binlog::layout::describe(&storage).await?;
+        let _ = write!(std::io::stdout(), "{text}");
+        return Ok(AgentSummary {
+            ok: true,
+            location: Some(args.from),
+            stored_bytes: Some(stored_bytes),
+            ..Default::default()
+        });
+    }
     let manifest = verify::load_manifest(&storage, None).await?;
     let _ = write!(std::io::stdout(), "{}", describe(&manifest));
     Ok(manifest_summary(&manifest, &args.from))
@@ -212,6 +246,73 @@ async fn run_delete(args: DeleteArgs) -> Result<AgentSummary> {
         location: Some(args.location),
         stored_bytes: Some(report.deleted_bytes),
         manifest_sha256: report.manifest_sha256,
+        ..Default::default()
+    })
+}
+
+/// Archives until SIGTERM or Ctrl-C, logging the archive's state every half minute.
+async fn run_archive(args: ArchiveArgs) -> Result<AgentSummary> {
+    let options = archive_options(&args)?;
+    let stop = crate::shutdown::on_signal();
+    let mut observer = LogObserver::default();
+    archiver::run(&options, &mut observer, stop).await?;
+    Ok(AgentSummary { ok: true, location: Some(args.to), ..Default::default() })
+}
+
+/// The options of `archive` (shared with the archiver binary).
+pub fn archive_options(args: &ArchiveArgs) -> Result<ArchiveOptions> {
+    Ok(ArchiveOptions {
+        connection: required_connection(&args.connection)?,
+        to: args.to.clone(),
+        s3: s3_settings(&args.storage),
+        flush: Duration::from_secs(positive(args.flush_seconds as usize, "--flush-seconds")? as u64),
+        segment_bytes: positive(args.segment_mib as usize, "--segment-mib")? as u64 * 1024 * 1024,
+        replica_server_id: args.replica_server_id,
+    })
+}
+
+/// Logs the archive's state when it changes, and every half minute.
+#[derive(Default)]
+struct LogObserver {
+    last: Option<(visitors_agent_contract::archive::ArchiverState, Option<String>)>,
+    logged: Option<Instant>,
+}
+
+impl archiver::Observer for LogObserver {
+    async fn report(&mut self, status: &visitors_agent_contract::archive::ArchiveStatus) -> Result<()> {
+        let state = (status.state, status.reason.clone());
+        if self.last.as_ref() != Some(&state) || self.logged.is_none_or(|at| at.elapsed() >= Duration::from_secs(30)) {
+            tracing::info!(
+                state = ?status.state,
+                lag_seconds = status.lag_seconds,
+                segments = status.segments,
+                "archived up to {}{}",
+                status.last_recoverable_time.as_deref().unwrap_or("(nothing yet)"),
+                status.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+            );
+            self.last = Some(state);
+            self.logged = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    fn prune_before(&self) -> Option<visitors_agent_contract::archive::PruneBefore> {
+        None
+    }
+}
+
+async fn run_prune_archive(args: PruneArchiveArgs) -> Result<AgentSummary> {
+    let s3 = s3_settings(&args.storage);
+    let backup = Storage::open(&args.before_backup, &s3, false)?;
+    let manifest = verify::load_manifest(&backup, None).await?;
+    let target = PruneTarget::from_manifest(manifest.position.as_ref(), &args.before_backup)?;
+    let archive = Storage::open(&args.archive, &s3, false)?;
+    let report = prune::prune(&archive, &target).await?;
+    tracing::info!("{report}");
+    Ok(AgentSummary {
+        ok: true,
+        location: Some(args.archive),
+        stored_bytes: Some(report.stored_bytes),
         ..Default::default()
     })
 }

@@ -135,6 +135,39 @@ pub enum AgentError {
     #[error("verification failed: {0}")]
     VerifyMismatch(String),
 
+    #[error("the binary log archive at {location} is unreadable: {reason}")]
+    ArchiveInvalid { location: String, reason: String },
+
+    #[error(
+        "another archiver stored segment {seq} of the archive at {location}: only one archiver may write an archive; this one stops"
+    )]
+    ArchiveConflict { location: String, seq: u64 },
+
+    #[error("this archiver may no longer write the archive: {0}")]
+    NotHolder(String),
+
+    #[error("the server's binary log cannot be archived: {0}")]
+    BinlogUnsuitable(String),
+
+    #[error(
+        "the binary log archive at {location} has a gap ({reason}): {message}; choose a target before the gap, or a base backup taken after it"
+    )]
+    ArchiveGap { location: String, reason: String, message: String },
+
+    #[error("the target {target} is not archived yet: the archive at {location} holds transactions up to {archived}")]
+    TargetNotArchived { target: String, location: String, archived: String },
+
+    #[error("the base backup cannot start a replay from the archive at {location}: {reason}")]
+    BaseNotInArchive { location: String, reason: String },
+
+    #[error(
+        "the binary log archive is corrupt: segment {file} has SHA-256 {actual}, its index record says {expected}; no restore can replay through it"
+    )]
+    SegmentChecksumMismatch { file: String, expected: String, actual: String },
+
+    #[error("the archived binary log cannot be replayed: {0}")]
+    ReplayUnsupported(String),
+
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -175,6 +208,15 @@ impl AgentError {
             Self::RestoreRunning { .. } => "restoreRunning",
             Self::InsufficientSpace { .. } => "insufficientSpace",
             Self::VerifyMismatch(_) => "verifyMismatch",
+            Self::ArchiveInvalid { .. } => "archiveInvalid",
+            Self::ArchiveConflict { .. } => "archiveConflict",
+            Self::NotHolder(_) => "notHolder",
+            Self::BinlogUnsuitable(_) => "binlogUnsuitable",
+            Self::ArchiveGap { .. } => "archiveGap",
+            Self::TargetNotArchived { .. } => "targetNotArchived",
+            Self::BaseNotInArchive { .. } => "baseNotInArchive",
+            Self::SegmentChecksumMismatch { .. } => "checksumMismatch",
+            Self::ReplayUnsupported(_) => "replayUnsupported",
             Self::Internal(_) => "internal",
         }
     }

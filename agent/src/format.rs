@@ -101,6 +101,10 @@ pub struct Position {
     pub binlog_file: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binlog_position: Option<u64>,
+    /// The server's clock at the snapshot (RFC 3339): where a restore to a point in time
+    /// starts its replay, in the server's time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
 }
 
 impl Position {

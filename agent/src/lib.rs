@@ -2,12 +2,14 @@
 //!
 //! - [`cli`]: the command line and the JSON summary;
 //! - [`backup`], [`restore`], [`verify`], [`delete`]: the operations;
+//! - [`binlog`]: the binary log archive, its archiver and its replay (point-in-time recovery);
 //! - [`mysql`]: connections, catalog, the shared snapshot;
 //! - [`storage`]: directories and S3 buckets through `object_store`;
 //! - [`format`]: the backup format (see docs/backup-format.md);
 //! - [`telemetry`]: logs, and spans in the caller's trace.
 
 pub mod backup;
+pub mod binlog;
 pub mod cli;
 pub mod delete;
 pub mod error;
@@ -15,6 +17,7 @@ pub mod format;
 pub mod mysql;
 pub mod progress;
 pub mod restore;
+pub mod shutdown;
 pub mod storage;
 pub mod telemetry;
 pub mod verify;

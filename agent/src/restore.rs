@@ -11,6 +11,7 @@
 
 mod indexes;
 mod load;
+mod point_in_time;
 mod staging;
 
 use std::time::Duration;
@@ -18,6 +19,7 @@ use std::time::Duration;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use tracing::Instrument;
+use visitors_agent_contract::summary::Replay;
 
 use crate::error::{AgentError, Result};
 use crate::format::{DatabaseEntry, FileEntry, Manifest, quote_ident, read_statements};
@@ -26,6 +28,7 @@ use crate::mysql::{ConnectionSettings, Connector, catalog};
 use crate::storage::{S3Settings, Storage};
 use crate::verify::{load_manifest_and_sha256, verify_files, verify_object_files};
 
+pub use point_in_time::{PointInTimeOptions, REPLAYED_MARKER};
 pub use staging::{STAGED_MARKER, replaced_schema_name, staging_schema_name};
 
 /// Which part of a restore one run does.
@@ -69,6 +72,8 @@ pub struct RestoreOptions {
     /// Tables with at least this many bytes of data get their plain secondary keys after the
     /// load instead of during it (see `restore::indexes`).
     pub indexes_after_load_from_bytes: u64,
+    /// Restore to a point in time: replay the archive after the backup, up to a target.
+    pub point_in_time: Option<PointInTimeOptions>,
 }
 
 impl RestoreOptions {
@@ -86,14 +91,18 @@ impl RestoreOptions {
             progress_interval: Duration::from_secs(10),
             step: RestoreStep::All,
             indexes_after_load_from_bytes: INDEXES_AFTER_LOAD_FROM_BYTES,
+            point_in_time: None,
         }
     }
 }
 
+#[derive(Debug)]
 pub struct RestoreReport {
     pub manifest: Manifest,
     pub tables: u64,
     pub rows: u64,
+    /// A restore to a point in time: what was replayed after the backup.
+    pub replay: Option<Replay>,
 }
 
 pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
@@ -126,6 +135,23 @@ pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
     let checksums_comparable = server_version == manifest.server.version;
     let _ = conn.disconnect().await;
 
+    if let Some(pitr) = &options.point_in_time {
+        let restore = point_in_time::Restore {
+            connector: &connector,
+            storage: &storage,
+            manifest: &manifest,
+            manifest_sha256: &manifest_sha256,
+            options,
+            checksums_comparable,
+        };
+        let (tables, rows, replay) = restore.run(&databases, pitr).await?;
+        if options.step != RestoreStep::StageOnly {
+            let names: Vec<&str> = databases.iter().map(|d| d.name.as_str()).collect();
+            restore_users_if_asked(&connector, &storage, &manifest, options, &names.join(", ")).await?;
+        }
+        return Ok(RestoreReport { manifest, tables, rows, replay: Some(replay) });
+    }
+
     let mut restored = Vec::new();
     let (mut tables, mut rows) = (0, 0);
     for database in &databases {
@@ -137,6 +163,7 @@ pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
             manifest_sha256: &manifest_sha256,
             options,
             checksums_comparable,
+            swap_tables: None,
         };
         let span = tracing::info_span!("restore.database", database = %database.name);
         match context.run().instrument(span).await {
@@ -159,12 +186,24 @@ pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
     }
     if options.step == RestoreStep::StageOnly {
         tracing::info!("{} databases staged and checked; `restore --from-stage` swaps them in", restored.len());
-    } else if let Some(file) = manifest.users.as_ref().filter(|_| options.users) {
-        restore_users(&connector, &storage, file, options)
-            .await
-            .map_err(|error| AgentError::PartiallyRestored { restored: restored.join(", "), error: Box::new(error) })?;
+    } else {
+        restore_users_if_asked(&connector, &storage, &manifest, options, &restored.join(", ")).await?;
     }
-    Ok(RestoreReport { manifest, tables, rows })
+    Ok(RestoreReport { manifest, tables, rows, replay: None })
+}
+
+/// With `--users`, the backup's accounts and grants, after `restored` databases were restored.
+async fn restore_users_if_asked(
+    connector: &Connector,
+    storage: &Storage,
+    manifest: &Manifest,
+    options: &RestoreOptions,
+    restored: &str,
+) -> Result<()> {
+    let Some(file) = manifest.users.as_ref().filter(|_| options.users) else { return Ok(()) };
+    restore_users(connector, storage, file, options)
+        .await
+        .map_err(|error| AgentError::PartiallyRestored { restored: restored.to_string(), error: Box::new(error) })
 }
 
 /// Creates the backup's accounts that do not exist and grants them their privileges.

@@ -169,8 +169,17 @@ impl Storage {
     /// Every stored object under the root, as its path relative to the root and its size.
     /// Only `prefix/...` is listed, never a sibling such as `prefix-2/...`.
     pub async fn list(&self) -> Result<Vec<(String, u64)>> {
-        let root = Some(&self.root).filter(|root| !root.as_ref().is_empty());
-        let mut listing = self.store.list(root);
+        let root = Some(self.root.clone()).filter(|root| !root.as_ref().is_empty());
+        self.list_below(root).await
+    }
+
+    /// The stored objects below folder `relative` of the root, as [`Storage::list`] gives them.
+    pub async fn list_under(&self, relative: &str) -> Result<Vec<(String, u64)>> {
+        self.list_below(Some(self.path(relative))).await
+    }
+
+    async fn list_below(&self, folder: Option<Path>) -> Result<Vec<(String, u64)>> {
+        let mut listing = self.store.list(folder.as_ref());
         let mut objects = Vec::new();
         while let Some(object) = listing.next().await {
             let object = object.map_err(|e| self.error(e))?;

@@ -57,10 +57,18 @@ pub struct MariaDb {
     dir: tempfile::TempDir,
     pub port: u16,
     client: PathBuf,
+    server: PathBuf,
+    /// Server options besides the harness's own.
+    options: Vec<String>,
 }
 
 impl MariaDb {
     pub fn start() -> Option<Self> {
+        Self::start_with(&[])
+    }
+
+    /// A server started with `options` too (kept across [`MariaDb::restart`]).
+    pub fn start_with(options: &[&str]) -> Option<Self> {
         let programs = programs_or_skip(&["mariadbd", "mariadb-install-db", "mariadb"], "VISITORS_REQUIRE_MARIADB")?;
         let (server, install, client) = (programs[0].clone(), programs[1].clone(), programs[2].clone());
         let dir = tempfile::tempdir().unwrap();
@@ -84,15 +92,26 @@ impl MariaDb {
             String::from_utf8_lossy(&installed.stderr)
         );
         let port = free_port();
-        let child = Command::new(&server)
+        let options = options.iter().map(ToString::to_string).collect();
+        let mut server = Self { child: None, dir, port, client, server, options };
+        server.spawn();
+        server.wait_until_ready();
+        Some(server)
+    }
+
+    /// Starts mariadbd on the data directory and port of this server.
+    fn spawn(&mut self) {
+        let dir = self.dir.path();
+        let root_user: &[&str] = if is_root() { &["--user=root"] } else { &[] };
+        let child = Command::new(&self.server)
             .arg("--no-defaults")
-            .arg(format!("--datadir={}", data.display()))
-            .arg(format!("--socket={}", dir.path().join("mysql.sock").display()))
-            .arg(format!("--pid-file={}", dir.path().join("mysql.pid").display()))
-            .arg(format!("--log-error={}", dir.path().join("error.log").display()))
-            .arg(format!("--log-bin={}", dir.path().join("binlog").display()))
-            .arg(format!("--tmpdir={}", tmp.display()))
-            .arg(format!("--port={port}"))
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(format!("--socket={}", dir.join("mysql.sock").display()))
+            .arg(format!("--pid-file={}", dir.join("mysql.pid").display()))
+            .arg(format!("--log-error={}", dir.join("error.log").display()))
+            .arg(format!("--log-bin={}", dir.join("binlog").display()))
+            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
+            .arg(format!("--port={}", self.port))
             .args([
                 "--bind-address=127.0.0.1",
                 "--server-id=1",
@@ -106,14 +125,20 @@ impl MariaDb {
                 "--character-set-server=utf8mb4",
                 "--collation-server=utf8mb4_unicode_ci",
             ])
+            .args(&self.options)
             .args(root_user)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("mariadbd starts");
-        let mut server = Self { child: Some(child), dir, port, client };
-        server.wait_until_ready();
-        Some(server)
+        self.child = Some(child);
+    }
+
+    /// Stops the server (SIGKILL, as a crash) and starts it again on the same data and port.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+        self.wait_until_ready();
     }
 
     fn wait_until_ready(&mut self) {

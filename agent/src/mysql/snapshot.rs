@@ -172,6 +172,11 @@ async fn read_position(coordinator: &mut Conn, mariadb: bool) -> Option<Position
         Some(row) => (row.get::<String, _>(0), row.get::<u64, _>(1)),
         None => (None, None),
     };
-    let position = Position { gtid: gtid.filter(|g| !g.is_empty()), binlog_file, binlog_position };
-    (position != Position::default()).then_some(position)
+    let position = Position { gtid: gtid.filter(|g| !g.is_empty()), binlog_file, binlog_position, time: None };
+    if position == Position::default() {
+        return None;
+    }
+    let now: Option<i64> = coordinator.query_first("SELECT UNIX_TIMESTAMP()").await.ok().flatten();
+    let time = now.and_then(|seconds| jiff::Timestamp::from_second(seconds).ok()).map(|t| t.to_string());
+    Some(Position { time, ..position })
 }

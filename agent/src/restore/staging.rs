@@ -62,6 +62,9 @@ pub(super) struct DatabaseRestore<'a> {
     pub options: &'a RestoreOptions,
     /// The target runs the backup's server version: `CHECKSUM TABLE` values compare.
     pub checksums_comparable: bool,
+    /// The tables to swap in, when they are not the manifest's (a copy replayed to a point in
+    /// time may have gained or lost some).
+    pub swap_tables: Option<Vec<String>>,
 }
 
 /// What `D` held just before the swap, for `--drop-existing`.
@@ -80,10 +83,7 @@ impl DatabaseRestore<'_> {
     pub async fn run(&self) -> Result<u64> {
         let name = &self.database.name;
         let staging = staging_schema_name(name);
-        let mut conn = self.session().await?;
-        // The lock lives as long as this connection: it must not time out during the load.
-        self.execute(&mut conn, "SET SESSION wait_timeout = 604800", "preparing the restore session").await?;
-        self.lock(&mut conn).await?;
+        let mut conn = self.open_locked().await?;
         let step = self.options.step;
         let result = match step {
             RestoreStep::All => self.stage_and_swap(&mut conn, &staging).await,
@@ -91,13 +91,45 @@ impl DatabaseRestore<'_> {
             RestoreStep::FromStage => self.swap_staged(&mut conn, &staging).await,
         };
         // A complete staged copy waits for `--from-stage`; anything else is dropped.
-        if (step != RestoreStep::StageOnly || result.is_err())
-            && let Err(error) = self.drop_schema(&mut conn, &staging).await
-        {
-            tracing::warn!("could not drop the staging schema {staging}: {error}; drop it by hand");
+        if step != RestoreStep::StageOnly || result.is_err() {
+            self.drop_staging(&mut conn, &staging).await;
         }
         let _ = conn.disconnect().await;
         result
+    }
+
+    /// A session holding the database's restore lock, for as long as it lives.
+    pub(super) async fn open_locked(&self) -> Result<Conn> {
+        let mut conn = self.session().await?;
+        // The lock lives as long as this connection: it must not time out during the load.
+        self.execute(&mut conn, "SET SESSION wait_timeout = 604800", "preparing the restore session").await?;
+        self.lock(&mut conn).await?;
+        Ok(conn)
+    }
+
+    /// Steps 1–2 for a restore that goes on elsewhere (a replay): the locked session, with the
+    /// database staged and checked. A failure drops what was staged.
+    pub(super) async fn open_and_stage(&self) -> Result<Conn> {
+        let staging = staging_schema_name(&self.database.name);
+        let mut conn = self.open_locked().await?;
+        let staged = async {
+            self.remove_leftovers(&mut conn).await?;
+            self.stage(&mut conn, &staging).await
+        }
+        .await;
+        if let Err(error) = staged {
+            self.drop_staging(&mut conn, &staging).await;
+            let _ = conn.disconnect().await;
+            return Err(error);
+        }
+        Ok(conn)
+    }
+
+    /// Drops the staging schema, saying so when it cannot.
+    pub(super) async fn drop_staging(&self, conn: &mut Conn, staging: &str) {
+        if let Err(error) = self.drop_schema(conn, staging).await {
+            tracing::warn!("could not drop the staging schema {staging}: {error}; drop it by hand");
+        }
     }
 
     async fn stage_and_swap(&self, conn: &mut Conn, staging: &str) -> Result<u64> {
@@ -130,6 +162,12 @@ impl DatabaseRestore<'_> {
             self.drop_schema(conn, &replaced).await?;
         }
         self.check_marker(conn, staging).await?;
+        if super::point_in_time::has_replayed_marker(self.connector, conn, staging).await? {
+            return Err(AgentError::VerifyMismatch(format!(
+                "the copy of database {name} staged in {staging} was replayed to a point in time: swap it in with the \
+                 same --binlog-archive and --until as the --stage-only run (database {name} was left as it was)"
+            )));
+        }
         self.check_staged(conn, staging).await?;
         tracing::info!("database {name}: the staged copy in {staging} matches the manifest");
         self.swap_and_finish(conn, staging).await?;
@@ -137,7 +175,7 @@ impl DatabaseRestore<'_> {
     }
 
     /// The staging schema holds a complete copy staged from this very manifest.
-    async fn check_marker(&self, conn: &mut Conn, staging: &str) -> Result<()> {
+    pub(super) async fn check_marker(&self, conn: &mut Conn, staging: &str) -> Result<()> {
         let name = &self.database.name;
         let not_staged = |why: String| {
             AgentError::VerifyMismatch(format!(
@@ -184,11 +222,11 @@ impl DatabaseRestore<'_> {
     }
 
     /// Steps 3–4: the swap, then the views, routines and triggers.
-    async fn swap_and_finish(&self, conn: &mut Conn, staging: &str) -> Result<()> {
+    pub(super) async fn swap_and_finish(&self, conn: &mut Conn, staging: &str) -> Result<()> {
         let name = &self.database.name;
         let existing = self.existing(conn).await?;
         self.swap(conn, staging, &existing).await?;
-        tracing::info!("database {name}: {} tables swapped in", self.database.tables.len());
+        tracing::info!("database {name}: {} tables swapped in", self.tables_to_swap().len());
         self.finish_after_swap(conn, &existing)
             .await
             .map_err(|error| AgentError::ObjectsIncomplete { database: name.clone(), error: Box::new(error) })
@@ -346,6 +384,13 @@ impl DatabaseRestore<'_> {
         })
     }
 
+    fn tables_to_swap(&self) -> Vec<String> {
+        match &self.swap_tables {
+            Some(tables) => tables.clone(),
+            None => self.database.tables.iter().map(|t| t.name.clone()).collect(),
+        }
+    }
+
     /// One `RENAME TABLE` for the whole database: the staged tables in, what it held out.
     async fn swap(&self, conn: &mut Conn, staging: &str, existing: &Existing) -> Result<()> {
         let name = &self.database.name;
@@ -354,10 +399,9 @@ impl DatabaseRestore<'_> {
         let mut renames: Vec<String> =
             existing.tables.iter().map(|t| format!("{target}.{q} TO {replaced}.{q}", q = quote_ident(t))).collect();
         renames.extend(
-            self.database
-                .tables
+            self.tables_to_swap()
                 .iter()
-                .map(|t| format!("{}.{q} TO {target}.{q}", quote_ident(staging), q = quote_ident(&t.name))),
+                .map(|t| format!("{}.{q} TO {target}.{q}", quote_ident(staging), q = quote_ident(t))),
         );
         if !existing.database {
             let create = self.database_statement(name).await?;

@@ -310,7 +310,7 @@ async fn the_second_step_refuses_a_staged_copy_changed_since_or_staged_from_anot
 
     // Nothing staged.
     options.step = restore::RestoreStep::FromStage;
-    let error = restore::run(&options).await.err().expect("nothing staged: refused");
+    let error = restore::run(&options).await.expect_err("nothing staged: refused");
     assert!(error.to_string().contains(&format!("there is no schema {staging}")), "{error}");
     assert_eq!(state(&server), before);
 
@@ -319,7 +319,7 @@ async fn the_second_step_refuses_a_staged_copy_changed_since_or_staged_from_anot
     restore::run(&options).await.expect("staging");
     server.sql(&format!("DELETE FROM `{staging}`.t WHERE id = 5"));
     options.step = restore::RestoreStep::FromStage;
-    let error = restore::run(&options).await.err().expect("a changed staged copy: refused");
+    let error = restore::run(&options).await.expect_err("a changed staged copy: refused");
     assert_eq!(error.kind(), "verifyMismatch");
     assert!(error.to_string().contains("has 119999 rows, the backup 120000"), "{error}");
     assert_eq!(state(&server), before, "the target was touched");
@@ -330,7 +330,7 @@ async fn the_second_step_refuses_a_staged_copy_changed_since_or_staged_from_anot
     restore::run(&options).await.expect("staging");
     server.sql(&format!("UPDATE `{staging}`.`{}` SET manifest_sha256 = REPEAT('0', 64)", restore::STAGED_MARKER));
     options.step = restore::RestoreStep::FromStage;
-    let error = restore::run(&options).await.err().expect("another manifest's copy: refused");
+    let error = restore::run(&options).await.expect_err("another manifest's copy: refused");
     assert!(
         error.to_string().contains(&format!("was staged from a manifest with SHA-256 {}", "0".repeat(64))),
         "{error}"
@@ -379,7 +379,7 @@ async fn a_failed_stage_only_run_leaves_no_staged_copy_of_any_database() {
     let mut options = restore_options(&server, &file_location(dir.path()));
     options.drop_existing = true;
     options.step = restore::RestoreStep::StageOnly;
-    let error = restore::run(&options).await.err().expect("zz's chunk holds 2 rows, not 3");
+    let error = restore::run(&options).await.expect_err("zz's chunk holds 2 rows, not 3");
     assert_eq!(error.kind(), "badChunk", "{error}");
     assert_eq!(schemas(&server), "", "app's staged copy was left behind");
     assert_eq!(state(&server), before, "the target was touched");

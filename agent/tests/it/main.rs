@@ -8,6 +8,7 @@ mod ddl_users;
 mod delete;
 mod failures;
 mod manifest;
+mod point_in_time;
 mod refusal;
 mod roundtrip;
 mod s3;

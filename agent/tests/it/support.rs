@@ -20,7 +20,17 @@ pub struct MariaDb(visitors_test_support::MariaDb);
 
 impl MariaDb {
     pub fn start() -> Option<Self> {
-        let server = visitors_test_support::MariaDb::start()?;
+        Self::start_with(&[])
+    }
+
+    /// A server logging in row format, as the VisitorsApp controller runs it (what the
+    /// archiver needs).
+    pub fn start_row_logging() -> Option<Self> {
+        Self::start_with(&["--binlog-format=ROW"])
+    }
+
+    fn start_with(options: &[&str]) -> Option<Self> {
+        let server = visitors_test_support::MariaDb::start_with(options)?;
         server.sql(&format!(
             "CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}'; GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'%' WITH GRANT OPTION;"
         ));

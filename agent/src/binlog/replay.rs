@@ -1,0 +1,855 @@
+//! Replaying the archive after a base backup, up to a target, into the restore's staging
+//! schemas.
+//!
+//! - [`plan`] picks the segments from the one holding the base backup's snapshot position to
+//!   the one where the target is reached, and refuses, before anything is touched, a base the
+//!   archive does not hold, a gap on the way, and a target the archive has not reached.
+//! - [`Replayer`] reads them in order, each checked against its recorded SHA-256 before any of
+//!   its events is used, and turns their events into what a [`Sink`] does: a dry run first
+//!   (which refuses what cannot be replayed: statements that would reach outside the restored
+//!   databases, view or routine changes, incidents), then the replay itself. Row events are
+//!   executed by the server with the `BINLOG` statement, as `mysqlbinlog | mysql` does, their
+//!   table maps renamed to the staging schemas; table DDL runs in the staging schema with the
+//!   session settings the event recorded. Each transaction is applied whole, and the replay
+//!   stops before the first transaction after the target.
+
+use std::collections::{BTreeSet, HashMap};
+
+use base64::Engine;
+use visitors_agent_contract::gtid::{Gtid, GtidSet};
+use visitors_agent_contract::summary::{Replay, bounded_gtid};
+
+use super::event::{
+    Boundaries, Format, RawEvent, STMT_END_FLAG, Step, Transaction, first_word, kind, rows_flags, table_map,
+};
+use super::layout::{
+    BinlogPos, CHECKPOINT_FILE, Checkpoint, SegmentEntry, all_entries, covered_through, read_epochs, read_json,
+};
+use super::prune::{PruneTarget, first_needed};
+use super::segment::read_segment;
+use crate::error::{AgentError, Result};
+use crate::format::Position;
+use crate::storage::Storage;
+
+/// Where a replay stops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Every transaction committed at or before this time (Unix seconds), none after.
+    Time(i64),
+    /// Up to and including these transactions.
+    Gtids(GtidSet),
+}
+
+impl Target {
+    /// `--until-time` or `--until-gtid`, as the command line gives them.
+    pub fn parse(until_time: Option<&str>, until_gtid: Option<&str>) -> Result<Self> {
+        match (until_time, until_gtid) {
+            (Some(time), None) => {
+                let time: jiff::Timestamp = time.parse().map_err(|e| {
+                    AgentError::Usage(format!(
+                        "--until-time {time:?} is not an RFC 3339 time (2026-11-25T17:59:00Z): {e}"
+                    ))
+                })?;
+                if time.subsec_nanosecond() != 0 {
+                    return Err(AgentError::Usage(format!(
+                        "--until-time {time} has a fraction of a second: a target is to the second"
+                    )));
+                }
+                Ok(Target::Time(time.as_second()))
+            }
+            (None, Some(gtid)) => {
+                GtidSet::parse(gtid).map(Target::Gtids).map_err(|e| AgentError::Usage(format!("--until-gtid: {e}")))
+            }
+            _ => Err(AgentError::Usage("give exactly one of --until-time and --until-gtid".into())),
+        }
+    }
+
+    fn includes(&self, transaction: &Transaction) -> bool {
+        match (self, &transaction.gtid) {
+            (Target::Time(time), _) => transaction.commit_time <= *time,
+            (Target::Gtids(set), Some(gtid)) => set.contains(gtid),
+            (Target::Gtids(_), None) => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Time(time) => write!(f, "{}", jiff::Timestamp::from_second(*time).map_err(|_| std::fmt::Error)?),
+            Target::Gtids(set) => write!(f, "gtid {set}"),
+        }
+    }
+}
+
+/// What to replay: the segments, from where, to what.
+#[derive(Debug, Clone)]
+pub struct ReplayPlan {
+    pub location: String,
+    pub segments: Vec<SegmentEntry>,
+    /// The base backup's snapshot position: events ending at or before it are in the backup.
+    pub start: BinlogPos,
+    pub base_gtids: Option<GtidSet>,
+    pub target: Target,
+}
+
+/// Chooses the segments a replay from the snapshot `position` of a base backup to `target`
+/// reads, or refuses.
+pub async fn plan(archive: &Storage, position: Option<&Position>, target: Target) -> Result<ReplayPlan> {
+    let location = archive.location().to_string();
+    let base_not_held = |reason: String| AgentError::BaseNotInArchive { location: location.clone(), reason };
+    let base = PruneTarget::from_manifest(position, "being restored").map_err(|e| base_not_held(e.one_line()))?;
+    let base_gtids = position.and_then(|p| p.gtid.as_deref()).and_then(|g| GtidSet::parse(g).ok());
+    check_target_after_base(&target, base.time, base_gtids.as_ref())?;
+    let entries = all_entries(archive).await?;
+    let epochs = read_epochs(archive).await?;
+    let checkpoint: Option<Checkpoint> = read_json(archive, CHECKPOINT_FILE).await?;
+    let Some(first) = first_needed(&entries, &base) else {
+        // The base may be right at the end of what is stored: then there is nothing to replay
+        // but the target must still be covered.
+        let newest = entries.last();
+        if newest.is_some_and(|e| base.follows(e)) {
+            let archived = covered_until(&entries, entries.len() - 1, checkpoint.as_ref());
+            check_covered(&target, archived, &location, newest.and_then(|e| e.gtid_after.as_deref()))?;
+            return Ok(ReplayPlan { location, segments: Vec::new(), start: base.position, base_gtids, target });
+        }
+        let span = match (entries.first(), entries.last()) {
+            (Some(first), Some(last)) => format!("it holds {} to {}", first.start_pos(), last.end_pos()),
+            _ => "it holds no segment".into(),
+        };
+        return Err(base_not_held(format!("the backup's snapshot is at {}, and {span}", base.position)));
+    };
+    let mut chosen = vec![entries[first].clone()];
+    let mut index = first;
+    while !reached(&target, &entries[index]) {
+        let Some(next) = entries.get(index + 1) else {
+            let archived = covered_until(&entries, index, checkpoint.as_ref());
+            check_covered(&target, archived, &location, entries[index].gtid_after.as_deref())?;
+            break;
+        };
+        if !entries[index].is_followed_by(next) {
+            let (reason, message) = match epochs
+                .iter()
+                .find(|e| e.epoch == next.epoch && next.epoch != entries[index].epoch)
+            {
+                Some(epoch) => {
+                    let gap = epoch.gap_before.as_ref();
+                    (gap.map_or("gap".into(), |g| g.reason.clone()), gap.map_or(String::new(), |g| g.message.clone()))
+                }
+                None => (
+                    "missingSegment".into(),
+                    format!(
+                        "segment {} ends at {} but the next record, {}, begins at {}",
+                        entries[index].seq,
+                        entries[index].next_start(),
+                        next.seq,
+                        next.start_pos()
+                    ),
+                ),
+            };
+            let before = covered_until(&entries, index, None);
+            if matches!(target, Target::Time(t) if before.is_some_and(|b| t <= b)) {
+                break;
+            }
+            return Err(AgentError::ArchiveGap { location, reason, message });
+        }
+        index += 1;
+        chosen.push(next.clone());
+    }
+    Ok(ReplayPlan { location, segments: chosen, start: base.position, base_gtids, target })
+}
+
+fn check_target_after_base(target: &Target, base_time: Option<i64>, base_gtids: Option<&GtidSet>) -> Result<()> {
+    match target {
+        Target::Time(time) if base_time.is_some_and(|base| *time < base) => Err(AgentError::Usage(format!(
+            "the target {target} is before the base backup's snapshot ({}): restore from an older backup",
+            Target::Time(base_time.unwrap_or_default())
+        ))),
+        Target::Gtids(set) => match base_gtids {
+            Some(base) if base.is_mariadb() != set.is_mariadb() => Err(AgentError::Usage(format!(
+                "the target {target} is not of the server family of the base backup ({base})"
+            ))),
+            Some(base) if !set.includes(base) => Err(AgentError::Usage(format!(
+                "the base backup's GTIDs ({base}) hold transactions the target {target} excludes: restore from an older backup, or name every domain of the base in the target"
+            ))),
+            _ => Ok(()),
+        },
+        _ => Ok(()),
+    }
+}
+
+/// Whether a replay through `entry` has reached `target`: it holds a transaction after it.
+fn reached(target: &Target, entry: &SegmentEntry) -> bool {
+    match target {
+        Target::Time(time) => entry.last_time.is_some_and(|last| last > *time),
+        Target::Gtids(set) => {
+            entry.gtid_after.as_deref().and_then(|g| GtidSet::parse(g).ok()).is_some_and(|after| after.includes(set))
+        }
+    }
+}
+
+/// Until when the archive holds everything up to segment `index` of its epoch, by its newest
+/// transaction and, for the newest segment, the checkpoint's caught-up time.
+fn covered_until(entries: &[SegmentEntry], index: usize, checkpoint: Option<&Checkpoint>) -> Option<i64> {
+    let epoch = entries[index].epoch;
+    let newest_time = entries[..=index].iter().rev().take_while(|e| e.epoch == epoch).find_map(|e| e.last_time);
+    let caught_up =
+        checkpoint.filter(|c| index + 1 == entries.len() && c.seq == entries[index].seq).and_then(|c| c.caught_up_time);
+    covered_through(newest_time, caught_up)
+}
+
+fn check_covered(target: &Target, archived: Option<i64>, location: &str, gtid_after: Option<&str>) -> Result<()> {
+    let not_archived = |archived: String| AgentError::TargetNotArchived {
+        target: target.to_string(),
+        location: location.to_string(),
+        archived,
+    };
+    match target {
+        Target::Time(time) => match archived {
+            Some(archived) if archived >= *time => Ok(()),
+            Some(archived) => Err(not_archived(Target::Time(archived).to_string())),
+            None => Err(not_archived("no time yet".into())),
+        },
+        Target::Gtids(set) => {
+            let after = gtid_after.and_then(|g| GtidSet::parse(g).ok());
+            match after {
+                Some(after) if after.includes(set) => Ok(()),
+                Some(after) => Err(not_archived(format!("gtid {after}"))),
+                None => Err(not_archived("no GTID yet".into())),
+            }
+        }
+    }
+}
+
+/// What a replay does, in order.
+pub trait Sink {
+    /// The format of the events that follow (each segment's).
+    fn format(&mut self, format: &Format) -> impl Future<Output = Result<()>> + Send;
+    fn begin(&mut self, transaction: &Transaction) -> impl Future<Output = Result<()>> + Send;
+    /// A table map of the statement being replayed, renamed to its staging schema.
+    fn table_map(&mut self, event: &[u8]) -> impl Future<Output = Result<()>> + Send;
+    /// A rows event of a table mapped before it.
+    fn rows(&mut self, event: &[u8]) -> impl Future<Output = Result<()>> + Send;
+    /// The statement's last rows event was seen (restored or not).
+    fn statement_end(&mut self) -> impl Future<Output = Result<()>> + Send;
+    /// A table statement to run in `schema` with the session settings of its event.
+    fn statement(&mut self, schema: &str, statement: &Statement) -> impl Future<Output = Result<()>> + Send;
+    fn commit(&mut self) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// A statement from a query event, with what the replay sets before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statement {
+    pub sql: String,
+    /// `SET ...` statements: the event's timestamp, sql_mode, character sets, time zone.
+    pub settings: Vec<String>,
+}
+
+/// The replay's account.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ReplayReport {
+    pub transactions: u64,
+    pub events: u64,
+    pub segments: u64,
+    pub last_applied: Option<Transaction>,
+}
+
+impl ReplayReport {
+    pub fn summary(&self) -> Replay {
+        Replay {
+            last_applied_time: self
+                .last_applied
+                .as_ref()
+                .and_then(|t| jiff::Timestamp::from_second(t.commit_time).ok())
+                .map(|t| t.to_string()),
+            last_applied_gtid: bounded_gtid(
+                self.last_applied.as_ref().and_then(|t| t.gtid.as_ref()).map(ToString::to_string),
+            ),
+            transactions: self.transactions,
+            events: self.events,
+            segments: self.segments,
+        }
+    }
+}
+
+/// Turns a plan's segments into a [`Sink`]'s steps.
+pub struct Replayer<'a> {
+    archive: &'a Storage,
+    plan: &'a ReplayPlan,
+    /// Restored database → its staging schema.
+    schemas: &'a HashMap<String, String>,
+    /// Every database on the target server: a statement naming one outside the restore is
+    /// refused, whatever its default database.
+    known_databases: BTreeSet<String>,
+}
+
+impl<'a> Replayer<'a> {
+    pub fn new(
+        archive: &'a Storage,
+        plan: &'a ReplayPlan,
+        schemas: &'a HashMap<String, String>,
+        known_databases: impl IntoIterator<Item = String>,
+    ) -> Self {
+        let mut known_databases: BTreeSet<String> =
+            known_databases.into_iter().map(|d| d.to_ascii_lowercase()).collect();
+        known_databases.extend(schemas.keys().map(|d| d.to_ascii_lowercase()));
+        Replayer { archive, plan, schemas, known_databases }
+    }
+
+    /// Runs the replay into `sink`; returns what it replayed.
+    pub async fn run(&self, sink: &mut impl Sink) -> Result<ReplayReport> {
+        let mut report = ReplayReport::default();
+        let mut state = ReplayState { reached: self.plan.base_gtids.clone(), ..ReplayState::default() };
+        'segments: for (index, entry) in self.plan.segments.iter().enumerate() {
+            let Some(data) = read_segment(self.archive, entry).await? else { continue };
+            report.segments += 1;
+            sink.format(&data.format).await?;
+            state.boundaries = Boundaries::default();
+            state.tables.clear();
+            for event in data.events() {
+                let event = event?;
+                if index == 0
+                    && entry.file == self.plan.start.file
+                    && u64::from(event.log_pos()) <= self.plan.start.position
+                {
+                    continue;
+                }
+                if self.apply(event, &data.format, &mut state, &mut report, sink).await? == Flow::Stop {
+                    break 'segments;
+                }
+            }
+            if state.boundaries.in_transaction() {
+                return Err(self.refuse(&format!("segment {} ends inside a transaction", entry.seq)));
+            }
+        }
+        self.check_gtid_target_reached(state.reached.as_ref())?;
+        Ok(report)
+    }
+
+    /// A GTID target is reached only when the base and the replayed transactions hold all of
+    /// it: the replay stops at the first transaction outside it, and the binary log may have
+    /// one before some of the target's (another domain's, or an interleaved source's).
+    fn check_gtid_target_reached(&self, reached: Option<&GtidSet>) -> Result<()> {
+        let Target::Gtids(target) = &self.plan.target else { return Ok(()) };
+        if reached.is_some_and(|reached| reached.includes(target)) {
+            return Ok(());
+        }
+        let reached = reached.map_or_else(|| "no GTID".to_string(), ToString::to_string);
+        Err(self.refuse(&format!(
+            "the replay stops at the first transaction outside the target gtid {target}, where the base and the replayed transactions hold {reached}, not all of the target: the binary log has a transaction the target excludes before some it includes; name a target that holds every transaction logged before its last one"
+        )))
+    }
+
+    async fn apply(
+        &self,
+        event: RawEvent<'_>,
+        format: &Format,
+        state: &mut ReplayState,
+        report: &mut ReplayReport,
+        sink: &mut impl Sink,
+    ) -> Result<Flow> {
+        let step = state.boundaries.step(event, format).map_err(|e| self.refuse(&e.to_string()))?;
+        match &step {
+            Step::Begins(transaction) => {
+                if !self.plan.target.includes(transaction) {
+                    return Ok(Flow::Stop);
+                }
+                if let (Some(base), Some(gtid)) = (&self.plan.base_gtids, &transaction.gtid)
+                    && base.contains(gtid)
+                {
+                    return Err(self.refuse(&format!(
+                        "transaction {gtid} after the base backup's position is already in its GTIDs ({base}): the backup and the archive disagree"
+                    )));
+                }
+                if transaction.xa {
+                    return Err(self.refuse(&format!("XA transaction {}", describe(transaction))));
+                }
+                state.current = Some(transaction.clone());
+                sink.begin(transaction).await?;
+                report.events += 1;
+                return Ok(Flow::Go);
+            }
+            Step::Outside => return self.outside(event, format, sink).await.map(|()| Flow::Go),
+            Step::Inside | Step::Ends => {}
+        }
+        report.events += 1;
+        match event.kind() {
+            kind::TABLE_MAP => {
+                let (database, table, id) = table_map(event, format).map_err(|e| self.refuse(&e.to_string()))?;
+                match self.schemas.get(&database) {
+                    Some(schema) => {
+                        let renamed = super::event::rename_table_map_database(event, format, &database, schema)
+                            .map_err(|e| self.refuse(&e.to_string()))?;
+                        state.tables.insert(id, true);
+                        sink.table_map(&renamed).await?;
+                    }
+                    None => {
+                        tracing::debug!("skipping rows of `{database}`.`{table}`: not restored");
+                        state.tables.insert(id, false);
+                    }
+                }
+            }
+            code if kind::is_rows(code) => {
+                let body = event.body(format.checksums);
+                let id = body.get(0..6).map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], 0, 0]));
+                match id.and_then(|id| state.tables.get(&id)) {
+                    Some(true) => sink.rows(event.0).await?,
+                    Some(false) => {}
+                    None => return Err(self.refuse("a rows event with no table map before it")),
+                }
+                if rows_flags(event) & STMT_END_FLAG != 0 {
+                    sink.statement_end().await?;
+                }
+            }
+            kind::QUERY => self.query(event, format, sink, state.current.as_ref()).await?,
+            kind::XID | kind::XA_PREPARE => {}
+            kind::MARIADB_ANNOTATE_ROWS | kind::ROWS_QUERY | 0x05 | 0x0d | 0x0e => {}
+            kind::MARIADB_QUERY_COMPRESSED => {
+                return Err(self.refuse("a compressed query event (log_bin_compress=ON is not supported)"));
+            }
+            kind::INCIDENT => {
+                return Err(self.refuse(INCIDENT));
+            }
+            other => return Err(self.refuse(&format!("an event of type {other:#x} inside a transaction"))),
+        }
+        if step == Step::Ends {
+            sink.commit().await?;
+            report.transactions += 1;
+            report.last_applied = state.current.take();
+            if let Some(gtid) = report.last_applied.as_ref().and_then(|t| t.gtid.as_ref()) {
+                state.reached.get_or_insert_with(|| gtid.as_set()).add(gtid);
+            }
+        }
+        Ok(Flow::Go)
+    }
+
+    /// Events between transactions: file bookkeeping is skipped, an incident refused, a
+    /// statement treated as one inside a transaction.
+    async fn outside(&self, event: RawEvent<'_>, format: &Format, sink: &mut impl Sink) -> Result<()> {
+        match event.kind() {
+            kind::INCIDENT => Err(self.refuse(INCIDENT)),
+            kind::QUERY => self.query(event, format, sink, None).await,
+            _ => Ok(()),
+        }
+    }
+
+    async fn query(
+        &self,
+        event: RawEvent<'_>,
+        format: &Format,
+        sink: &mut impl Sink,
+        transaction: Option<&Transaction>,
+    ) -> Result<()> {
+        let parsed = format.parse(event).map_err(|e| self.refuse(&e.to_string()))?;
+        let query = parsed
+            .read_event::<mysql_common::binlog::events::QueryEvent<'_>>()
+            .map_err(|e| self.refuse(&e.to_string()))?;
+        let text = query.query().into_owned();
+        let word = first_word(&text);
+        if matches!(word.as_str(), "BEGIN" | "COMMIT" | "ROLLBACK") || word == "XA" {
+            return Ok(());
+        }
+        if changes_no_table_data(&text) {
+            tracing::debug!("skipping a {} statement: it changes no table's data", statement_kind(&text));
+            return Ok(());
+        }
+        let schema = query.schema().into_owned();
+        let restored_default = self.schemas.contains_key(&schema);
+        let mentioned = self.mentioned_databases(&text);
+        let (restored, foreign): (Vec<&String>, Vec<&String>) = mentioned.iter().partition(|d| self.is_restored(d));
+        if !restored_default && restored.is_empty() {
+            tracing::debug!("skipping a statement of database `{schema}`: not restored");
+            return Ok(());
+        }
+        if !restored.is_empty() && is_a_restores_swap(&text) {
+            let when = transaction.map_or_else(|| "here".to_string(), |t| format!("at {}", describe_with_time(t)));
+            return Err(self.refuse(&format!(
+                "an in-place restore of {} happened {when}: a replay cannot cross it; choose a target before it, or after the first backup run taken since",
+                restored.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        if !is_table_statement(&text) {
+            return Err(self.refuse(&format!(
+                "a {} statement is not a table statement (views, routines, triggers, events and statement-logged changes are not replayed)",
+                statement_kind(&text)
+            )));
+        }
+        // Run from another database, a statement that qualifies its tables is replayed when it
+        // names no table but qualified ones (no `LIKE t`, no `SELECT`).
+        let other_default_ok = !restored_default && !restored.is_empty() && names_only_qualified_tables(&text);
+        if !foreign.is_empty() || !(restored_default || other_default_ok) {
+            let named = if foreign.is_empty() { restored.clone() } else { foreign };
+            return Err(self.refuse(&format!(
+                "a {} statement (run in database `{schema}`) names database {} explicitly; only statements on the restored databases' own tables can be replayed",
+                statement_kind(&text),
+                named.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        // Names qualified with a restored database (`app.t`) point at its staging schema.
+        let staging_of = |database: &str| {
+            self.schemas.iter().find(|(d, _)| d.eq_ignore_ascii_case(database)).map(|(_, s)| s.clone())
+        };
+        let text = restored.iter().fold(text, |text, database| match staging_of(database) {
+            Some(staging) => requalify(&text, database, &staging),
+            None => text,
+        });
+        let run_in =
+            if restored_default { self.schemas[&schema].clone() } else { staging_of(restored[0]).unwrap_or_default() };
+        let statement = Statement { sql: text, settings: session_settings(event, &query) };
+        sink.statement(&run_in, &statement).await
+    }
+
+    fn is_restored(&self, database: &str) -> bool {
+        self.schemas.keys().any(|d| d.eq_ignore_ascii_case(database))
+    }
+
+    /// The databases a statement names as qualifiers (`db.table`, `` `db`.`table` ``), among
+    /// those the target server has or the restore restores.
+    fn mentioned_databases(&self, text: &str) -> BTreeSet<String> {
+        let lower = text.to_ascii_lowercase();
+        self.known_databases
+            .iter()
+            .filter(|database| {
+                let quoted = format!("`{}`", database.replace('`', "``"));
+                [quoted, (*database).clone()].iter().any(|name| qualifies(&lower, name))
+            })
+            .cloned()
+            .collect()
+    }
+
+    fn refuse(&self, what: &str) -> AgentError {
+        AgentError::ReplayUnsupported(format!("{what} (archive {})", self.plan.location))
+    }
+}
+
+/// Why an incident event is refused wherever it is.
+const INCIDENT: &str = "an incident event: the server recorded that events may be missing here";
+
+#[derive(Default)]
+struct ReplayState {
+    boundaries: Boundaries,
+    /// Table id → whether its database is restored.
+    tables: HashMap<u64, bool>,
+    current: Option<Transaction>,
+    /// The base's GTIDs and those of the transactions replayed.
+    reached: Option<GtidSet>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Flow {
+    Go,
+    Stop,
+}
+
+/// Whether `name` (ASCII lowercase) stands in `text` (ASCII lowercase) as a qualifier: right
+/// before a `.`, and not the end of a longer name.
+fn qualifies(text: &str, name: &str) -> bool {
+    text.match_indices(name).any(|(at, _)| qualifier_at(text, at, name))
+}
+
+/// Whether `name` begins at `at` in `text` as a qualifier.
+fn qualifier_at(text: &str, at: usize, name: &str) -> bool {
+    if !text[at..].starts_with(name) {
+        return false;
+    }
+    let before = text[..at].chars().next_back();
+    let after = text[at + name.len()..].trim_start().chars().next();
+    let starts_word = before.is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '$' || c == '`'));
+    starts_word && after == Some('.')
+}
+
+/// `text` with every `database.` qualifier (bare or backquoted, any ASCII case) naming
+/// `staging` instead.
+fn requalify(text: &str, database: &str, staging: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let bare = database.to_ascii_lowercase();
+    let quoted = format!("`{}`", bare.replace('`', "``"));
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    while at < text.len() {
+        match [quoted.as_str(), bare.as_str()].into_iter().find(|name| qualifier_at(&lower, at, name)) {
+            Some(name) => {
+                out.push_str(&format!("`{}`", staging.replace('`', "``")));
+                at += name.len();
+            }
+            None => {
+                let next = text[at..].chars().next().expect("inside the text");
+                out.push(next);
+                at += next.len_utf8();
+            }
+        }
+    }
+    out
+}
+
+/// Whether a table statement names no table unqualified besides the ones it acts on: no
+/// `LIKE`, `SELECT` or `REFERENCES` clause.
+fn names_only_qualified_tables(text: &str) -> bool {
+    let words: Vec<String> = text.split_whitespace().map(|w| w.to_ascii_uppercase()).collect();
+    !words.iter().any(|w| matches!(w.as_str(), "LIKE" | "SELECT" | "REFERENCES" | "(SELECT"))
+}
+
+fn is_table_statement(text: &str) -> bool {
+    let words: Vec<String> = text.split_whitespace().take(6).map(|w| w.to_ascii_uppercase()).collect();
+    let word = |i: usize| words.get(i).map(String::as_str).unwrap_or_default();
+    let after_create = |i: usize| {
+        let mut i = i;
+        if word(i) == "OR" && word(i + 1) == "REPLACE" {
+            i += 2;
+        }
+        while matches!(word(i), "UNIQUE" | "FULLTEXT" | "SPATIAL" | "TEMPORARY") {
+            i += 1;
+        }
+        matches!(word(i), "TABLE" | "INDEX")
+    };
+    match word(0) {
+        "CREATE" => after_create(1),
+        "ALTER" => word(1) == "TABLE" || (word(1) == "ONLINE" && word(2) == "TABLE") || word(1) == "IGNORE",
+        "DROP" => matches!(word(1), "TABLE" | "INDEX" | "TEMPORARY"),
+        "RENAME" => word(1) == "TABLE",
+        "TRUNCATE" => true,
+        _ => false,
+    }
+}
+
+/// The session settings a query event recorded, as `SET` statements (the way `mysqlbinlog`
+/// prints them).
+fn session_settings(event: RawEvent<'_>, query: &mysql_common::binlog::events::QueryEvent<'_>) -> Vec<String> {
+    use mysql_common::binlog::events::StatusVarVal;
+    let mut settings = vec![format!("SET TIMESTAMP = {}", event.timestamp())];
+    for var in query.status_vars().iter() {
+        let Ok(value) = var.get_value() else { break };
+        match value {
+            StatusVarVal::SqlMode(mode) => settings.push(format!("SET SESSION sql_mode = {}", mode.0)),
+            StatusVarVal::Charset { charset_client, collation_connection, collation_server } => settings.push(format!(
+                "SET SESSION character_set_client = {charset_client}, SESSION collation_connection = {collation_connection}, SESSION collation_server = {collation_server}"
+            )),
+            StatusVarVal::TimeZone(zone) => {
+                let zone = zone.as_str().replace('\'', "''");
+                if !zone.is_empty() {
+                    settings.push(format!("SET SESSION time_zone = '{zone}'"));
+                }
+            }
+            StatusVarVal::Flags2(flags) => {
+                let bits = flags.0;
+                let off = |bit: u32| if bits & bit != 0 { 0 } else { 1 };
+                settings.push(format!(
+                    "SET SESSION foreign_key_checks = {}, SESSION unique_checks = {}",
+                    off(1 << 26),
+                    off(1 << 27)
+                ));
+            }
+            _ => {}
+        }
+    }
+    settings
+}
+
+/// The swap of a restore by this agent: it names the restore's staging or replaced schema.
+fn is_a_restores_swap(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    lower.contains("visitors_restore_") || lower.contains("visitors_replaced_")
+}
+
+fn describe_with_time(transaction: &Transaction) -> String {
+    let time = jiff::Timestamp::from_second(transaction.commit_time).map(|t| t.to_string()).unwrap_or_default();
+    match &transaction.gtid {
+        Some(gtid) => format!("{time} (GTID {gtid})"),
+        None => time,
+    }
+}
+
+fn describe(transaction: &Transaction) -> String {
+    transaction.gtid.as_ref().map_or_else(|| format!("at {}", transaction.commit_time), Gtid::to_string)
+}
+
+/// What a statement is, for messages: its verb and, for a definition, the kind of object
+/// (`CREATE VIEW`, `DROP TRIGGER`), never its text (which may hold data, or a password).
+fn statement_kind(text: &str) -> String {
+    const OBJECTS: [&str; 14] = [
+        "TABLE",
+        "VIEW",
+        "TRIGGER",
+        "PROCEDURE",
+        "FUNCTION",
+        "EVENT",
+        "INDEX",
+        "DATABASE",
+        "SCHEMA",
+        "USER",
+        "ROLE",
+        "SEQUENCE",
+        "PACKAGE",
+        "SERVER",
+    ];
+    let words: Vec<String> = text.split_whitespace().take(12).map(|w| w.to_ascii_uppercase()).collect();
+    let Some(verb) = words.first().filter(|w| w.chars().all(|c| c.is_ascii_alphabetic())) else {
+        return "statement".into();
+    };
+    match words.iter().skip(1).find(|w| OBJECTS.contains(&w.as_str())) {
+        Some(object) if matches!(verb.as_str(), "CREATE" | "ALTER" | "DROP" | "RENAME") => format!("{verb} {object}"),
+        _ => verb.clone(),
+    }
+}
+
+/// Account, privilege and maintenance statements: they change no table's rows or definition,
+/// and a restore keeps the server's accounts. They are skipped.
+fn changes_no_table_data(text: &str) -> bool {
+    let words: Vec<String> = text.split_whitespace().take(4).map(|w| w.to_ascii_uppercase()).collect();
+    let word = |i: usize| words.get(i).map(String::as_str).unwrap_or_default();
+    let object = if word(1) == "OR" && word(2) == "REPLACE" { word(3) } else { word(1) };
+    match word(0) {
+        "CREATE" | "DROP" | "ALTER" | "RENAME" => matches!(object, "USER" | "ROLE"),
+        "GRANT" | "REVOKE" | "FLUSH" => true,
+        "SET" => matches!(word(1), "PASSWORD" | "DEFAULT"),
+        "ANALYZE" | "OPTIMIZE" | "REPAIR" => matches!(word(1), "TABLE" | "LOCAL" | "NO_WRITE_TO_BINLOG"),
+        _ => false,
+    }
+}
+
+/// A [`Sink`] that only counts: the dry run that refuses before anything is touched.
+#[derive(Default)]
+pub struct DryRun;
+
+impl Sink for DryRun {
+    async fn format(&mut self, _: &Format) -> Result<()> {
+        Ok(())
+    }
+    async fn begin(&mut self, _: &Transaction) -> Result<()> {
+        Ok(())
+    }
+    async fn table_map(&mut self, _: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    async fn rows(&mut self, _: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    async fn statement_end(&mut self) -> Result<()> {
+        Ok(())
+    }
+    async fn statement(&mut self, _: &str, _: &Statement) -> Result<()> {
+        Ok(())
+    }
+    async fn commit(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// `BINLOG '<base64>'` for `events`.
+pub fn binlog_statement(events: &[u8]) -> String {
+    format!("BINLOG '{}'", base64::engine::general_purpose::STANDARD.encode(events))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_one_whole_second_or_one_gtid_set() {
+        assert_eq!(Target::parse(Some("2026-11-25T17:59:00Z"), None).unwrap(), Target::Time(1_795_629_540));
+        assert!(Target::parse(Some("2026-11-25T17:59:00.5Z"), None).is_err());
+        assert!(Target::parse(Some("yesterday"), None).is_err());
+        assert!(Target::parse(None, None).is_err());
+        assert!(matches!(Target::parse(None, Some("0-1-5")), Ok(Target::Gtids(_))));
+    }
+
+    #[test]
+    fn a_transaction_is_in_a_time_target_up_to_its_second() {
+        let at = |commit_time| Transaction { gtid: None, commit_time, xa: false };
+        assert!(Target::Time(100).includes(&at(100)));
+        assert!(!Target::Time(100).includes(&at(101)));
+        let gtids = Target::Gtids(GtidSet::parse("0-1-7").unwrap());
+        let with_gtid = |s| Transaction { gtid: Some(Gtid::parse(s).unwrap()), commit_time: 0, xa: false };
+        assert!(gtids.includes(&with_gtid("0-1-7")));
+        assert!(!gtids.includes(&with_gtid("0-1-8")));
+        assert!(!gtids.includes(&with_gtid("1-1-1")), "a domain the target does not name is not replayed");
+    }
+
+    #[test]
+    fn qualified_names_are_found_but_not_inside_longer_names() {
+        assert!(qualifies("alter table visitors.t add c int", "visitors"));
+        assert!(qualifies("alter table `visitors` . `t` add c int", "`visitors`"));
+        assert!(!qualifies("alter table t add visitors_count int", "visitors"));
+        assert!(!qualifies("alter table myvisitors.t add c int", "visitors"));
+        assert!(!qualifies("alter table t comment 'visitors'", "visitors"));
+    }
+
+    #[test]
+    fn a_restored_databases_qualifiers_name_its_staging_schema() {
+        let moved = |text| requalify(text, "app", "visitors_restore_1");
+        assert_eq!(moved("ALTER TABLE app.t ADD c INT"), "ALTER TABLE `visitors_restore_1`.t ADD c INT");
+        assert_eq!(
+            moved("RENAME TABLE `App` . t TO app.u"),
+            "RENAME TABLE `visitors_restore_1` . t TO `visitors_restore_1`.u"
+        );
+        assert_eq!(
+            moved("ALTER TABLE t ADD app_id INT COMMENT 'an app'"),
+            "ALTER TABLE t ADD app_id INT COMMENT 'an app'"
+        );
+        assert_eq!(moved("ALTER TABLE myapp.t ADD c INT"), "ALTER TABLE myapp.t ADD c INT");
+        assert_eq!(moved("ALTER TABLE é.t, app.t"), "ALTER TABLE é.t, `visitors_restore_1`.t");
+    }
+
+    #[test]
+    fn table_statements_are_told_from_the_rest() {
+        for yes in [
+            "CREATE TABLE t (a int)",
+            "create or replace table t (a int)",
+            "CREATE UNIQUE INDEX i ON t (a)",
+            "ALTER TABLE t ADD b int",
+            "DROP TABLE IF EXISTS `t` /* generated by server */",
+            "RENAME TABLE a TO b",
+            "TRUNCATE t",
+        ] {
+            assert!(is_table_statement(yes), "{yes}");
+        }
+        for no in [
+            "CREATE VIEW v AS SELECT 1",
+            "CREATE TRIGGER x",
+            "DROP PROCEDURE p",
+            "INSERT INTO t VALUES (1)",
+            "GRANT ALL ON *.* TO x",
+        ] {
+            assert!(!is_table_statement(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn account_and_maintenance_statements_are_skipped_and_never_quoted() {
+        for skipped in [
+            "CREATE USER 'app'@'%' IDENTIFIED BY 's3cret'",
+            "create or replace user x",
+            "ALTER USER root@localhost IDENTIFIED BY 'x'",
+            "GRANT SELECT ON app.* TO x",
+            "SET PASSWORD FOR x = PASSWORD('y')",
+            "FLUSH PRIVILEGES",
+            "OPTIMIZE TABLE t",
+            "ANALYZE NO_WRITE_TO_BINLOG TABLE t",
+        ] {
+            assert!(changes_no_table_data(skipped), "{skipped}");
+        }
+        for kept in ["CREATE TABLE user (a int)", "ALTER TABLE t ADD b int", "DROP VIEW v", "SET @a = 1"] {
+            assert!(!changes_no_table_data(kept), "{kept}");
+        }
+        assert_eq!(statement_kind("create view v as select 'secret'"), "CREATE VIEW");
+        let view =
+            "CREATE ALGORITHM=UNDEFINED DEFINER=`root`@`localhost` SQL SECURITY DEFINER VIEW `app`.`v` AS SELECT 1";
+        assert_eq!(statement_kind(view), "CREATE VIEW");
+        assert_eq!(statement_kind("INSERT INTO `app`.t VALUES ('secret')"), "INSERT");
+        assert_eq!(statement_kind("'quoted'"), "statement");
+    }
+
+    #[test]
+    fn a_time_target_before_the_base_is_refused() {
+        assert!(check_target_after_base(&Target::Time(99), Some(100), None).is_err());
+        assert!(check_target_after_base(&Target::Time(100), Some(100), None).is_ok());
+        let base = GtidSet::parse("0-1-10").unwrap();
+        assert!(check_target_after_base(&Target::Gtids(GtidSet::parse("0-1-15").unwrap()), None, Some(&base)).is_ok());
+        assert!(check_target_after_base(&Target::Gtids(GtidSet::parse("0-1-10").unwrap()), None, Some(&base)).is_ok());
+        let before = Target::Gtids(GtidSet::parse("0-1-5").unwrap());
+        assert!(check_target_after_base(&before, None, Some(&base)).is_err(), "the base is past the target");
+        let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let mysql = Target::Gtids(GtidSet::parse(&format!("{uuid}:1-5")).unwrap());
+        assert!(check_target_after_base(&mysql, None, Some(&base)).is_err(), "families differ");
+    }
+}

@@ -1,0 +1,453 @@
+//! A restore to a point in time: every database of the backup is staged as in any restore,
+//! then the archived transactions after the backup's snapshot are replayed into the staging
+//! schemas up to the target, and only then is anything swapped in. Before the first write the
+//! whole replay runs dry: every segment it needs is read and checked against its SHA-256, and
+//! what cannot be replayed is refused, so a bad archive or target touches nothing.
+//!
+//! In two runs (`--stage-only`, then `--from-stage`), the first leaves beside each staged copy a
+//! second marker ([`REPLAYED_MARKER`]): the archive, the target, what was replayed, and each
+//! staged table's row count and checksum after the replay, which the second checks again
+//! before the swap.
+
+use std::collections::HashMap;
+
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+use serde::{Deserialize, Serialize};
+use visitors_agent_contract::summary::Replay;
+
+use super::staging::{DatabaseRestore, STAGED_MARKER, staging_schema_name};
+use super::{RestoreOptions, RestoreStep, session_setup};
+use crate::binlog::event::{Format, RawEvent, Transaction, with_statement_end};
+use crate::binlog::replay::{self, DryRun, Replayer, Sink, Statement, Target, binlog_statement};
+use crate::error::{AgentError, Result};
+use crate::format::{DatabaseEntry, Manifest, quote_ident};
+use crate::mysql::{Connector, catalog};
+use crate::storage::{S3Settings, Storage};
+
+/// The marker table, in a staging schema, of a copy replayed to a point in time.
+pub const REPLAYED_MARKER: &str = "visitors_restore_replayed";
+/// Row events held before they are sent in one `BINLOG` statement.
+const BINLOG_STATEMENT_BYTES: usize = 4 << 20;
+
+/// Where a restore to a point in time reads and stops.
+#[derive(Clone, Debug)]
+pub struct PointInTimeOptions {
+    pub archive: String,
+    pub s3: S3Settings,
+    pub target: Target,
+}
+
+/// What `--stage-only` recorded of a replayed copy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct ReplayedCopy {
+    archive: String,
+    target: String,
+    replay: Replay,
+    tables: Vec<TableFacts>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+struct TableFacts {
+    name: String,
+    rows: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checksum: Option<u64>,
+}
+
+/// What the databases of one restore share.
+pub(super) struct Restore<'a> {
+    pub connector: &'a Connector,
+    pub storage: &'a Storage,
+    pub manifest: &'a Manifest,
+    pub manifest_sha256: &'a str,
+    pub options: &'a RestoreOptions,
+    pub checksums_comparable: bool,
+}
+
+impl Restore<'_> {
+    fn database<'d>(&'d self, database: &'d DatabaseEntry, tables: Option<Vec<String>>) -> DatabaseRestore<'d> {
+        DatabaseRestore {
+            connector: self.connector,
+            storage: self.storage,
+            database,
+            manifest: self.manifest,
+            manifest_sha256: self.manifest_sha256,
+            options: self.options,
+            checksums_comparable: self.checksums_comparable,
+            swap_tables: tables,
+        }
+    }
+
+    /// Restores `databases` to `target`: returns the tables and rows restored, and the replay.
+    pub async fn run(&self, databases: &[DatabaseEntry], pitr: &PointInTimeOptions) -> Result<(u64, u64, Replay)> {
+        match self.options.step {
+            RestoreStep::FromStage => self.swap_replayed(databases, pitr).await,
+            step => self.stage_and_replay(databases, pitr, step).await,
+        }
+    }
+
+    async fn stage_and_replay(
+        &self,
+        databases: &[DatabaseEntry],
+        pitr: &PointInTimeOptions,
+        step: RestoreStep,
+    ) -> Result<(u64, u64, Replay)> {
+        let archive = Storage::open(&pitr.archive, &pitr.s3, false)?;
+        let plan = replay::plan(&archive, self.manifest.position.as_ref(), pitr.target.clone()).await?;
+        let schemas: HashMap<String, String> =
+            databases.iter().map(|d| (d.name.clone(), staging_schema_name(&d.name))).collect();
+        let known = self.server_databases().await?;
+        let replayer = Replayer::new(&archive, &plan, &schemas, known);
+        let dry = replayer.run(&mut DryRun).await?;
+        tracing::info!(
+            "the archive holds {} transactions to replay to {} ({} segments, each checked against its SHA-256)",
+            dry.transactions,
+            pitr.target,
+            dry.segments
+        );
+
+        let mut staged: Vec<(DatabaseRestore<'_>, Conn)> = Vec::new();
+        for database in databases {
+            let restore = self.database(database, None);
+            match restore.open_and_stage().await {
+                Ok(conn) => staged.push((restore, conn)),
+                Err(error) => return Err(self.drop_all(staged, error).await),
+            }
+        }
+        let report = match self.replay(&replayer).await {
+            Ok(report) => report,
+            Err(error) => return Err(self.drop_all(staged, error).await),
+        };
+        let replay = report.summary();
+        tracing::info!(
+            "replayed {} transactions ({} events) into the staging schemas",
+            report.transactions,
+            report.events
+        );
+
+        let (mut tables, mut rows) = (0, 0);
+        let mut swapped = Vec::new();
+        for (restore, mut conn) in staged {
+            let name = restore.database.name.clone();
+            let staging = staging_schema_name(&name);
+            let facts = match table_facts(self.connector, &mut conn, &staging).await {
+                Ok(facts) => facts,
+                Err(error) => return Err(self.failed_after(&swapped, restore, conn, error).await),
+            };
+            tables += facts.len() as u64;
+            rows += facts.iter().map(|t| t.rows).sum::<u64>();
+            let done = if step == RestoreStep::StageOnly {
+                let copy = ReplayedCopy {
+                    archive: pitr.archive.clone(),
+                    target: pitr.target.to_string(),
+                    replay: replay.clone(),
+                    tables: facts,
+                };
+                mark(self.connector, &mut conn, &staging, self.manifest_sha256, &copy).await
+            } else {
+                let names = facts.iter().map(|t| t.name.clone()).collect();
+                let restore = self.database(restore.database, Some(names));
+                let swapped_in = restore.swap_and_finish(&mut conn, &staging).await;
+                restore.drop_staging(&mut conn, &staging).await;
+                swapped_in
+            };
+            if let Err(error) = done {
+                return Err(self.failed_after(&swapped, restore, conn, error).await);
+            }
+            swapped.push(name);
+            let _ = conn.disconnect().await;
+        }
+        Ok((tables, rows, replay))
+    }
+
+    /// `--from-stage`: each copy replayed by `--stage-only` to this very target from this
+    /// archive, whose tables still hold what was recorded then, swapped in.
+    async fn swap_replayed(
+        &self,
+        databases: &[DatabaseEntry],
+        pitr: &PointInTimeOptions,
+    ) -> Result<(u64, u64, Replay)> {
+        let (mut tables, mut rows) = (0, 0);
+        let mut replay = None;
+        let mut swapped: Vec<String> = Vec::new();
+        for database in databases {
+            let name = &database.name;
+            let staging = staging_schema_name(name);
+            let restore = self.database(database, None);
+            let mut conn = restore.open_locked().await?;
+            let checked = async {
+                restore.check_marker(&mut conn, &staging).await?;
+                let copy = read_replayed(self.connector, &mut conn, &staging).await?;
+                let not_this = |what: String| {
+                    AgentError::VerifyMismatch(format!(
+                        "the copy of database {name} staged in {staging} was replayed {what}; run `restore --stage-only` again (database {name} was left as it was)"
+                    ))
+                };
+                let copy = copy.ok_or_else(|| not_this("by no point-in-time restore".into()))?;
+                if copy.archive != pitr.archive || copy.target != pitr.target.to_string() {
+                    return Err(not_this(format!("from {} to {}, not from {} to {}", copy.archive, copy.target, pitr.archive, pitr.target)));
+                }
+                let now = table_facts(self.connector, &mut conn, &staging).await?;
+                compare_facts(name, &staging, &copy.tables, &now)?;
+                Ok(copy)
+            }
+            .await;
+            let copy = match checked {
+                Ok(copy) => copy,
+                Err(error) => {
+                    let _ = conn.disconnect().await;
+                    return Err(partial(&swapped, error));
+                }
+            };
+            let names = copy.tables.iter().map(|t| t.name.clone()).collect();
+            let restore = self.database(database, Some(names));
+            let done = restore.swap_and_finish(&mut conn, &staging).await;
+            restore.drop_staging(&mut conn, &staging).await;
+            let _ = conn.disconnect().await;
+            done.map_err(|error| partial(&swapped, error))?;
+            tracing::info!("database {name}: the replayed copy matched what was recorded and is swapped in");
+            tables += copy.tables.len() as u64;
+            rows += copy.tables.iter().map(|t| t.rows).sum::<u64>();
+            replay = Some(copy.replay);
+            swapped.push(name.clone());
+        }
+        Ok((tables, rows, replay.unwrap_or_default()))
+    }
+
+    async fn server_databases(&self) -> Result<Vec<String>> {
+        let mut conn = self.connector.connect().await?;
+        let names: Vec<String> =
+            conn.query("SHOW DATABASES").await.map_err(|e| self.connector.error("listing databases", e))?;
+        let _ = conn.disconnect().await;
+        Ok(names)
+    }
+
+    async fn replay(&self, replayer: &Replayer<'_>) -> Result<replay::ReplayReport> {
+        let mut conn = self.connector.connect().await?;
+        session_setup(self.connector, &mut conn, self.options).await?;
+        let mut applier = Applier::new(self.connector, conn);
+        let report = replayer.run(&mut applier).await;
+        let _ = applier.conn.disconnect().await;
+        report
+    }
+
+    /// Drops every staged copy (their connections still hold the locks) and returns `error`.
+    async fn drop_all(&self, staged: Vec<(DatabaseRestore<'_>, Conn)>, error: AgentError) -> AgentError {
+        for (restore, mut conn) in staged {
+            restore.drop_staging(&mut conn, &staging_schema_name(&restore.database.name)).await;
+            let _ = conn.disconnect().await;
+        }
+        error
+    }
+
+    /// A failure after `swapped` were swapped in: this copy is dropped, and the error says
+    /// which databases were restored.
+    async fn failed_after(
+        &self,
+        swapped: &[String],
+        restore: DatabaseRestore<'_>,
+        mut conn: Conn,
+        error: AgentError,
+    ) -> AgentError {
+        restore.drop_staging(&mut conn, &staging_schema_name(&restore.database.name)).await;
+        let _ = conn.disconnect().await;
+        partial(swapped, error)
+    }
+}
+
+fn partial(swapped: &[String], error: AgentError) -> AgentError {
+    if swapped.is_empty() {
+        error
+    } else {
+        AgentError::PartiallyRestored { restored: swapped.join(", "), error: Box::new(error) }
+    }
+}
+
+/// The tables of a staging schema (its markers aside), with their row counts and checksums.
+async fn table_facts(connector: &Connector, conn: &mut Conn, staging: &str) -> Result<Vec<TableFacts>> {
+    let names: Vec<String> = conn
+        .exec(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'BASE TABLE' \
+             ORDER BY TABLE_NAME",
+            (staging,),
+        )
+        .await
+        .map_err(|e| connector.error("listing the staged tables", e))?;
+    let mut facts = Vec::new();
+    for name in names.into_iter().filter(|n| n != STAGED_MARKER && n != REPLAYED_MARKER) {
+        let rows = catalog::count_rows(connector, conn, staging, &name).await?;
+        let checksum = if catalog::checksum_is_reproducible(connector, conn, staging, &name).await? {
+            catalog::checksum_table(connector, conn, staging, &name).await?
+        } else {
+            None
+        };
+        facts.push(TableFacts { name, rows, checksum });
+    }
+    Ok(facts)
+}
+
+fn compare_facts(database: &str, staging: &str, recorded: &[TableFacts], now: &[TableFacts]) -> Result<()> {
+    if recorded == now {
+        return Ok(());
+    }
+    let differs = recorded
+        .iter()
+        .find(|r| !now.contains(r))
+        .map(|r| format!("table {} (recorded {} rows, checksum {:?})", r.name, r.rows, r.checksum))
+        .or_else(|| now.iter().find(|n| !recorded.contains(n)).map(|n| format!("table {} (not recorded)", n.name)))
+        .unwrap_or_default();
+    Err(AgentError::VerifyMismatch(format!(
+        "the replayed copy of database {database} in {staging} changed since it was staged: {differs}; database {database} was left as it was"
+    )))
+}
+
+async fn mark(
+    connector: &Connector,
+    conn: &mut Conn,
+    staging: &str,
+    manifest_sha256: &str,
+    copy: &ReplayedCopy,
+) -> Result<()> {
+    let replayed = format!("{}.{}", quote_ident(staging), quote_ident(REPLAYED_MARKER));
+    let during = "recording the replayed copy";
+    connector.execute(conn, &format!("CREATE TABLE {replayed} (facts LONGTEXT NOT NULL)"), during).await?;
+    let json = serde_json::to_string(copy).map_err(|e| AgentError::Internal(e.to_string()))?;
+    conn.exec_drop(format!("INSERT INTO {replayed} VALUES (?)"), (json,))
+        .await
+        .map_err(|e| connector.error(during, e))?;
+    // The staged marker last: a copy without it is the leftover of a run that died.
+    let marker = format!("{}.{}", quote_ident(staging), quote_ident(STAGED_MARKER));
+    connector.execute(conn, &format!("CREATE TABLE {marker} (manifest_sha256 CHAR(64) NOT NULL)"), during).await?;
+    conn.exec_drop(format!("INSERT INTO {marker} VALUES (?)"), (manifest_sha256,))
+        .await
+        .map_err(|e| connector.error(during, e))?;
+    tracing::info!("{staging}: staged, replayed and recorded");
+    Ok(())
+}
+
+/// The record of a replayed copy in `staging`, if it has one.
+async fn read_replayed(connector: &Connector, conn: &mut Conn, staging: &str) -> Result<Option<ReplayedCopy>> {
+    if !has_replayed_marker(connector, conn, staging).await? {
+        return Ok(None);
+    }
+    let sql = format!("SELECT facts FROM {}.{}", quote_ident(staging), quote_ident(REPLAYED_MARKER));
+    let text: Option<String> =
+        conn.query_first(sql).await.map_err(|e| connector.error("reading the replayed copy", e))?;
+    let copy = text.and_then(|t| serde_json::from_str(&t).ok());
+    copy.map(Some).ok_or_else(|| AgentError::VerifyMismatch(format!("{staging}.{REPLAYED_MARKER} is unreadable")))
+}
+
+/// Whether `staging` holds the record of a replay.
+pub(super) async fn has_replayed_marker(connector: &Connector, conn: &mut Conn, staging: &str) -> Result<bool> {
+    let found: Option<String> = conn
+        .exec_first(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            (staging, REPLAYED_MARKER),
+        )
+        .await
+        .map_err(|e| connector.error("looking for the replayed copy's record", e))?;
+    Ok(found.is_some())
+}
+
+/// The [`Sink`] that replays: one session on the target server.
+struct Applier<'a> {
+    connector: &'a Connector,
+    conn: Conn,
+    /// Whether the events of the segment being replayed carry checksums.
+    checksums: bool,
+    /// The table maps of the statement being replayed: every `BINLOG` statement of its rows
+    /// begins with them.
+    maps: Vec<u8>,
+    /// Its rows events not sent yet, and where the last of them begins.
+    rows: Vec<u8>,
+    last_rows_at: usize,
+}
+
+impl<'a> Applier<'a> {
+    fn new(connector: &'a Connector, conn: Conn) -> Self {
+        Applier { connector, conn, checksums: true, maps: Vec::new(), rows: Vec::new(), last_rows_at: 0 }
+    }
+
+    async fn execute(&mut self, sql: &str, during: &str) -> Result<()> {
+        self.connector.execute(&mut self.conn, sql, during).await
+    }
+
+    /// Sends the rows held as one `BINLOG` statement that is a whole statement for the server:
+    /// the table maps, then the rows, the last flagged as the statement's end. A statement's
+    /// rows sent in several parts must be so: while a statement is open the server keeps its
+    /// tables, and it silently skips rows whose table map came in a later part.
+    async fn send_rows(&mut self) -> Result<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let last = with_statement_end(RawEvent(&self.rows[self.last_rows_at..]), self.checksums)
+            .map_err(|e| AgentError::ReplayUnsupported(e.to_string()))?;
+        let mut events = Vec::with_capacity(self.maps.len() + self.rows.len());
+        events.extend_from_slice(&self.maps);
+        events.extend_from_slice(&self.rows[..self.last_rows_at]);
+        events.extend_from_slice(&last);
+        self.rows.clear();
+        self.last_rows_at = 0;
+        self.execute(&binlog_statement(&events), "replaying row events").await
+    }
+
+    /// Ends the statement being replayed: its rows sent, its table maps forgotten.
+    async fn end_statement(&mut self) -> Result<()> {
+        self.send_rows().await?;
+        self.maps.clear();
+        Ok(())
+    }
+}
+
+impl Sink for Applier<'_> {
+    async fn format(&mut self, format: &Format) -> Result<()> {
+        self.end_statement().await?;
+        self.checksums = format.checksums;
+        let statement = binlog_statement(&format.event_bytes);
+        self.execute(&statement, "replaying a format description").await
+    }
+
+    async fn begin(&mut self, _: &Transaction) -> Result<()> {
+        self.end_statement().await?;
+        self.execute("BEGIN", "replaying a transaction").await
+    }
+
+    async fn table_map(&mut self, event: &[u8]) -> Result<()> {
+        if !self.rows.is_empty() {
+            // A table map after rows begins another statement.
+            self.end_statement().await?;
+        }
+        self.maps.extend_from_slice(event);
+        Ok(())
+    }
+
+    async fn rows(&mut self, event: &[u8]) -> Result<()> {
+        self.last_rows_at = self.rows.len();
+        self.rows.extend_from_slice(event);
+        if self.rows.len() >= BINLOG_STATEMENT_BYTES {
+            self.send_rows().await?;
+        }
+        Ok(())
+    }
+
+    async fn statement_end(&mut self) -> Result<()> {
+        self.end_statement().await
+    }
+
+    async fn statement(&mut self, schema: &str, statement: &Statement) -> Result<()> {
+        self.end_statement().await?;
+        for setting in &statement.settings {
+            self.execute(setting, "replaying a statement's session settings").await?;
+        }
+        self.execute(&format!("USE {}", quote_ident(schema)), "selecting a staging schema").await?;
+        self.execute(&statement.sql, "replaying a table statement").await
+    }
+
+    async fn commit(&mut self) -> Result<()> {
+        self.end_statement().await?;
+        self.execute("COMMIT", "replaying a transaction").await
+    }
+}
