@@ -3,6 +3,7 @@
 # One image for the whole visitors-operator suite. It carries every binary:
 #   visitors-controller, backup-controller, restore-controller   the three controllers
 #   visitors-agent                                               data plane run by backup/restore Jobs
+#   visitors-archiver                                            binary log archiver (point-in-time recovery)
 #   crdgen                                                       prints/writes the CRDs
 # There is no default command: each Deployment or Job sets its own `command`, e.g.
 #   docker run --rm IMAGE  ->  nothing to run;   command: ["/usr/local/bin/backup-controller"]
@@ -24,11 +25,12 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
         --bin backup-controller \
         --bin restore-controller \
         --bin visitors-agent \
+        --bin visitors-archiver \
         --bin crdgen \
  && mkdir -p /out \
  && cp target/release/visitors-controller target/release/backup-controller \
        target/release/restore-controller target/release/visitors-agent \
-       target/release/crdgen /out/
+       target/release/visitors-archiver target/release/crdgen /out/
 
 # ---- runtime -------------------------------------------------------------------------------
 # distroless/cc: glibc, libgcc, CA certificates and tzdata; no shell, no package manager.
