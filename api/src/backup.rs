@@ -10,6 +10,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::point_in_time::{PointInTime, PointInTimeStatus, SnapshotPosition};
 use crate::schedule::Plan;
 use crate::storage::BackupStorage;
 use crate::validation::{InvalidSpec, Problems, dns_subdomain};
@@ -34,6 +35,9 @@ pub mod condition {
     /// Run being deleted under `deletionPolicy: Delete`: True while its stored backup is being
     /// deleted, False (reason `StorageDeleteFailed`) when the storage refused.
     pub const DELETING: &str = "Deleting";
+    /// Schedule with `pointInTime`: True while the binary log is archived without a gap a
+    /// restore would have to cross; False with the reason otherwise.
+    pub const ARCHIVING: &str = "Archiving";
 }
 
 /// Reasons of a MySQLBackup's conditions besides those every operation has
@@ -57,6 +61,27 @@ pub mod reason {
     pub const STORAGE_DELETE_FAILED: &str = "StorageDeleteFailed";
     /// Run being deleted, `Deleting` False: the spec no longer points where the backup is.
     pub const STORAGE_LOCATION_CHANGED: &str = "StorageLocationChanged";
+
+    // Schedule, `Archiving`.
+    /// True: the archiver stores the binary log.
+    pub const ARCHIVING: &str = "Archiving";
+    /// False: the archiver has not reported yet.
+    pub const ARCHIVER_STARTING: &str = "ArchiverStarting";
+    /// False: the archiver has not reported for longer than it should (its pod is gone, stuck
+    /// or cannot reach the API server).
+    pub const ARCHIVER_DOWN: &str = "ArchiverDown";
+    /// False: the archiver lost the server or the storage and retries.
+    pub const ARCHIVER_RETRYING: &str = "ArchiverRetrying";
+    /// False: the archiver cannot archive until something is fixed (the message says what).
+    pub const ARCHIVE_FAILED: &str = "ArchiveFailed";
+    /// False: the server purged binary logs before they were archived; no restore replays
+    /// across the gap until a run succeeds after it.
+    pub const BINLOG_PURGED: &str = "BinlogPurged";
+    /// False: the server's history is not the one archived (a new data directory, another
+    /// server); as `BinlogPurged`.
+    pub const SERVER_CHANGED: &str = "ServerChanged";
+    /// False: `spec.pointInTime.enabled` is false.
+    pub const ARCHIVING_DISABLED: &str = "ArchivingDisabled";
 }
 
 /// A backup of a VisitorsApp's database: a single run, or a schedule of runs.
@@ -101,12 +126,20 @@ pub mod reason {
         description = "Whether the newest finished run of a schedule succeeded"
     ),
     printcolumn(name = "Active", type_ = "string", json_path = ".status.activeRun", priority = 1),
+    printcolumn(
+        name = "Recoverable",
+        type_ = "date",
+        json_path = ".status.pointInTime.lastRecoverableTime",
+        description = "Schedule with pointInTime: every transaction up to this time is archived",
+        priority = 1
+    ),
     printcolumn(name = "LastSuccessful", type_ = "string", json_path = ".status.lastSuccessfulRun", priority = 1),
     printcolumn(name = "Error", type_ = "string", json_path = ".status.error", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.schedule) == has(oldSelf.schedule)").message("a MySQLBackup cannot switch between on-demand and scheduled; create a new one"))]
+#[x_kube(validation = Rule::new("!has(self.pointInTime) || has(self.schedule)").message("pointInTime needs a schedule: its runs are the base backups a restore starts from"))]
 pub struct MySQLBackupSpec {
     /// What to back up.
     pub source: BackupSource,
@@ -135,6 +168,12 @@ pub struct MySQLBackupSpec {
     /// CPU and memory requests and limits of the backup Job's agent container. Unset: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Schedule only: archive the app's binary log continuously beside the runs, so that a
+    /// restore can bring the database back to any second since the oldest kept run (see
+    /// docs/backup-restore.md). The archive is stored with the runs, below
+    /// `<namespace>/<app>/_binlog/<schedule>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time: Option<PointInTime>,
 }
 
 /// The database to back up.
@@ -264,6 +303,9 @@ pub struct MySQLBackupStatus {
     /// Run: version of the MySQL server that was backed up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_version: Option<String>,
+    /// Run: the server time and binary log position of the backup's snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotPosition>,
     /// Run: why the run failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -283,6 +325,9 @@ pub struct MySQLBackupStatus {
     /// Schedule: the run in progress, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_run: Option<String>,
+    /// Schedule with `pointInTime`: the binary log archive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time: Option<PointInTimeStatus>,
 }
 
 impl MySQLBackupSpec {
@@ -306,6 +351,11 @@ impl MySQLBackupSpec {
         self.deletion_policy.unwrap_or_default()
     }
 
+    /// The binary-log archiving this schedule asks for now: `None` when off.
+    pub fn archiving(&self) -> Option<&PointInTime> {
+        self.point_in_time.as_ref().filter(|p| self.is_schedule() && p.enabled())
+    }
+
     /// Checks the spec and parses a schedule's cron expression and time zone, once: the plan is
     /// what the schedule then runs on (`None` for a run).
     pub fn checked(&self) -> Result<Option<Plan>, InvalidSpec> {
@@ -315,6 +365,13 @@ impl MySQLBackupSpec {
         validate_parallelism("spec.parallelism", self.parallelism, &mut problems);
         validate_deadline("spec.activeDeadlineSeconds", self.active_deadline_seconds, &mut problems);
         let plan = self.schedule.as_ref().and_then(|schedule| schedule.checked(&mut problems));
+        if let Some(point_in_time) = &self.point_in_time {
+            if self.schedule.is_none() {
+                problems
+                    .add("spec.pointInTime", "needs a schedule: its runs are the base backups a restore starts from");
+            }
+            point_in_time.validate(&mut problems);
+        }
         problems.into_result().map(|()| plan)
     }
 
@@ -322,6 +379,39 @@ impl MySQLBackupSpec {
     pub fn validate(&self) -> Result<(), InvalidSpec> {
         self.checked().map(drop)
     }
+}
+
+impl MySQLBackup {
+    /// A run that succeeded and is not being deleted: one retention keeps and a restore may use.
+    pub fn is_kept_success(&self) -> bool {
+        self.metadata.deletion_timestamp.is_none()
+            && self.status.as_ref().and_then(|s| s.phase) == Some(BackupPhase::Succeeded)
+    }
+
+    /// The snapshot a restore to a point in time can start from: a kept successful run's, with
+    /// its server time and binary log position known (runs taken while binary logging was off,
+    /// or by an older agent, have none).
+    pub fn base_snapshot(&self) -> Option<BaseSnapshot<'_>> {
+        if !self.is_kept_success() {
+            return None;
+        }
+        let snapshot = self.status.as_ref()?.snapshot.as_ref()?;
+        Some(BaseSnapshot {
+            time: snapshot.time.as_ref()?.0,
+            binlog_file: snapshot.binlog_file.as_deref()?,
+            binlog_position: u64::try_from(snapshot.binlog_position?).ok()?,
+            gtid: snapshot.gtid.as_deref(),
+        })
+    }
+}
+
+/// Where a base backup's snapshot is in the server's history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BaseSnapshot<'a> {
+    pub time: jiff::Timestamp,
+    pub binlog_file: &'a str,
+    pub binlog_position: u64,
+    pub gtid: Option<&'a str>,
 }
 
 impl BackupSchedule {
@@ -425,11 +515,35 @@ mod tests {
             active_deadline_seconds: None,
             deletion_policy: None,
             resources: None,
+            point_in_time: None,
         }
     }
 
     fn scheduled(cron: &str) -> MySQLBackupSpec {
         MySQLBackupSpec { schedule: Some(BackupSchedule { cron: cron.into(), ..Default::default() }), ..on_demand() }
+    }
+
+    #[test]
+    fn only_a_kept_successful_run_with_a_binlog_position_is_a_base() {
+        let run = |status: serde_json::Value| -> MySQLBackup {
+            let mut run = MySQLBackup::new("r", on_demand());
+            run.status = Some(serde_json::from_value(status).unwrap());
+            run
+        };
+        let snapshot = serde_json::json!({"time": "2026-11-25T10:00:00Z", "binlogFile": "binlog.000002",
+            "binlogPosition": 330, "gtid": "0-1-9"});
+        let base = run(serde_json::json!({"phase": "Succeeded", "snapshot": snapshot}));
+        let found = base.base_snapshot().expect("a base");
+        assert_eq!((found.binlog_file, found.binlog_position, found.gtid), ("binlog.000002", 330, Some("0-1-9")));
+        assert_eq!(found.time.to_string(), "2026-11-25T10:00:00Z");
+
+        assert_eq!(run(serde_json::json!({"phase": "Failed", "snapshot": snapshot})).base_snapshot(), None);
+        let without_binlog = serde_json::json!({"phase": "Succeeded", "snapshot": {"time": "2026-11-25T10:00:00Z"}});
+        assert_eq!(run(without_binlog).base_snapshot(), None, "taken while binary logging was off");
+        let mut deleting = run(serde_json::json!({"phase": "Succeeded", "snapshot": snapshot}));
+        deleting.metadata.deletion_timestamp = Some(Time("2026-11-25T11:00:00Z".parse().unwrap()));
+        assert!(!deleting.is_kept_success());
+        assert_eq!(deleting.base_snapshot(), None);
     }
 
     #[test]
@@ -473,6 +587,19 @@ mod tests {
         spec.schedule.as_mut().unwrap().retention = Some(bad);
         let fields: Vec<String> = spec.validate().unwrap_err().0.into_iter().map(|e| e.field).collect();
         assert_eq!(fields, ["spec.schedule.retention.keepSuccessful", "spec.schedule.retention.maxAge"]);
+    }
+
+    #[test]
+    fn point_in_time_needs_a_schedule() {
+        let pitr = Some(PointInTime::default());
+        let spec = MySQLBackupSpec { point_in_time: pitr.clone(), ..on_demand() };
+        assert_eq!(spec.validate().unwrap_err().first_field(), "spec.pointInTime");
+        assert!(spec.archiving().is_none());
+        let spec = MySQLBackupSpec { point_in_time: pitr, ..scheduled("0 3 * * *") };
+        assert_eq!(spec.validate(), Ok(()));
+        assert!(spec.archiving().is_some());
+        let off = PointInTime { enabled: Some(false), ..PointInTime::default() };
+        assert!(MySQLBackupSpec { point_in_time: Some(off), ..scheduled("0 3 * * *") }.archiving().is_none());
     }
 
     #[test]

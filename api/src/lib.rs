@@ -10,6 +10,7 @@ pub mod conditions;
 pub mod crds;
 pub mod labels;
 pub mod operation;
+pub mod point_in_time;
 pub mod restore;
 pub mod schedule;
 pub mod storage;

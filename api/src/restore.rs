@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::backup::{validate_deadline, validate_parallelism};
+use crate::point_in_time::{PointInTimeRestoreStatus, PointInTimeSource};
 use crate::storage::{BackupStorage, relative_path};
 use crate::validation::{InvalidSpec, Problems, dns_subdomain};
 
@@ -34,6 +35,13 @@ use crate::validation::{InvalidSpec, Problems, dns_subdomain};
         description = "Wall time of the restore in seconds"
     ),
     printcolumn(name = "Rows", type_ = "integer", json_path = ".status.rows", priority = 1),
+    printcolumn(
+        name = "Target",
+        type_ = "string",
+        json_path = ".status.pointInTime.target",
+        description = "A restore to a point in time: its target",
+        priority = 1
+    ),
     printcolumn(name = "Error", type_ = "string", json_path = ".status.error", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -62,10 +70,11 @@ pub struct MySQLRestoreSpec {
     pub active_deadline_seconds: Option<i64>,
 }
 
-/// The backup to restore: a `MySQLBackup` run by name, or an explicit storage location.
+/// The backup to restore: a `MySQLBackup` run by name, an explicit storage location, or a point
+/// in time of a schedule with `pointInTime`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("has(self.backup) != has(self.storage)").message("set exactly one of backup or storage"))]
+#[x_kube(validation = Rule::new("(has(self.backup) ? 1 : 0) + (has(self.storage) ? 1 : 0) + (has(self.pointInTime) ? 1 : 0) == 1").message("set exactly one of backup, storage or pointInTime"))]
 #[x_kube(validation = Rule::new("!has(self.path) || has(self.storage)").message("path goes with storage"))]
 pub struct RestoreSource {
     /// Name of a successful `MySQLBackup` run in this namespace.
@@ -78,6 +87,10 @@ pub struct RestoreSource {
     /// prefix or sub path. Unset means the prefix or sub path itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// A point in time of a schedule with `spec.pointInTime`: its newest successful run before
+    /// the target, then the archived transactions up to the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time: Option<PointInTimeSource>,
 }
 
 /// The database a restore writes into.
@@ -125,6 +138,22 @@ pub mod reason {
     pub const VERIFYING: &str = "Verifying";
     /// `SpecChangeIgnored` True.
     pub const RESTORE_ENDED: &str = "RestoreEnded";
+
+    // A restore to a point in time, refused before anything is touched.
+    /// The named MySQLBackup is a run, not a schedule.
+    pub const BACKUP_NOT_SCHEDULE: &str = "BackupNotSchedule";
+    /// The schedule does not archive its binary log (`spec.pointInTime`).
+    pub const POINT_IN_TIME_NOT_ENABLED: &str = "PointInTimeNotEnabled";
+    /// The target is later than now.
+    pub const TARGET_IN_THE_FUTURE: &str = "TargetInTheFuture";
+    /// No successful run of the schedule is older than the target.
+    pub const TARGET_BEFORE_OLDEST_BACKUP: &str = "TargetBeforeOldestBackup";
+    /// The target is later than the archive's last recoverable time.
+    pub const TARGET_NOT_ARCHIVED: &str = "TargetNotArchived";
+    /// Reaching the target from any base backup would cross a gap in the archive.
+    pub const ACROSS_ARCHIVE_GAP: &str = "AcrossArchiveGap";
+    /// `Pending`: the target is in the past but the archive has not reached it yet.
+    pub const WAITING_FOR_ARCHIVE: &str = "WaitingForArchive";
 }
 
 /// The lifecycle phase of a restore.
@@ -181,6 +210,9 @@ pub struct MySQLRestoreStatus {
     /// Number of rows restored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows: Option<i64>,
+    /// A restore to a point in time: the target and what was replayed after the base run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time: Option<PointInTimeRestoreStatus>,
     /// Why the restore failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -221,10 +253,11 @@ impl MySQLRestoreSpec {
     pub fn validate(&self) -> Result<(), InvalidSpec> {
         let mut problems = Problems::default();
         let source = &self.source;
-        match (&source.backup, &source.storage) {
-            (Some(backup), None) => problems.check("spec.source.backup", dns_subdomain(backup)),
-            (None, Some(storage)) => storage.validate("spec.source.storage", &mut problems),
-            _ => problems.add("spec.source", "set exactly one of backup or storage"),
+        match (&source.backup, &source.storage, &source.point_in_time) {
+            (Some(backup), None, None) => problems.check("spec.source.backup", dns_subdomain(backup)),
+            (None, Some(storage), None) => storage.validate("spec.source.storage", &mut problems),
+            (None, None, Some(point_in_time)) => point_in_time.validate(&mut problems),
+            _ => problems.add("spec.source", "set exactly one of backup, storage or pointInTime"),
         }
         if let Some(path) = &source.path {
             if source.storage.is_none() {
@@ -245,7 +278,7 @@ mod tests {
 
     fn from_backup(name: &str) -> MySQLRestoreSpec {
         MySQLRestoreSpec {
-            source: RestoreSource { backup: Some(name.into()), storage: None, path: None },
+            source: RestoreSource { backup: Some(name.into()), ..RestoreSource::default() },
             target: RestoreTarget { visitors_app: "ex".into() },
             quiesce: None,
             verify: None,
@@ -293,6 +326,22 @@ mod tests {
         restore.spec.quiesce = None;
         restore.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::from_second(1_800_000_000).unwrap()));
         assert!(restore.quiesces_app(), "being deleted: until it is gone");
+    }
+
+    #[test]
+    fn a_point_in_time_is_a_third_kind_of_source() {
+        let mut spec = from_backup("nightly-1");
+        spec.source = RestoreSource {
+            point_in_time: Some(PointInTimeSource {
+                backup: "nightly".into(),
+                target_time: Some(Time("2026-11-25T17:59:00Z".parse().unwrap())),
+                target_gtid: None,
+            }),
+            ..RestoreSource::default()
+        };
+        assert_eq!(spec.validate(), Ok(()));
+        spec.source.backup = Some("nightly-1".into());
+        assert_eq!(spec.validate().unwrap_err().first_field(), "spec.source");
     }
 
     #[test]
