@@ -31,10 +31,20 @@ pub const CONTAINER: &str = "mysql";
 /// 8.4 ships disabled. Restores load data with `LOAD DATA LOCAL INFILE`, which MySQL 8 ships
 /// disabled (`local_infile`; MariaDB's default is on). `loose-` makes servers that do not know
 /// an option (5.7, 8.0) warn instead of refusing to start, so older images still work.
-pub const MYSQLD_ARGS: [&str; 3] = [
+///
+/// The binary log is always on, in row format with GTIDs (MySQL's `gtid_mode`; MariaDB's are
+/// always on), kept three days: a schedule's point-in-time archiving then starts without a
+/// restart of MySQL, and an archiver that was down for a while finds what it missed.
+pub const MYSQLD_ARGS: [&str; 9] = [
     "--loose-mysql-native-password=ON",
     "--loose-authentication-policy=mysql_native_password,,",
     "--loose-local-infile=1",
+    "--loose-log-bin=binlog",
+    "--loose-binlog-format=ROW",
+    "--loose-server-id=1",
+    "--loose-gtid-mode=ON",
+    "--loose-enforce-gtid-consistency=ON",
+    "--loose-binlog-expire-logs-seconds=259200",
 ];
 
 /// Readiness: the application user runs `SELECT 1` in its database over TCP. It fails while
@@ -325,6 +335,9 @@ mod tests {
         assert!(args.iter().all(|a| a.starts_with("--loose-")), "{args:?}");
         assert!(args.iter().any(|a| a.contains("authentication-policy=mysql_native_password")));
         assert!(args.contains(&"--loose-local-infile=1".to_string()), "restores need LOAD DATA LOCAL: {args:?}");
+        for binlog in ["--loose-log-bin=binlog", "--loose-binlog-format=ROW", "--loose-gtid-mode=ON"] {
+            assert!(args.contains(&binlog.to_string()), "point-in-time recovery needs {binlog}: {args:?}");
+        }
     }
 
     #[test]
