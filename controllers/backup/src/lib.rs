@@ -2,9 +2,10 @@
 //!
 //! [`controller`] wires the watches to [`reconcile`], which dispatches a run to
 //! [`backup_run`] (validate → resolve → lock → the Job from [`build`] → [`status`] from the
-//! agent's summary), a schedule to [`schedule`] (fire times, [`retention`]), and a deleted run
-//! to [`cleanup`].
+//! agent's summary), a schedule to [`schedule`] (fire times, [`retention`], the binary-log
+//! archiver of [`archiving`]), and a deleted run to [`cleanup`].
 
+pub mod archiving;
 pub mod backup_run;
 pub mod build;
 pub mod cleanup;

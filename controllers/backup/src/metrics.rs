@@ -1,7 +1,9 @@
 //! The backup controller's own metrics, served with the shared ones at `/metrics`: runs by
 //! result, the last successful backup per source, run duration and size, schedules whose
 //! last success is overdue (older than twice their interval) and schedules whose newest
-//! finished run failed, for alerts.
+//! finished run failed, for alerts; and, for schedules that archive their binary log, the
+//! archive's lag, whether its archiver reports, whether a gap keeps restores from crossing it,
+//! and its last recoverable time.
 
 use std::sync::atomic::AtomicU64;
 
@@ -30,6 +32,16 @@ pub struct ScheduleLabels {
 }
 
 type HistogramFamily = Family<ResultLabels, Histogram, fn() -> Histogram>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// What a schedule's archive looks like now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ArchiveGauges {
+    pub lag_seconds: f64,
+    pub up: bool,
+    pub gap: bool,
+    pub last_recoverable: Option<f64>,
+}
 
 pub struct BackupMetrics {
     runs: Family<ResultLabels, Counter>,
@@ -38,6 +50,10 @@ pub struct BackupMetrics {
     size: Family<SourceLabels, Histogram, fn() -> Histogram>,
     overdue: Family<ScheduleLabels, Gauge>,
     last_run_failed: Family<ScheduleLabels, Gauge>,
+    archive_lag: Family<ScheduleLabels, FloatGauge>,
+    archiver_up: Family<ScheduleLabels, Gauge>,
+    archive_gap: Family<ScheduleLabels, Gauge>,
+    last_recoverable: Family<ScheduleLabels, FloatGauge>,
 }
 
 fn duration_buckets() -> Histogram {
@@ -59,6 +75,10 @@ impl Default for BackupMetrics {
             size: Family::new_with_constructor(size_buckets),
             overdue: Family::default(),
             last_run_failed: Family::default(),
+            archive_lag: Family::default(),
+            archiver_up: Family::default(),
+            archive_gap: Family::default(),
+            last_recoverable: Family::default(),
         }
     }
 }
@@ -84,6 +104,49 @@ impl BackupMetrics {
             "1 when the newest finished run of a schedule failed, 0 when it succeeded",
             self.last_run_failed.clone(),
         );
+        metrics.register(
+            "backup_binlog_archive_lag_seconds",
+            "How far a schedule's binary log archive is behind what its server committed",
+            self.archive_lag.clone(),
+        );
+        metrics.register(
+            "backup_binlog_archiver_up",
+            "1 while a schedule's binary log archiver renews its Lease, 0 when it stopped reporting",
+            self.archiver_up.clone(),
+        );
+        metrics.register(
+            "backup_binlog_archive_gap",
+            "1 while a gap in a schedule's binary log archive is not bridged by a run after it",
+            self.archive_gap.clone(),
+        );
+        metrics.register(
+            "backup_binlog_last_recoverable_timestamp_seconds",
+            "Every transaction committed up to this time is in the schedule's binary log archive",
+            self.last_recoverable.clone(),
+        );
+    }
+
+    /// Records what a schedule's archive looks like now.
+    pub fn archive_observed(&self, schedule: ScheduleLabels, gauges: &ArchiveGauges) {
+        self.archive_lag.get_or_create(&schedule).set(gauges.lag_seconds);
+        self.archiver_up.get_or_create(&schedule).set(i64::from(gauges.up));
+        self.archive_gap.get_or_create(&schedule).set(i64::from(gauges.gap));
+        match gauges.last_recoverable {
+            Some(time) => {
+                self.last_recoverable.get_or_create(&schedule).set(time);
+            }
+            None => {
+                self.last_recoverable.remove(&schedule);
+            }
+        }
+    }
+
+    /// Forgets the archive of a schedule that no longer archives.
+    pub fn archive_forgotten(&self, schedule: &ScheduleLabels) {
+        self.archive_lag.remove(schedule);
+        self.archiver_up.remove(schedule);
+        self.archive_gap.remove(schedule);
+        self.last_recoverable.remove(schedule);
     }
 
     /// Records a run that ended.
@@ -137,6 +200,7 @@ impl BackupMetrics {
     pub fn schedule_deleted(&self, schedule: &ScheduleLabels) {
         self.overdue.remove(schedule);
         self.last_run_failed.remove(schedule);
+        self.archive_forgotten(schedule);
     }
 }
 
@@ -178,6 +242,19 @@ mod tests {
             ),
             "a success clears it"
         );
+        backup.archive_observed(
+            schedule.clone(),
+            &ArchiveGauges { lag_seconds: 2.5, up: true, gap: false, last_recoverable: Some(1_800_000_000.0) },
+        );
+        let text = shared.encode();
+        for expected in [
+            r#"visitors_operator_backup_binlog_archive_lag_seconds{namespace="shop",schedule="nightly"} 2.5"#,
+            r#"visitors_operator_backup_binlog_archiver_up{namespace="shop",schedule="nightly"} 1"#,
+            r#"visitors_operator_backup_binlog_archive_gap{namespace="shop",schedule="nightly"} 0"#,
+            r#"visitors_operator_backup_binlog_last_recoverable_timestamp_seconds{namespace="shop",schedule="nightly"} 1800000000"#,
+        ] {
+            assert!(text.contains(expected), "missing {expected} in\n{text}");
+        }
         backup.schedule_deleted(&schedule);
         assert!(!shared.encode().contains(r#"schedule="nightly""#), "a deleted schedule is forgotten");
     }

@@ -2,13 +2,15 @@
 //! fire times give at most one catch-up run, within `startingDeadlineSeconds`; `Forbid` skips
 //! a fire time while a run is active, `Replace` stops the active run first; `suspend` creates
 //! and touches nothing. Retention runs at every reconcile, which every run's end triggers.
-//! The reconcile requeues itself for the next fire time.
+//! A schedule with `spec.pointInTime` also runs its binary-log archiver ([`crate::archiving`]).
+//! The reconcile requeues itself for the next fire time (and, while archiving, to read the
+//! archiver's reports).
 
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use visitors_api::backup::{BackupPhase, ConcurrencyPolicy, MySQLBackupStatus, Retention, condition, reason};
@@ -16,6 +18,7 @@ use visitors_api::conditions::{self, Desired, READY, Status};
 use visitors_api::labels::{names, runs_of_schedule};
 use visitors_api::{InvalidSpec, MySQLBackup};
 
+use controller_common::apply::delete_if_present;
 use controller_common::reconcile::{ApiError, api_err};
 
 use crate::build::scheduled_run::scheduled_run;
@@ -68,7 +71,9 @@ pub async fn reconcile(schedule: &MySQLBackup, namespace: &str, ctx: &Context) -
         state.next_schedule_time = None;
     }
 
-    let desired = schedule_status(schedule, state, &runs, spec.suspended(), Time(now));
+    let mut desired = schedule_status(schedule, state, &runs, spec.suspended(), Time(now));
+    // The schedule's own status is written even when archiving could not be reconciled.
+    let archived = crate::archiving::reconcile(schedule, namespace, ctx, &runs, &mut desired).await;
     let interval = plan.interval(now);
     ctx.metrics.schedule_last_run(labels.clone(), last_run_failed(&desired));
     ctx.metrics.schedule_overdue(labels, overdue(schedule, &runs, interval, now));
@@ -76,8 +81,10 @@ pub async fn reconcile(schedule: &MySQLBackup, namespace: &str, ctx: &Context) -
         .write_status(schedule, schedule.status.as_ref(), &desired)
         .await
         .map_err(api_err(format!("writing the status of MySQLBackup {}", schedule.name_any())))?;
-    Ok(match desired.next_schedule_time {
-        Some(next) => Action::requeue(until(now, next.0).min(ctx.runtime.resync)),
+    let archive_refresh = archived?;
+    let next_fire = desired.next_schedule_time.as_ref().map(|next| until(now, next.0).min(ctx.runtime.resync));
+    Ok(match [next_fire, archive_refresh].into_iter().flatten().min() {
+        Some(after) => Action::requeue(after),
         None => ctx.runtime.converged(schedule),
     })
 }
@@ -157,11 +164,7 @@ fn is_active(run: &MySQLBackup) -> bool {
 }
 
 async fn delete_run(api: &Api<MySQLBackup>, name: &str) -> Result<(), Error> {
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(source) => Err(Error::Api(ApiError { action: format!("deleting MySQLBackup {name}"), source })),
-    }
+    Ok(delete_if_present(api, "MySQLBackup", name).await?)
 }
 
 /// Handles fire time `fire`: starts its run unless it is too late or a run is active (Forbid),
@@ -225,12 +228,7 @@ async fn stop(api: &Api<MySQLBackup>, run: &MySQLBackup, ctx: &Context) -> Resul
     }
     let jobs: Api<k8s_openapi::api::batch::v1::Job> =
         Api::namespaced(ctx.runtime.client.clone(), &run.namespace().unwrap_or_default());
-    let job = names::backup_job(&run.name_any());
-    match jobs.delete(&job, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(source) => Err(Error::Api(ApiError { action: format!("deleting Job {job}"), source })),
-    }
+    Ok(delete_if_present(&jobs, "Job", &names::backup_job(&run.name_any())).await?)
 }
 
 fn newest(runs: &[MySQLBackup], phase: BackupPhase) -> Option<&MySQLBackup> {

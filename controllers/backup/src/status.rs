@@ -9,6 +9,7 @@ use visitors_agent_contract::summary::AgentSummary;
 use visitors_api::InvalidSpec;
 use visitors_api::backup::{MySQLBackup, MySQLBackupStatus};
 use visitors_api::conditions::{self, READY, REASON_INVALID_SPEC};
+use visitors_api::point_in_time::SnapshotPosition;
 
 /// Whether the run has ended for good (an invalid spec can still be fixed).
 pub fn is_finished(backup: &MySQLBackup) -> bool {
@@ -70,6 +71,12 @@ fn fill_from_summary(status: &mut MySQLBackupStatus, summary: &AgentSummary) {
     status.rows = rows;
     status.manifest_sha256 = summary.manifest_sha256.clone();
     status.server_version = summary.server_version.clone();
+    status.snapshot = summary.snapshot.as_ref().map(|snapshot| SnapshotPosition {
+        time: snapshot.time.as_deref().and_then(|t| t.parse::<jiff::Timestamp>().ok()).map(Time),
+        binlog_file: snapshot.binlog_file.clone(),
+        binlog_position: snapshot.binlog_position.and_then(|p| i64::try_from(p).ok()),
+        gtid: snapshot.gtid.clone(),
+    });
 }
 
 #[cfg(test)]
@@ -96,6 +103,12 @@ mod tests {
             rows: Some(1200),
             stored_bytes: Some(4096),
             manifest_sha256: Some("ab".repeat(32)),
+            snapshot: Some(visitors_agent_contract::summary::Snapshot {
+                time: Some("2026-11-23T10:00:01Z".into()),
+                binlog_file: Some("binlog.000002".into()),
+                binlog_position: Some(4711),
+                gtid: Some("0-1-42".into()),
+            }),
             ..AgentSummary::default()
         }
     }
@@ -112,6 +125,10 @@ mod tests {
         assert_eq!(status.duration_seconds, Some(90.0));
         assert_eq!(status.start_time, Some(Time("2026-11-23T10:00:00Z".parse().unwrap())));
         assert_eq!(status.location.as_deref(), Some("file:///backup/mysql/shop/ex/b1"));
+        let snapshot = status.snapshot.clone().unwrap();
+        assert_eq!(snapshot.time, Some(Time("2026-11-23T10:00:01Z".parse().unwrap())));
+        assert_eq!((snapshot.binlog_file.as_deref(), snapshot.binlog_position), (Some("binlog.000002"), Some(4711)));
+        assert_eq!(snapshot.gtid.as_deref(), Some("0-1-42"));
         assert!(conditions::is_true(&status.conditions, READY));
         assert_eq!(status.error, None);
     }

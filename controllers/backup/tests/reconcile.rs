@@ -488,3 +488,137 @@ async fn retention_deletes_runs_beyond_the_limits_but_never_the_newest_success()
 fn job(conditions: Value) -> Value {
     shop::job("b1-backup", "MySQLBackup", "b1", "u-1", conditions)
 }
+
+/// A suspended schedule that archives its binary log (no fire time to handle).
+fn archiving_schedule() -> MySQLBackup {
+    let mut schedule = backup("ex");
+    schedule.metadata.name = Some("nightly".into());
+    schedule.spec.schedule = Some(visitors_api::backup::BackupSchedule {
+        cron: "0 3 * * *".into(),
+        suspend: Some(true),
+        ..Default::default()
+    });
+    schedule.spec.point_in_time = Some(Default::default());
+    schedule
+}
+
+const ARCHIVER: &str = "nightly-pitr";
+
+fn archiver_lease(status: Option<Value>, renewed: jiff::Timestamp) -> Value {
+    let annotations =
+        status.map(|s| json!({"example.com/binlog-archive-status": s.to_string()})).unwrap_or_else(|| json!({}));
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+           "metadata": {"name": ARCHIVER, "namespace": "shop", "resourceVersion": "9", "annotations": annotations},
+           "spec": {"holderIdentity": "nightly-pitr-abcde", "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()}})
+}
+
+/// The requests a schedule that archives makes up to its archiver's Lease, which it answers
+/// with `lease`; then the Job of the archiver, answered with `job`.
+async fn archiver_applied(server: &mut MockApiServer, lease: Value, job: Option<Value>) {
+    let runs = json!({"apiVersion": "example.com/v1", "kind": "MySQLBackupList", "metadata": {}, "items": []});
+    server.expect(Method::GET, "/apis/example.com/v1/namespaces/shop/mysqlbackups", StatusCode::OK, runs).await;
+    server.expect(Method::GET, APP_PATH, StatusCode::OK, shop::app(1)).await;
+    server.expect(Method::GET, SECRET_PATH, StatusCode::OK, shop::credentials_secret()).await;
+    server.expect(Method::GET, CLAIM_PATH, StatusCode::OK, shop::claim()).await;
+    server.expect_echo(Method::PATCH, &format!("/api/v1{NS}/serviceaccounts/{ARCHIVER}")).await;
+    let role =
+        server.expect_echo(Method::PATCH, &format!("/apis/rbac.authorization.k8s.io/v1{NS}/roles/{ARCHIVER}")).await;
+    assert_eq!(role.body["rules"][0]["resourceNames"], json!([ARCHIVER]), "its own Lease only");
+    server.expect_echo(Method::PATCH, &format!("/apis/rbac.authorization.k8s.io/v1{NS}/rolebindings/{ARCHIVER}")).await;
+    server.expect(Method::PATCH, &format!("{LEASES_PATH}/{ARCHIVER}"), StatusCode::OK, lease).await;
+    let job_path = format!("{JOBS_PATH}/{ARCHIVER}");
+    match job {
+        Some(job) => server.expect(Method::GET, &job_path, StatusCode::OK, job).await,
+        None => server.expect(Method::GET, &job_path, StatusCode::NOT_FOUND, not_found()).await,
+    };
+}
+
+#[tokio::test]
+async fn a_schedule_that_archives_runs_its_archiver_and_reports_what_its_lease_says() {
+    let (context, mut server) = context();
+    let schedule = archiving_schedule();
+    let task = tokio::spawn(reconcile(Arc::new(schedule.clone()), context));
+    let now = jiff::Timestamp::now();
+    let report = json!({"state": "Archiving", "location": "file:///backup/shop/ex/_binlog/nightly",
+        "lastRecoverableTime": now.to_string(), "lastGtid": "0-1-42", "lagSeconds": 1.2,
+        "segments": 7, "storedBytes": 4096, "updatedTime": now.to_string(),
+        "epochs": [{"epoch": 0, "startTime": "2026-11-20T00:00:00Z"}]});
+    archiver_applied(&mut server, archiver_lease(Some(report), now), None).await;
+    let created = server.expect_echo(Method::POST, JOBS_PATH).await;
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(created.body.clone()).unwrap();
+    assert_eq!(job.metadata.name.as_deref(), Some(ARCHIVER));
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.containers[0].command.as_deref(), Some(&["/usr/local/bin/visitors-archiver".to_string()][..]));
+    assert_eq!(pod.service_account_name.as_deref(), Some(ARCHIVER));
+    let status_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly/status";
+    let written = server.expect_with(Method::PATCH, status_path, with_applied_status(&schedule)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["pointInTime"]["lastRecoverableGtid"], "0-1-42");
+    assert_eq!(status["pointInTime"]["archiveLagSeconds"], 1.0);
+    assert_eq!(status["pointInTime"]["location"], "pvc://backups/shop/ex/_binlog/nightly");
+    let archiving = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Archiving").unwrap();
+    assert_eq!((archiving["status"].as_str(), archiving["reason"].as_str()), (Some("True"), Some("Archiving")));
+    server.expect_no_request(Duration::from_millis(100)).await;
+    let action = task.await.unwrap().unwrap();
+    assert_eq!(delay(&action), Duration::from_secs(15), "the Lease is read again soon, not watched");
+}
+
+#[tokio::test]
+async fn an_archiver_that_stopped_reporting_is_down_and_an_ended_job_is_replaced() {
+    let (context, mut server) = context();
+    let schedule = archiving_schedule();
+    let task = tokio::spawn(reconcile(Arc::new(schedule.clone()), context));
+    let stale = jiff::Timestamp::now().checked_sub(jiff::SignedDuration::from_secs(300)).unwrap();
+    let report = json!({"state": "Archiving", "location": "x", "lastRecoverableTime": stale.to_string(), "lagSeconds": 0,
+        "segments": 1, "storedBytes": 1, "updatedTime": stale.to_string()});
+    // The Job ended (its pods failed too often): it is deleted, and created again.
+    let ended = shop::job(ARCHIVER, "MySQLBackup", "nightly", "u-1", json!([{"type": "Failed", "status": "True"}]));
+    archiver_applied(&mut server, archiver_lease(Some(report), stale), Some(ended)).await;
+    server.expect_echo(Method::DELETE, &format!("{JOBS_PATH}/{ARCHIVER}")).await;
+    server.expect_echo(Method::POST, JOBS_PATH).await;
+    let status_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly/status";
+    let written = server.expect_with(Method::PATCH, status_path, with_applied_status(&schedule)).await;
+    let status = &written.body["status"];
+    let archiving = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Archiving").unwrap();
+    assert_eq!((archiving["status"].as_str(), archiving["reason"].as_str()), (Some("False"), Some("ArchiverDown")));
+    assert!(status["pointInTime"]["archiveLagSeconds"].as_f64().unwrap() >= 299.0, "{status}");
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_schedule_that_never_archived_makes_no_archiver_request() {
+    let (context, mut server) = context();
+    let mut schedule = archiving_schedule();
+    schedule.spec.point_in_time = None;
+    let task = tokio::spawn(reconcile(Arc::new(schedule.clone()), context));
+    let runs = json!({"apiVersion": "example.com/v1", "kind": "MySQLBackupList", "metadata": {}, "items": []});
+    server.expect(Method::GET, "/apis/example.com/v1/namespaces/shop/mysqlbackups", StatusCode::OK, runs).await;
+    let status_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly/status";
+    let written = server.expect_with(Method::PATCH, status_path, with_applied_status(&schedule)).await;
+    assert!(written.body["status"].get("pointInTime").is_none());
+    server.expect_no_request(Duration::from_millis(100)).await;
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_schedule_whose_archiver_cannot_be_applied_still_writes_its_status_then_fails() {
+    let (context, mut server) = context();
+    let schedule = archiving_schedule();
+    let task = tokio::spawn(reconcile(Arc::new(schedule.clone()), context));
+    let runs = json!({"apiVersion": "example.com/v1", "kind": "MySQLBackupList", "metadata": {}, "items": []});
+    server.expect(Method::GET, "/apis/example.com/v1/namespaces/shop/mysqlbackups", StatusCode::OK, runs).await;
+    server.expect(Method::GET, APP_PATH, StatusCode::OK, shop::app(1)).await;
+    server.expect(Method::GET, SECRET_PATH, StatusCode::OK, shop::credentials_secret()).await;
+    server.expect(Method::GET, CLAIM_PATH, StatusCode::OK, shop::claim()).await;
+    let forbidden = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+        "message": "serviceaccounts \"nightly-pitr\" is forbidden: User cannot patch resource"});
+    server
+        .expect(Method::PATCH, &format!("/api/v1{NS}/serviceaccounts/{ARCHIVER}"), StatusCode::FORBIDDEN, forbidden)
+        .await;
+    let status_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly/status";
+    let written = server.expect_with(Method::PATCH, status_path, with_applied_status(&schedule)).await;
+    let ready = written.body["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").cloned();
+    assert!(ready.is_some(), "the schedule's own conditions are written: {}", written.body);
+    let failed = task.await.unwrap();
+    assert!(failed.is_err(), "the archiving error still fails the reconcile (and backs off)");
+}

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
     SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use visitors_agent_contract::command::{AgentCli, Command};
+use visitors_agent_contract::command::{AgentCli, ArchiverCli, Command};
 use visitors_agent_contract::env as agent_env;
 use visitors_agent_contract::summary::{AgentSummary, MAX_SUMMARY_BYTES, Operation, TERMINATION_MESSAGE_PATH};
 use visitors_api::conditions::reason;
@@ -23,6 +23,8 @@ use visitors_api::visitors_app::{MYSQL_PORT, secret_keys};
 /// The agent binary inside the image; Jobs name it explicitly instead of relying on an
 /// entrypoint.
 pub const AGENT_BINARY: &str = "/usr/local/bin/visitors-agent";
+/// The archiver binary inside the image: the agent's archiving under a Lease.
+pub const ARCHIVER_BINARY: &str = "/usr/local/bin/visitors-archiver";
 /// The environment variable that names the image of agent Jobs.
 pub const AGENT_IMAGE_ENV: &str = "AGENT_IMAGE";
 /// The agent's container in every Job.
@@ -41,13 +43,17 @@ pub struct AgentJob {
     pub labels: BTreeMap<String, String>,
     pub owner: Option<OwnerReference>,
     pub image: String,
-    /// What the agent does: its subcommand and arguments.
-    pub command: Command,
+    /// The program the container runs ([`AGENT_BINARY`] or [`ARCHIVER_BINARY`]) and its
+    /// arguments, rendered from the contract's types.
+    pub binary: &'static str,
+    pub args: Vec<String>,
     pub env: Vec<EnvVar>,
     pub volumes: Vec<Volume>,
     pub mounts: Vec<VolumeMount>,
     pub active_deadline_seconds: i64,
     pub resources: Option<ResourceRequirements>,
+    /// The ServiceAccount whose token the pod mounts; none (and no token) when unset.
+    pub service_account: Option<String>,
 }
 
 impl AgentJob {
@@ -56,6 +62,24 @@ impl AgentJob {
     /// a read-only root file system and a writable `/tmp`, the summary in the termination
     /// message.
     pub fn build(self) -> Job {
+        let active_deadline_seconds = self.active_deadline_seconds;
+        let (metadata, template) = self.pod("Never");
+        Job {
+            metadata,
+            spec: Some(JobSpec {
+                backoff_limit: Some(0),
+                active_deadline_seconds: Some(active_deadline_seconds),
+                template,
+                ..JobSpec::default()
+            }),
+            ..Job::default()
+        }
+    }
+
+    /// The object's metadata and the pod template: non-root with a read-only root file system
+    /// and a writable `/tmp`, the summary in the termination message, no service account token
+    /// unless [`AgentJob::service_account`] named one.
+    pub fn pod(self, restart_policy: &str) -> (ObjectMeta, PodTemplateSpec) {
         let mut mounts = self.mounts;
         mounts.push(VolumeMount { name: TMP_VOLUME.into(), mount_path: "/tmp".into(), ..VolumeMount::default() });
         let mut volumes = self.volumes;
@@ -64,12 +88,11 @@ impl AgentJob {
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Volume::default()
         });
-        let args = container_args(self.command);
         let container = Container {
             name: AGENT_CONTAINER.into(),
             image: Some(self.image),
-            command: Some(vec![AGENT_BINARY.into()]),
-            args: Some(args),
+            command: Some(vec![self.binary.into()]),
+            args: Some(self.args),
             env: Some(self.env).filter(|env| !env.is_empty()),
             volume_mounts: Some(mounts),
             resources: self.resources,
@@ -87,26 +110,19 @@ impl AgentJob {
         };
         let pod = PodSpec {
             containers: vec![container],
-            restart_policy: Some("Never".into()),
-            automount_service_account_token: Some(false),
+            restart_policy: Some(restart_policy.into()),
+            automount_service_account_token: Some(self.service_account.is_some()),
+            service_account_name: self.service_account,
             enable_service_links: Some(false),
             security_context: Some(pod_security_context()),
             volumes: Some(volumes),
             ..PodSpec::default()
         };
-        Job {
-            metadata,
-            spec: Some(JobSpec {
-                backoff_limit: Some(0),
-                active_deadline_seconds: Some(self.active_deadline_seconds),
-                template: PodTemplateSpec {
-                    metadata: Some(ObjectMeta { labels: Some(self.labels), ..ObjectMeta::default() }),
-                    spec: Some(pod),
-                },
-                ..JobSpec::default()
-            }),
-            ..Job::default()
-        }
+        let template = PodTemplateSpec {
+            metadata: Some(ObjectMeta { labels: Some(self.labels), ..ObjectMeta::default() }),
+            spec: Some(pod),
+        };
+        (metadata, template)
     }
 }
 
@@ -140,6 +156,21 @@ impl AgentJob {
     /// An agent Job that runs `command` with `inputs` (image, trace context, OTLP endpoint); the
     /// caller adds its name, owner, labels and deadline, and what it acts on.
     pub fn of(inputs: &AgentInputs, command: Command) -> Self {
+        Self::running(inputs, AGENT_BINARY, container_args(command))
+    }
+
+    /// The archiver's pod, running `cli`; it knows its pod's name and namespace, the holder and
+    /// place of its Lease.
+    pub fn archiver(inputs: &AgentInputs, cli: &ArchiverCli) -> Self {
+        let mut pod = Self::running(inputs, ARCHIVER_BINARY, cli.to_args());
+        pod.env.extend([
+            env_from_field(agent_env::POD_NAME, "metadata.name"),
+            env_from_field(agent_env::POD_NAMESPACE, "metadata.namespace"),
+        ]);
+        pod
+    }
+
+    fn running(inputs: &AgentInputs, binary: &'static str, args: Vec<String>) -> Self {
         let mut env = Vec::new();
         if let Some(traceparent) = &inputs.traceparent {
             env.push(self::env(agent_env::TRACEPARENT_ENV, traceparent));
@@ -153,12 +184,14 @@ impl AgentJob {
             labels: BTreeMap::new(),
             owner: None,
             image: inputs.image.clone(),
-            command,
+            binary,
+            args,
             env,
             volumes: Vec::new(),
             mounts: Vec::new(),
             active_deadline_seconds: 0,
             resources: None,
+            service_account: None,
         }
     }
 
@@ -254,6 +287,21 @@ pub fn env_from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
         name: name.to_string(),
         value_from: Some(EnvVarSource {
             secret_key_ref: Some(SecretKeySelector { name: secret.to_string(), key: key.to_string(), optional: None }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+/// An environment variable read from a field of the pod (the downward API).
+pub fn env_from_field(name: &str, field: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(k8s_openapi::api::core::v1::ObjectFieldSelector {
+                field_path: field.to_string(),
+                ..Default::default()
+            }),
             ..EnvVarSource::default()
         }),
         ..EnvVar::default()

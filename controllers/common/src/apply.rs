@@ -10,7 +10,7 @@
 
 use std::fmt::Debug;
 
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -32,6 +32,19 @@ where
 {
     let body = status_patch::<K, S>(status);
     api.patch_status(name, &apply_params(field_manager), &Patch::Apply(&body)).await
+}
+
+/// Deletes object `name` (a `kind`, for the error) with its dependents in the background; one
+/// already gone is fine.
+pub async fn delete_if_present<K>(api: &Api<K>, kind: &str, name: &str) -> Result<(), crate::reconcile::ApiError>
+where
+    K: Resource + DeserializeOwned + Clone + Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(crate::reconcile::ApiError { action: format!("deleting {kind} {name}"), source }),
+    }
 }
 
 fn apply_params(field_manager: &str) -> PatchParams {

@@ -10,7 +10,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{DeleteParams, ListParams, PostParams, PropagationPolicy};
+use kube::api::{ListParams, PostParams};
 use kube::core::{NamespaceResourceScope, Selector};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
@@ -264,13 +264,7 @@ where
 
     /// Stops and deletes Job `name` with its pods; a Job already gone is fine.
     pub async fn delete_job(&self, name: &str) -> Result<(), ApiError> {
-        let params =
-            DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
-        match self.api::<Job>().delete(name, &params).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-            Err(source) => Err(ApiError { action: format!("deleting Job {name}"), source }),
-        }
+        crate::apply::delete_if_present(&self.api::<Job>(), "Job", name).await
     }
 
     /// Stops Job `name` if it still runs, and says whether none of its pods runs any more:

@@ -1,5 +1,6 @@
 //! Pure builders: a MySQLBackup in, the desired Kubernetes objects out. No client, no clock.
 
+pub mod archiver;
 pub mod job;
 pub mod scheduled_run;
 

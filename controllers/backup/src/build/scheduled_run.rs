@@ -23,6 +23,9 @@ pub fn scheduled_run(schedule: &MySQLBackup, fire_time: Timestamp) -> MySQLBacku
     let name = schedule.name_any();
     let mut spec = schedule.spec.clone();
     spec.schedule = None;
+    // Archiving belongs to the schedule: a run is one base backup (the API refuses pointInTime
+    // without a schedule).
+    spec.point_in_time = None;
     let labels = BTreeMap::from([
         (SCHEDULE_LABEL.to_string(), name.clone()),
         (DATABASE_LABEL.to_string(), schedule.spec.source.visitors_app.clone()),
@@ -61,5 +64,14 @@ mod tests {
         assert_eq!((owner.name.as_str(), owner.controller), ("nightly", Some(true)));
         assert_eq!(created.annotations()[SCHEDULED_AT], "2027-01-15T08:00:00Z");
         assert_eq!(run_name("nightly", fire), run_name("nightly", Timestamp::from_second(1_800_000_059).unwrap()));
+    }
+
+    #[test]
+    fn a_run_of_an_archiving_schedule_does_not_archive() {
+        let mut schedule = run();
+        schedule.spec.schedule = Some(BackupSchedule { cron: "* * * * *".into(), ..Default::default() });
+        schedule.spec.point_in_time = Some(serde_json::from_value(serde_json::json!({"flushSeconds": 2})).unwrap());
+        let created = scheduled_run(&schedule, Timestamp::from_second(1_800_000_000).unwrap());
+        assert_eq!(created.spec.point_in_time, None);
     }
 }
