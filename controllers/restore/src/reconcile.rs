@@ -15,10 +15,12 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use visitors_agent_contract::summary::Operation;
 use visitors_api::conditions::reason;
-use visitors_api::labels::names;
+use visitors_api::labels::{names, runs_of_schedule};
+use visitors_api::point_in_time::PointInTimeSource;
 use visitors_api::restore::{RestorePhase, reason as restore_reason};
 use visitors_api::{MySQLBackup, MySQLRestore, MySQLRestoreStatus};
 
@@ -26,7 +28,7 @@ use crate::build::Backup;
 use crate::build::job::{STAGE_CONTAINER, job_name, restore_job};
 use crate::context::{Context, Error};
 use crate::metrics::RestoreLabels;
-use crate::source::{Blocked, backup_of_run, wait};
+use crate::source::{Blocked, backup_of_point_in_time, backup_of_run, wait};
 use crate::{status, validate};
 
 pub async fn reconcile(restore: Arc<MySQLRestore>, context: Arc<Context>) -> Result<Action, Error> {
@@ -104,6 +106,15 @@ impl<'a> Restore<'a> {
     /// explicit storage location; its storage's Secret or claim must exist.
     async fn resolve_backup(&self) -> Result<Result<Backup, Blocked>, ApiError> {
         let source = &self.restore.spec.source;
+        if let Some(point_in_time) = &source.point_in_time {
+            let backup = match self.resolve_point_in_time(point_in_time).await? {
+                Ok(backup) => backup,
+                Err(blocked) => return Ok(Err(blocked)),
+            };
+            let claim_field = format!("the storage of MySQLBackup {}", point_in_time.backup);
+            let ready = self.op.storage_ready(&backup.storage, &claim_field).await?;
+            return Ok(ready.map(|()| backup).map_err(Blocked::from));
+        }
         let (backup, claim_field) = match &source.backup {
             None => {
                 let storage = source.storage.clone().unwrap_or_default();
@@ -138,6 +149,34 @@ impl<'a> Restore<'a> {
         };
         let ready = self.op.storage_ready(&backup.storage, &claim_field).await?;
         Ok(ready.map(|()| backup).map_err(Blocked::from))
+    }
+
+    /// The base run and the archive of a restore to a point in time, from the schedule and its
+    /// runs as they are now.
+    async fn resolve_point_in_time(&self, source: &PointInTimeSource) -> Result<Result<Backup, Blocked>, ApiError> {
+        let name = &source.backup;
+        let api = self.op.api::<MySQLBackup>();
+        let Some(schedule) = api.get_opt(name).await.map_err(api_err(format!("reading MySQLBackup {name}")))? else {
+            let message = format!(
+                "MySQLBackup {name} (spec.source.pointInTime.backup) does not exist in namespace {}; the restore waits for it",
+                self.op.namespace
+            );
+            return Ok(Err(wait(restore_reason::BACKUP_NOT_FOUND, message)));
+        };
+        let listed = api
+            .list(&ListParams::default().labels_from(&runs_of_schedule(name)))
+            .await
+            .map_err(api_err(format!("listing the runs of MySQLBackup {name}")))?;
+        let uid = schedule.uid();
+        let runs: Vec<MySQLBackup> = listed
+            .items
+            .into_iter()
+            .filter(|run| run.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref()))
+            .collect();
+        let now = jiff::Timestamp::now();
+        let created = self.restore.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
+        let age = now.as_second() - created.as_second();
+        Ok(backup_of_point_in_time(&schedule, &runs, source, age, now))
     }
 
     /// What still runs of the app's backend (`None` once it has no pods), read from its

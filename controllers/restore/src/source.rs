@@ -3,12 +3,21 @@
 //! finished is waited for.
 
 use controller_common::operation::Wait;
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
+use visitors_agent_contract::gtid::GtidSet;
 use visitors_api::MySQLBackup;
-use visitors_api::backup::BackupPhase;
+use visitors_api::backup::{BackupPhase, condition as backup_condition};
+use visitors_api::conditions;
+use visitors_api::point_in_time::{PointInTimeSource, archive_path};
 use visitors_api::restore::reason;
 
-use crate::build::{Backup, agent_location_of_recorded, display_location};
+use crate::build::{Backup, PointInTimePlan, agent_location_of_recorded, display_location};
+
+/// How long a restore to a time the archive has not reached yet waits for it, while the
+/// archiver reports: the last few seconds of a healthy archive are on their way.
+pub const ARCHIVE_WAIT_SECONDS: i64 = 120;
 
 /// Why a restore cannot start now: it waits (and says for what), or it can never run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +87,134 @@ pub fn backup_of_run(run: &MySQLBackup) -> Result<Backup, Blocked> {
         completion_time: status.completion_time,
         tables: status.tables,
         rows: status.rows,
+        point_in_time: None,
+    })
+}
+
+/// A restore to the point in time `source` names, from `schedule` and its `runs`: the newest
+/// successful run before the target, with the archive to replay after it. Refused, before
+/// anything is touched, when the schedule does not archive, when the target is in the future,
+/// before every run, or across a gap; waited for (a while) when the archive has not reached it.
+pub fn backup_of_point_in_time(
+    schedule: &MySQLBackup,
+    runs: &[MySQLBackup],
+    source: &PointInTimeSource,
+    restore_age_seconds: i64,
+    now: Timestamp,
+) -> Result<Backup, Blocked> {
+    let name = schedule.name_any();
+    if !schedule.spec.is_schedule() {
+        let message =
+            format!("MySQLBackup {name} (spec.source.pointInTime.backup) is a run, not a schedule with pointInTime");
+        return Err(refuse(reason::BACKUP_NOT_SCHEDULE, message));
+    }
+    if schedule.spec.point_in_time.is_none() {
+        let message = format!(
+            "MySQLBackup {name} does not archive its binary log (spec.pointInTime is unset): it can only be restored to one of its runs"
+        );
+        return Err(refuse(reason::POINT_IN_TIME_NOT_ENABLED, message));
+    }
+    let archive = schedule.status.as_ref().and_then(|s| s.point_in_time.clone()).unwrap_or_default();
+    let target = source.target_text();
+    let (base, base_time) = match (&source.target_time, &source.target_gtid) {
+        (Some(time), _) => {
+            if time.0 > now {
+                let message = format!("the target {target} is in the future (now is {now}): nothing was touched");
+                return Err(refuse(reason::TARGET_IN_THE_FUTURE, message));
+            }
+            base_before_time(&name, runs, time.0)?
+        }
+        (None, Some(gtid)) => base_before_gtids(&name, runs, gtid)?,
+        (None, None) => return Err(refuse(reason::TARGET_NOT_ARCHIVED, "no target".into())),
+    };
+    if let Some(time) = &source.target_time {
+        let crossed = archive.gaps.iter().find(|gap| {
+            let after = gap.after_time.as_ref().map(|t| t.0);
+            let before = gap.before_time.as_ref().map(|t| t.0);
+            // The gap's last archived second may not be whole: a target at it crosses too.
+            before.is_some_and(|before| base_time < before) && after.is_none_or(|after| time.0 >= after)
+        });
+        if let Some(gap) = crossed {
+            let message = format!(
+                "reaching {target} from run {} would cross a gap in the archive ({}: {}); choose a target before the gap, or wait for a run after it",
+                base.name_any(),
+                gap.reason,
+                gap.message
+            );
+            return Err(refuse(reason::ACROSS_ARCHIVE_GAP, message));
+        }
+        let recoverable = archive.last_recoverable_time.as_ref().map(|t| t.0);
+        if recoverable.is_none_or(|recoverable| time.0 > recoverable) {
+            let until = recoverable.map_or("nothing yet".to_string(), |t| t.to_string());
+            let archiving = schedule
+                .status
+                .as_ref()
+                .is_some_and(|s| conditions::is_true(&s.conditions, backup_condition::ARCHIVING));
+            let message =
+                format!("the archive of MySQLBackup {name} holds every transaction up to {until}, not yet {target}");
+            if archiving && restore_age_seconds < ARCHIVE_WAIT_SECONDS {
+                return Err(wait(reason::WAITING_FOR_ARCHIVE, format!("{message}; the restore waits for it")));
+            }
+            return Err(refuse(reason::TARGET_NOT_ARCHIVED, format!("{message}: nothing was touched")));
+        }
+    }
+    let mut backup = backup_of_run(&base)?;
+    let folder = archive_path(&schedule.namespace().unwrap_or_default(), &schedule.spec.source.visitors_app, &name);
+    backup.point_in_time = Some(PointInTimePlan {
+        archive: schedule.spec.storage.agent_location(&folder),
+        until_time: source.target_time.as_ref().map(|t| t.0.to_string()),
+        until_gtid: source.target_gtid.clone(),
+        target,
+        base_snapshot_time: Some(Time(base_time)),
+    });
+    Ok(backup)
+}
+
+/// The runs a restore to a point in time can start from, with the server time of their
+/// snapshots (a run without a known snapshot position is none: the agent could not find it in
+/// the archive).
+fn bases(runs: &[MySQLBackup]) -> Vec<(&MySQLBackup, Timestamp)> {
+    runs.iter().filter_map(|run| run.base_snapshot().map(|base| (run, base.time))).collect()
+}
+
+fn base_before_time(
+    schedule: &str,
+    runs: &[MySQLBackup],
+    target: Timestamp,
+) -> Result<(MySQLBackup, Timestamp), Blocked> {
+    let all = bases(runs);
+    let base = all.iter().filter(|(_, at)| *at <= target).max_by_key(|(run, at)| (*at, run.name_any()));
+    match base {
+        Some((run, at)) => Ok(((*run).clone(), *at)),
+        None => {
+            let oldest = all.iter().map(|(_, at)| *at).min();
+            let message = match oldest {
+                Some(oldest) => format!(
+                    "the target {target} is before the oldest successful run of MySQLBackup {schedule} (its snapshot is at {oldest}): nothing was touched"
+                ),
+                None => format!(
+                    "MySQLBackup {schedule} has no successful run with a recorded binary log position to start from: nothing was touched"
+                ),
+            };
+            Err(refuse(reason::TARGET_BEFORE_OLDEST_BACKUP, message))
+        }
+    }
+}
+
+fn base_before_gtids(schedule: &str, runs: &[MySQLBackup], target: &str) -> Result<(MySQLBackup, Timestamp), Blocked> {
+    let target_set = GtidSet::parse(target).map_err(|e| refuse(reason::TARGET_NOT_ARCHIVED, e))?;
+    let gtids_of = |run: &MySQLBackup| {
+        run.status.as_ref()?.snapshot.as_ref()?.gtid.as_deref().and_then(|g| GtidSet::parse(g).ok())
+    };
+    let base = bases(runs)
+        .into_iter()
+        .filter(|(run, _)| gtids_of(run).is_some_and(|gtids| target_set.includes(&gtids)))
+        .max_by_key(|(run, at)| (*at, run.name_any()));
+    base.map(|(run, at)| (run.clone(), at)).ok_or_else(|| {
+        let message = format!(
+            "no successful run of MySQLBackup {schedule} has a snapshot within the target gtid {target}: nothing was touched"
+        );
+        refuse(reason::TARGET_BEFORE_OLDEST_BACKUP, message)
     })
 }
 
@@ -118,5 +255,126 @@ mod tests {
         }
         let unverifiable = run(serde_json::json!({"phase": "Succeeded", "location": "s3://b/x"}));
         assert!(matches!(backup_of_run(&unverifiable), Err(Blocked::Refuse { reason: "BackupUnverifiable", .. })));
+    }
+}
+
+#[cfg(test)]
+mod point_in_time_tests {
+    use super::*;
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + second).unwrap()
+    }
+
+    fn schedule(archive: serde_json::Value, archiving: bool) -> MySQLBackup {
+        let condition = serde_json::json!({"type": "Archiving", "status": if archiving { "True" } else { "False" },
+            "reason": "Archiving", "message": "", "lastTransitionTime": "2026-11-25T00:00:00Z"});
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "example.com/v1", "kind": "MySQLBackup",
+            "metadata": {"name": "nightly", "namespace": "shop", "uid": "s-1"},
+            "spec": {"source": {"visitorsApp": "ex"}, "storage": {"persistentVolumeClaim": {"claimName": "backups"}},
+                     "schedule": {"cron": "0 3 * * *"}, "pointInTime": {}},
+            "status": {"pointInTime": archive, "conditions": [condition]},
+        }))
+        .unwrap()
+    }
+
+    fn succeeded(name: &str, snapshot: i64, gtid: &str) -> MySQLBackup {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "example.com/v1", "kind": "MySQLBackup",
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}")},
+            "spec": {"source": {"visitorsApp": "ex"}, "storage": {"persistentVolumeClaim": {"claimName": "backups"}}},
+            "status": {"phase": "Succeeded", "location": format!("pvc://backups/shop/ex/{name}"),
+                       "manifestSha256": "ab".repeat(32), "completionTime": at(snapshot + 30).to_string(),
+                       "snapshot": {"time": at(snapshot).to_string(), "binlogFile": "binlog.000002",
+                                    "binlogPosition": 100, "gtid": gtid}},
+        }))
+        .unwrap()
+    }
+
+    fn to_time(second: i64) -> PointInTimeSource {
+        PointInTimeSource { backup: "nightly".into(), target_time: Some(Time(at(second))), target_gtid: None }
+    }
+
+    fn archive(recoverable: i64) -> serde_json::Value {
+        serde_json::json!({"lastRecoverableTime": at(recoverable).to_string()})
+    }
+
+    fn refused(result: Result<Backup, Blocked>) -> &'static str {
+        match result {
+            Err(Blocked::Refuse { reason, .. }) => reason,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_newest_run_before_the_target_is_the_base_and_the_archive_is_replayed_after_it() {
+        let runs = [succeeded("n-1", 0, "0-1-10"), succeeded("n-2", 100, "0-1-50"), succeeded("n-3", 300, "0-1-90")];
+        let backup = backup_of_point_in_time(&schedule(archive(400), true), &runs, &to_time(250), 0, at(500)).unwrap();
+        assert_eq!(backup.run.as_deref(), Some("n-2"));
+        let plan = backup.point_in_time.unwrap();
+        assert_eq!(plan.archive, "file:///backup/shop/ex/_binlog/nightly");
+        assert_eq!(plan.until_time.as_deref(), Some(at(250).to_string().as_str()));
+        assert_eq!(plan.base_snapshot_time, Some(Time(at(100))));
+        let by_gtid = PointInTimeSource { target_time: None, target_gtid: Some("0-1-60".into()), ..to_time(0) };
+        let backup = backup_of_point_in_time(&schedule(archive(400), true), &runs, &by_gtid, 0, at(500)).unwrap();
+        assert_eq!(backup.run.as_deref(), Some("n-2"));
+    }
+
+    #[test]
+    fn targets_in_the_future_before_every_run_or_across_a_gap_are_refused() {
+        let runs = [succeeded("n-1", 100, "0-1-10")];
+        let sched = schedule(archive(400), true);
+        assert_eq!(refused(backup_of_point_in_time(&sched, &runs, &to_time(600), 0, at(500))), "TargetInTheFuture");
+        assert_eq!(
+            refused(backup_of_point_in_time(&sched, &runs, &to_time(50), 0, at(500))),
+            "TargetBeforeOldestBackup"
+        );
+        let gapped = serde_json::json!({"lastRecoverableTime": at(400).to_string(), "gaps": [{
+            "reason": "BinlogPurged", "message": "purged", "afterTime": at(150).to_string(), "beforeTime": at(200).to_string()}]});
+        let sched = schedule(gapped, true);
+        assert_eq!(refused(backup_of_point_in_time(&sched, &runs, &to_time(300), 0, at(500))), "AcrossArchiveGap");
+        assert!(backup_of_point_in_time(&sched, &runs, &to_time(149), 0, at(500)).is_ok(), "before the gap is fine");
+        assert_eq!(
+            refused(backup_of_point_in_time(&sched, &runs, &to_time(150), 0, at(500))),
+            "AcrossArchiveGap",
+            "the second of the last archived transaction may not be whole"
+        );
+        let after_gap = [succeeded("n-1", 100, "0-1-10"), succeeded("n-2", 250, "0-1-20")];
+        assert!(backup_of_point_in_time(&sched, &after_gap, &to_time(300), 0, at(500)).is_ok(), "a base after the gap");
+    }
+
+    #[test]
+    fn a_run_without_a_binary_log_position_is_no_base() {
+        let mut before_binlog = succeeded("n-2", 200, "0-1-10");
+        let snapshot = before_binlog.status.as_mut().unwrap().snapshot.as_mut().unwrap();
+        (snapshot.binlog_file, snapshot.binlog_position) = (None, None);
+        let runs = [succeeded("n-1", 100, "0-1-5"), before_binlog];
+        let backup = backup_of_point_in_time(&schedule(archive(400), true), &runs, &to_time(300), 0, at(500)).unwrap();
+        assert_eq!(backup.run.as_deref(), Some("n-1"), "the newer run cannot be found in the archive");
+        let only = [runs[1].clone()];
+        let refusal = backup_of_point_in_time(&schedule(archive(400), true), &only, &to_time(300), 0, at(500));
+        assert_eq!(refused(refusal), "TargetBeforeOldestBackup");
+    }
+
+    #[test]
+    fn a_target_the_archive_has_not_reached_is_waited_for_a_while_then_refused() {
+        let runs = [succeeded("n-1", 100, "0-1-10")];
+        let waiting = backup_of_point_in_time(&schedule(archive(400), true), &runs, &to_time(450), 10, at(500));
+        assert!(matches!(waiting, Err(Blocked::Wait(Wait { reason: "WaitingForArchive", .. }))), "{waiting:?}");
+        let late = backup_of_point_in_time(&schedule(archive(400), true), &runs, &to_time(450), 500, at(500));
+        assert_eq!(refused(late), "TargetNotArchived");
+        let down = backup_of_point_in_time(&schedule(archive(400), false), &runs, &to_time(450), 10, at(500));
+        assert_eq!(refused(down), "TargetNotArchived", "nothing to wait for when the archiver is not archiving");
+    }
+
+    #[test]
+    fn only_a_schedule_that_archives_is_restored_to_a_point_in_time() {
+        let mut run_only = succeeded("n-1", 100, "0-1-10");
+        run_only.metadata.name = Some("nightly".into());
+        assert_eq!(refused(backup_of_point_in_time(&run_only, &[], &to_time(150), 0, at(500))), "BackupNotSchedule");
+        let mut plain = schedule(archive(400), true);
+        plain.spec.point_in_time = None;
+        assert_eq!(refused(backup_of_point_in_time(&plain, &[], &to_time(150), 0, at(500))), "PointInTimeNotEnabled");
     }
 }

@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use visitors_agent_contract::summary::AgentSummary;
 use visitors_api::InvalidSpec;
 use visitors_api::conditions::{self, Desired, READY, Status};
+use visitors_api::point_in_time::PointInTimeRestoreStatus;
 use visitors_api::restore::{MySQLRestore, MySQLRestoreStatus, RestorePhase, condition, reason};
 
 use crate::build::Backup;
@@ -129,6 +130,14 @@ fn record_backup(status: &mut MySQLRestoreStatus, backup: &Backup) {
     if backup.manifest_sha256.is_some() {
         status.manifest_sha256 = backup.manifest_sha256.clone();
     }
+    if let Some(plan) = &backup.point_in_time {
+        let recorded = status.point_in_time.take().unwrap_or_default();
+        status.point_in_time = Some(PointInTimeRestoreStatus {
+            target: Some(plan.target.clone()),
+            base_snapshot_time: plan.base_snapshot_time.clone(),
+            ..recorded
+        });
+    }
 }
 
 /// The agent's account of the restore. The restore's start is its Job's: the agent's summary
@@ -142,6 +151,22 @@ fn fill_from_summary(status: &mut MySQLRestoreStatus, summary: &AgentSummary) {
     status.rows = rows.or(status.rows);
     if summary.manifest_sha256.is_some() {
         status.manifest_sha256 = summary.manifest_sha256.clone();
+    }
+    if let Some(replay) = &summary.replay {
+        let recorded = status.point_in_time.take().unwrap_or_default();
+        let count = |n: u64| Some(i64::try_from(n).unwrap_or(i64::MAX));
+        status.point_in_time = Some(PointInTimeRestoreStatus {
+            last_applied_time: replay
+                .last_applied_time
+                .as_deref()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .map(Time),
+            last_applied_gtid: replay.last_applied_gtid.clone(),
+            transactions_applied: count(replay.transactions),
+            events_applied: count(replay.events),
+            segments_applied: count(replay.segments),
+            ..recorded
+        });
     }
 }
 

@@ -1,5 +1,5 @@
 //! What the schema and `MySQLRestoreSpec::validate` cannot check: the object's own name, which
-//! the Job's name is derived from.
+//! the Job's name is derived from, and a GTID target (parsed as the agent will).
 
 use kube::ResourceExt;
 use visitors_api::validation::Problems;
@@ -16,6 +16,11 @@ pub fn restore(restore: &MySQLRestore) -> Result<(), InvalidSpec> {
         for error in invalid.0 {
             problems.add(error.field, error.problem);
         }
+    }
+    if let Some(gtid) = restore.spec.source.point_in_time.as_ref().and_then(|p| p.target_gtid.as_deref())
+        && let Err(problem) = visitors_agent_contract::gtid::GtidSet::parse(gtid)
+    {
+        problems.add("spec.source.pointInTime.targetGtid", problem);
     }
     let name = restore.name_any();
     if name.len() > MAX_NAME {

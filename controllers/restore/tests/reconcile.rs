@@ -460,3 +460,99 @@ async fn a_corrupt_backup_refused_by_the_staging_step_fails_with_its_error() {
     server.expect_echo(Method::POST, EVENTS_PATH).await;
     task.await.unwrap().unwrap();
 }
+
+/// A restore of schedule `nightly` to `target` (a `pointInTime` source), with its finalizer.
+fn to_a_point(target: Value) -> MySQLRestore {
+    let mut source = json!({"backup": "nightly"});
+    source.as_object_mut().unwrap().extend(target.as_object().unwrap().clone());
+    serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "MySQLRestore",
+        "metadata": {"name": "r1", "namespace": "shop", "uid": "r-1", "generation": 1, "finalizers": [FINALIZER]},
+        "spec": {"source": {"pointInTime": source}, "target": {"visitorsApp": "ex"}},
+    }))
+    .unwrap()
+}
+
+fn archiving_schedule(recoverable: &str) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "MySQLBackup",
+           "metadata": {"name": "nightly", "namespace": "shop", "uid": "s-1"},
+           "spec": {"source": {"visitorsApp": "ex"}, "storage": {"persistentVolumeClaim": {"claimName": "backups"}},
+                    "schedule": {"cron": "0 3 * * *"}, "pointInTime": {}},
+           "status": {"pointInTime": {"lastRecoverableTime": recoverable},
+                      "conditions": [{"type": "Archiving", "status": "True", "reason": "Archiving", "message": "",
+                                      "lastTransitionTime": "2026-11-23T00:00:00Z"}]}})
+}
+
+fn schedule_runs(snapshot: &str) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "MySQLBackupList", "metadata": {}, "items": [{
+        "apiVersion": "example.com/v1", "kind": "MySQLBackup",
+        "metadata": {"name": "nightly-1", "namespace": "shop", "uid": "u-1",
+                     "labels": {"example.com/backup-schedule": "nightly"},
+                     "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MySQLBackup", "name": "nightly", "uid": "s-1", "controller": true}]},
+        "spec": {"source": {"visitorsApp": "ex"}, "storage": {"persistentVolumeClaim": {"claimName": "backups"}}},
+        "status": {"phase": "Succeeded", "location": "file:///backup/shop/ex/nightly-1", "manifestSha256": SHA,
+                   "completionTime": "2026-11-23T03:00:30Z",
+                   "snapshot": {"time": snapshot, "binlogFile": "binlog.000003", "binlogPosition": 1234, "gtid": "0-1-90"}}}]})
+}
+
+#[tokio::test]
+async fn a_restore_to_a_point_replays_the_archive_after_the_newest_run_before_it() {
+    let (context, mut server) = context();
+    let restore = to_a_point(json!({"targetTime": "2026-11-23T04:00:00Z"}));
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context));
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    let schedule_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly";
+    server.expect(Method::GET, schedule_path, StatusCode::OK, archiving_schedule("2026-11-23T05:00:00Z")).await;
+    let runs_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups";
+    let listed = server.expect(Method::GET, runs_path, StatusCode::OK, schedule_runs("2026-11-23T03:00:05Z")).await;
+    assert!(listed.uri.contains("example.com%2Fbackup-schedule%3Dnightly"), "{}", listed.uri);
+    server.expect(Method::GET, CLAIM_PATH, StatusCode::OK, shop::claim()).await;
+    server.expect(Method::GET, APP_PATH, StatusCode::OK, shop::app(0)).await;
+    server.expect(Method::GET, SECRET_PATH, StatusCode::OK, shop::credentials_secret()).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    server.expect_echo(Method::POST, LEASES_PATH).await;
+    server.expect(Method::GET, BACKEND_PATH, StatusCode::OK, backend(0, 0)).await;
+    let created = server.expect_echo(Method::POST, JOBS_PATH).await;
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(created.body.clone()).unwrap();
+    let parsed = controller_common::testing::agent_contract_of(&job);
+    for cli in &parsed {
+        let visitors_agent_contract::Command::Restore(args) = &cli.command else { panic!("{cli:?}") };
+        assert_eq!(args.from, "file:///backup/shop/ex/nightly-1", "the newest run before the target");
+        assert_eq!(args.expect_manifest_sha256.as_deref(), Some(SHA));
+        assert_eq!(args.point_in_time.binlog_archive.as_deref(), Some("file:///backup/shop/ex/_binlog/nightly"));
+        assert_eq!(args.point_in_time.until_time.as_deref(), Some("2026-11-23T04:00:00Z"));
+    }
+    server.expect_echo(Method::POST, EVENTS_PATH).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["backupName"], "nightly-1");
+    assert_eq!(status["pointInTime"]["target"], "2026-11-23T04:00:00Z");
+    assert_eq!(status["pointInTime"]["baseSnapshotTime"], "2026-11-23T03:00:05Z");
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_target_in_the_future_is_refused_before_anything_is_touched() {
+    let (context, mut server) = context();
+    let restore = to_a_point(json!({"targetTime": "2999-01-01T00:00:00Z"}));
+    let task = tokio::spawn(reconcile(Arc::new(restore.clone()), context.clone()));
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    let schedule_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly";
+    server.expect(Method::GET, schedule_path, StatusCode::OK, archiving_schedule("2026-11-23T05:00:00Z")).await;
+    let runs_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups";
+    server.expect(Method::GET, runs_path, StatusCode::OK, schedule_runs("2026-11-23T03:00:05Z")).await;
+    // Refused: the lock is released (it was never taken), no Job, the end written.
+    server.expect(Method::GET, LEASE_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&restore)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Failed");
+    let ready = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+    assert_eq!(ready["reason"], "TargetInTheFuture");
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(
+        (event.body["reason"].as_str(), event.body["type"].as_str()),
+        (Some("TargetInTheFuture"), Some("Warning"))
+    );
+    server.expect_no_request(Duration::from_millis(100)).await;
+    task.await.unwrap().unwrap();
+}

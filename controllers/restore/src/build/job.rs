@@ -8,7 +8,7 @@
 use controller_common::agent_job::{AgentInputs, AgentJob, StorageAccess, container_args};
 use k8s_openapi::api::batch::v1::Job;
 use kube::{Resource, ResourceExt};
-use visitors_agent_contract::command::{Command, RestoreArgs};
+use visitors_agent_contract::command::{Command, PointInTimeArgs, RestoreArgs};
 use visitors_api::MySQLRestore;
 use visitors_api::labels::names;
 
@@ -33,6 +33,15 @@ pub fn restore_job(restore: &MySQLRestore, backup: &Backup, inputs: &AgentInputs
         parallelism: usize::try_from(restore.spec.parallelism()).unwrap_or(1),
         progress_interval: PROGRESS_INTERVAL,
         expect_manifest_sha256: backup.manifest_sha256.clone(),
+        point_in_time: backup
+            .point_in_time
+            .as_ref()
+            .map(|plan| PointInTimeArgs {
+                binlog_archive: Some(plan.archive.clone()),
+                until_time: plan.until_time.clone(),
+                until_gtid: plan.until_gtid.clone(),
+            })
+            .unwrap_or_default(),
         ..RestoreArgs::from(backup.agent_location.clone())
     };
     let from_stage = Command::Restore(RestoreArgs { from_stage: true, ..restore_args.clone() });
@@ -173,7 +182,16 @@ mod tests {
         let s3 = from_s3();
         let storage = s3.spec.source.storage.clone().unwrap();
         let s3_backup = Backup { agent_location: storage.agent_location("shop/ex/b1"), storage, ..Backup::default() };
-        for (restore, backup) in [(from_run(), pvc_backup()), (s3, s3_backup)] {
+        let to_a_point = Backup {
+            point_in_time: Some(crate::build::PointInTimePlan {
+                archive: "file:///backup/shop/ex/_binlog/nightly".into(),
+                until_time: Some("2026-11-25T17:59:00Z".into()),
+                target: "2026-11-25T17:59:00Z".into(),
+                ..Default::default()
+            }),
+            ..pvc_backup()
+        };
+        for (restore, backup) in [(from_run(), pvc_backup()), (s3, s3_backup), (from_run(), to_a_point)] {
             let parsed = agent_contract_of(&restore_job(&restore, &backup, &inputs(), CREDENTIALS));
             let steps: Vec<&RestoreArgs> = parsed
                 .iter()
@@ -192,6 +210,9 @@ mod tests {
             assert_eq!(swap.from, backup.agent_location);
             assert_eq!(swap.expect_manifest_sha256, backup.manifest_sha256);
             assert!(swap.drop_existing, "an in-place restore");
+            let replay = backup.point_in_time.as_ref();
+            assert_eq!(swap.point_in_time.binlog_archive.as_ref(), replay.map(|p| &p.archive));
+            assert_eq!(swap.point_in_time.until_time, replay.and_then(|p| p.until_time.clone()));
         }
     }
 }

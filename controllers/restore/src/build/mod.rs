@@ -37,6 +37,21 @@ pub struct Backup {
     /// The tables and rows the run recorded, checked against the restore's.
     pub tables: Option<i64>,
     pub rows: Option<i64>,
+    /// A restore to a point in time: the archive replayed after the run, up to the target.
+    pub point_in_time: Option<PointInTimePlan>,
+}
+
+/// The replay of a restore to a point in time.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PointInTimePlan {
+    /// The agent's `--binlog-archive`.
+    pub archive: String,
+    pub until_time: Option<String>,
+    pub until_gtid: Option<String>,
+    /// The target as status shows it.
+    pub target: String,
+    /// The base run's snapshot.
+    pub base_snapshot_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// The agent's `--from` for a location a backup run recorded: `s3://` and `file:///backup/`
