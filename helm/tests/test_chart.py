@@ -322,6 +322,10 @@ WATCHED_RULES = {
         ("example.com", "visitorsapps"): READ,
         # The database lock reads the run holding it, which may be a restore.
         ("example.com", "mysqlrestores"): {"get"},
+        # A schedule's point-in-time archiver runs under its own account and Role (issue 21).
+        ("", "serviceaccounts"): {"get", "create", "patch", "delete"},
+        ("rbac.authorization.k8s.io", "roles"): {"get", "create", "patch", "delete"},
+        ("rbac.authorization.k8s.io", "rolebindings"): {"get", "create", "patch", "delete"},
         **JOBS,
         **EVENTS,
     },
@@ -606,11 +610,15 @@ def test_prometheus_rule_is_off_by_default(helm):
 
 def test_the_alerts_of_the_issue_are_in_the_rules_file():
     """A schedule's last backup failed, a schedule overdue, a restore failed, a controller
-    failing its reconciles or without a leader (issue 12); docs link to these names."""
+    failing its reconciles or without a leader (issue 12); a point-in-time archive lagging, with
+    a gap, or without its archiver (issue 21); docs link to these names."""
     assert sorted(rule_file_alerts()) == sorted(
         [
             "VisitorsBackupFailed",
             "VisitorsBackupOverdue",
+            "VisitorsBinlogArchiveLagging",
+            "VisitorsBinlogArchiveGap",
+            "VisitorsBinlogArchiverDown",
             "VisitorsRestoreFailed",
             "VisitorsControllerReconcileErrors",
             "VisitorsControllerNoLeader",

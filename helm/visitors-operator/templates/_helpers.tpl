@@ -130,6 +130,15 @@ Verbs are exactly what the controller uses; no wildcards.
 - apiGroups: ["example.com"]
   resources: ["mysqlrestores"]
   verbs: ["get"]
+# A schedule with pointInTime runs its binary-log archiver: a Job under its own ServiceAccount,
+# whose Role lets it read and renew its one Lease (granting that needs the controller to hold
+# those Lease verbs itself, which the Job rules below give it).
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "create", "patch", "delete"]
 {{- include "visitors-operator.jobRules" . }}
 {{- else if eq .key "restore" }}
 - apiGroups: ["example.com"]
