@@ -23,9 +23,10 @@ REPO=$(pwd)
 
 RELEASE=${RELEASE:-visitors-operator}
 NAMESPACE=${NAMESPACE:-visitors-operator-system}
-# One scenario at a time by default: on the emulated node, two MariaDB data folders initialised
-# at the same moment can collide in the host's shared /tmp (mariadb-install-db fails with
-# "Unknown table 'mysql.tmp_user_sys'"), which made a parallel run fail now and then.
+# One scenario at a time by default within a file: on the emulated node, two MariaDB data
+# folders initialised at the same moment can collide in the host's shared /tmp
+# (mariadb-install-db fails with "Unknown table 'mysql.tmp_user_sys'"), which made a parallel run
+# fail now and then; the files of SIDE_BY_SIDE (below) run beside them, their apps taking turns.
 TEST_THREADS=${E2E_TEST_THREADS:-1}
 # Where the tests' OTLP receiver listens, and where the chart points the controllers (--local).
 OTLP_LISTEN=${E2E_OTLP_LISTEN:-127.0.0.1:14318}
@@ -87,7 +88,8 @@ start_local_cluster() {
     local bin_dir=${CARGO_TARGET_DIR:-target}/debug
     refuse_a_bin_dir_under_tmp "$bin_dir"
     step "building the binaries the node runs ($bin_dir)"
-    cargo build --locked --bin visitors-controller --bin backup-controller --bin restore-controller --bin visitors-agent
+    cargo build --locked --bin visitors-controller --bin backup-controller --bin restore-controller --bin visitors-agent \
+        --bin visitors-archiver
     step "starting the test cluster (state: $TEST_CLUSTER_STATE)"
     # A cluster left by an interrupted run would hold other pods and volumes: start afresh.
     "$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true
@@ -139,8 +141,7 @@ clean_up() {
 }
 
 # ---------- the scenarios ----------
-results=$(mktemp)
-trap 'rm -f "$results"; clean_up' EXIT
+trap clean_up EXIT
 
 if [ "$local_cluster" = 1 ]; then
     start_local_cluster
@@ -156,17 +157,46 @@ else
 fi
 export E2E_RELEASE_NAMESPACE=$NAMESPACE E2E_RELEASE=$RELEASE
 
+step "building the scenarios"
+# Each scenario file is a test binary, run directly (cargo would hold its lock while one runs):
+# those of SIDE_BY_SIDE in the background, their scenarios in parallel, while the others run
+# one file after another. Apps of every scenario take turns to initialise their database
+# (visitors_e2e::AppInitLock), which is what kept the suite sequential.
+SIDE_BY_SIDE=" point_in_time "
+binaries=$(cargo test --locked --no-run -p visitors-e2e "${test_files[@]}" --message-format=json 2>/dev/null |
+    jq -r 'select(.reason == "compiler-artifact" and .profile.test and (.target.kind | index("test"))) | "\(.target.name) \(.executable)"')
+[ -n "$binaries" ] || { echo "e2e: no scenario binaries were built" >&2; exit 1; }
+outputs=$(mktemp -d)
+trap 'rm -rf "$outputs"; clean_up' EXIT
+
 step "running the scenarios"
 status=0
-# --no-fail-fast: every scenario file runs, so the table is complete.
-cargo test --locked --no-fail-fast -p visitors-e2e "${test_files[@]}" -- --ignored --test-threads="$TEST_THREADS" "${filters[@]}" 2>&1 |
-    tee "$results" || status=$?
+background=()
+while read -r name executable; do
+    case "$SIDE_BY_SIDE" in
+        *" $name "*)
+            "$executable" --ignored --test-threads=8 "${filters[@]}" > "$outputs/$name.out" 2>&1 &
+            background+=("$!:$name") ;;
+    esac
+done <<< "$binaries"
+while read -r name executable; do
+    case "$SIDE_BY_SIDE" in *" $name "*) continue ;; esac
+    echo "     Running tests/$name.rs"
+    "$executable" --ignored --test-threads="$TEST_THREADS" "${filters[@]}" 2>&1 | tee "$outputs/$name.out" || status=$?
+done <<< "$binaries"
+for entry in "${background[@]}"; do
+    pid=${entry%%:*} name=${entry#*:}
+    wait "$pid" || status=$?
+    echo "     Running tests/$name.rs (side by side)"
+    cat "$outputs/$name.out"
+done
 
 echo
 echo "e2e results:"
-# "Running tests/visitors.rs (...)" names the file of the "test NAME ... RESULT" lines after it.
-awk '/^ *Running tests\// { file = $2; sub(/^tests\//, "", file); sub(/\.rs$/, "", file) }
-     /^test [^ ]+ \.\.\. / { printf "  %-90s %s\n", file "::" $2, $4 }' "$results"
+for out in "$outputs"/*.out; do
+    name=$(basename "$out" .out)
+    awk -v file="$name" '/^test [^ ]+ \.\.\. / { printf "  %-90s %s\n", file "::" $2, $4 }' "$out"
+done
 if [ "$status" != 0 ]; then
     keep_logs
     exit "$status"

@@ -105,24 +105,54 @@ pub fn release() -> String {
 /// The controllers of the chart, by their values key.
 pub const CONTROLLERS: [&str; 3] = ["visitors", "backup", "restore"];
 
-/// Name of a controller's Deployment and ServiceAccount, e.g. `visitors-operator-visitors-controller`.
-pub fn controller_name(key: &str) -> String {
-    format!("{}-{key}-controller", release())
+/// The label selector of the objects of one controller of the release (its Deployment, pods,
+/// metrics Service): by labels, never by a name derived from the release's, which the chart
+/// shortens or prefixes as release names require.
+pub fn controller_selector(key: &str) -> String {
+    format!("app.kubernetes.io/component={key}-controller,app.kubernetes.io/instance={}", release())
+}
+
+/// A controller's Deployment, found by its labels in the release namespace.
+pub async fn controller_deployment(client: &Client, key: &str) -> k8s_openapi::api::apps::v1::Deployment {
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), &release_namespace());
+    let params = kube::api::ListParams::default().labels(&controller_selector(key));
+    let mut found = deployments.list(&params).await.expect("list the controllers' Deployments").items;
+    assert_eq!(found.len(), 1, "one Deployment labelled {} in {}", controller_selector(key), release_namespace());
+    found.remove(0)
+}
+
+/// The name of a controller's Deployment, e.g. `visitors-operator-visitors-controller`.
+pub async fn controller_name(client: &Client, key: &str) -> String {
+    kube::ResourceExt::name_any(&controller_deployment(client, key).await)
+}
+
+/// The ServiceAccount a controller's pods run as.
+pub async fn controller_service_account(client: &Client, key: &str) -> String {
+    let deployment = controller_deployment(client, key).await;
+    let pod = deployment.spec.and_then(|s| s.template.spec);
+    pod.and_then(|p| p.service_account_name).unwrap_or_else(|| "default".into())
 }
 
 /// The text a controller serves at `/metrics`. On the test cluster's node the controllers
 /// listen on the host, on the ports of `E2E_METRICS_PORTS` (`visitors=18080,...`, set by
 /// `e2e/run.sh --local`; a Service cannot reach them there, as Endpoints refuse loopback
-/// addresses); elsewhere it is read through the API server's Service proxy.
+/// addresses); elsewhere it is read through the API server's Service proxy, from the metrics
+/// Service found by its labels.
 pub async fn controller_metrics(client: &Client, key: &str) -> Result<String, String> {
     if let Some(port) = local_metrics_port(key) {
         return http_get(&format!("http://127.0.0.1:{port}/metrics")).await;
     }
-    let path = format!(
-        "/api/v1/namespaces/{}/services/{}-metrics:metrics/proxy/metrics",
-        release_namespace(),
-        controller_name(key)
-    );
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), &release_namespace());
+    let params = kube::api::ListParams::default().labels(&controller_selector(key));
+    let listed = services.list(&params).await.map_err(|e| e.to_string())?;
+    let service = listed
+        .items
+        .iter()
+        .map(kube::ResourceExt::name_any)
+        .find(|name| name.ends_with("-metrics"))
+        .ok_or_else(|| format!("no metrics Service labelled {}", controller_selector(key)))?;
+    let path = format!("/api/v1/namespaces/{}/services/{service}:metrics/proxy/metrics", release_namespace());
     let request = http::Request::get(&path).body(Vec::new()).map_err(|e| e.to_string())?;
     tokio::time::timeout(HTTP_TIMEOUT, client.request_text(request))
         .await
@@ -196,6 +226,48 @@ pub async fn create_book_app(apps: &Api<VisitorsApp>, name: &str) -> VisitorsApp
     apps.create(&PostParams::default(), &book).await.expect("create the book's VisitorsApp")
 }
 
+/// Creates the book's VisitorsApp `name` and waits until it is Ready. On the test cluster's
+/// node, two MariaDB data folders initialised at the same moment can collide in the host's
+/// shared /tmp: apps are created one at a time across every test process ([`AppInitLock`]).
+pub async fn create_ready_book_app(apps: &Api<VisitorsApp>, name: &str) -> VisitorsApp {
+    let _one_at_a_time = AppInitLock::take().await;
+    create_book_app(apps, name).await;
+    wait_for(&format!("VisitorsApp {name} to become Ready"), || app_ready_at_generation(apps, name, 1)).await
+}
+
+/// Held while one app's database initialises: a folder created exclusively in the temporary
+/// directory (atomic across processes), removed when dropped. One left by a killed test run is
+/// taken over after [`AppInitLock::STALE`].
+pub struct AppInitLock(PathBuf);
+
+impl AppInitLock {
+    const STALE: Duration = Duration::from_secs(300);
+
+    pub async fn take() -> Self {
+        let path = std::env::temp_dir().join("visitors-e2e-app-init.lock");
+        loop {
+            match std::fs::create_dir(&path) {
+                Ok(()) => return AppInitLock(path),
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let age = std::fs::metadata(&path).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+                    if age.is_some_and(|age| age > Self::STALE) {
+                        let _ = std::fs::remove_dir(&path);
+                        continue;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(error) => panic!("cannot create {}: {error}", path.display()),
+            }
+        }
+    }
+}
+
+impl Drop for AppInitLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 /// Whether the API server reports `crd` as established (its kind is served).
 pub fn is_established(crd: &CustomResourceDefinition) -> bool {
     let conditions = crd.status.as_ref().and_then(|s| s.conditions.as_ref());
@@ -216,6 +288,52 @@ pub fn mariadb_job(app: &str, namespace: &str, name: &str, sql: &str) -> serde_j
             }],
         }}},
     })
+}
+
+/// A Job that runs a shell script (in the `mariadb:11` image) against the database of
+/// VisitorsApp `app`: `$HOST` is its client Service and `MYSQL_PWD` root's password, so the
+/// script calls `mariadb -h "$HOST" -uroot ...`; `env` adds variables.
+pub fn mariadb_shell_job(
+    app: &str,
+    namespace: &str,
+    name: &str,
+    script: &str,
+    env: &[(&str, &str)],
+) -> serde_json::Value {
+    let mut variables = vec![
+        serde_json::json!({"name": "HOST", "value": format!("{app}-mysql.{namespace}.svc")}),
+        serde_json::json!({"name": "MYSQL_PWD", "valueFrom": {"secretKeyRef": {"name": format!("{app}-mysql-credentials"), "key": "root-password"}}}),
+    ];
+    variables.extend(env.iter().map(|(name, value)| serde_json::json!({"name": name, "value": value})));
+    serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "sql", "image": "mariadb:11", "command": ["sh", "-c", script], "env": variables}],
+        }}},
+    })
+}
+
+/// The one-line output of `sql`, run as root on the database of VisitorsApp `app` by a Job
+/// (`mariadb -N -B`), read back from its pod's termination message: how a test reads a value
+/// from the server on any cluster. Fails the test if the Job fails.
+pub async fn sql_value(client: &Client, namespace: &str, app: &str, name: &str, sql: &str) -> String {
+    use k8s_openapi::api::core::v1::Pod;
+    let script = r#"mariadb -h "$HOST" -uroot -N -B visitors -e "$SQL" > /dev/termination-log"#;
+    let job = mariadb_shell_job(app, namespace, name, script, &[("SQL", sql)]);
+    run_job(client, namespace, name, job).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let listed = pods.list(&kube::api::ListParams::default().labels(&format!("job-name={name}"))).await.unwrap();
+    listed
+        .items
+        .iter()
+        .find_map(|pod| {
+            let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+            statuses.iter().find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+        })
+        .unwrap_or_else(|| panic!("Job {name} left no output"))
+        .trim()
+        .to_string()
 }
 
 /// Creates a Job and waits for it to end; returns whether it completed.
@@ -269,8 +387,7 @@ pub async fn namespace_with_ready_app(client: &Client, prefix: &str, app: &str) 
     let namespace = TestNamespace::create(client, prefix).await;
     eprintln!("namespace {}", namespace.name);
     let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace.name);
-    create_book_app(&apps, app).await;
-    wait_for("the app to become Ready", || app_ready_at_generation(&apps, app, 1)).await;
+    create_ready_book_app(&apps, app).await;
     (namespace, apps)
 }
 

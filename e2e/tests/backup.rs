@@ -14,8 +14,8 @@ use visitors_api::MySQLBackup;
 use visitors_api::backup::{BackupPhase, condition};
 use visitors_api::conditions;
 use visitors_e2e::{
-    TestNamespace, cluster, controller_metrics, controller_name, events_of, mariadb_job, metric_value,
-    ready_app_with_claim_and_rows, release_namespace, run_job, wait_for,
+    TestNamespace, cluster, controller_metrics, controller_name, controller_selector, events_of, mariadb_job,
+    metric_value, ready_app_with_claim_and_rows, release_namespace, run_job, wait_for,
 };
 
 const APP: &str = "ex";
@@ -275,11 +275,11 @@ async fn chaos_a_controller_restart_harms_no_backup_and_a_killed_pod_fails_the_r
     backups.create(&PostParams::default(), &backup_object("survives", json!({}))).await.expect("create run");
     running_pod(&client, &ns, &backups, "survives").await;
     let controllers: Api<Pod> = Api::namespaced(client.clone(), &release_namespace());
-    let selector = "app.kubernetes.io/component=backup-controller";
-    for pod in controllers.list(&ListParams::default().labels(selector)).await.unwrap().items {
+    let selector = controller_selector("backup");
+    for pod in controllers.list(&ListParams::default().labels(&selector)).await.unwrap().items {
         controllers.delete(&pod.name_any(), &DeleteParams::default()).await.expect("delete the controller pod");
     }
-    eprintln!("deleted the pods of {}", controller_name("backup"));
+    eprintln!("deleted the pods of {}", controller_name(&client, "backup").await);
     let survived = finished(&backups, "survives").await;
     assert_succeeded(&survived);
     assert!(survived.status.unwrap().rows.unwrap_or(0) >= 2_000_000);

@@ -7,7 +7,9 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessRevie
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use visitors_e2e::{CONTROLLERS, cluster, controller_name, node_logs_dir, release_namespace};
+use visitors_e2e::{
+    CONTROLLERS, cluster, controller_name, controller_service_account, node_logs_dir, release_namespace,
+};
 
 #[tokio::test]
 #[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
@@ -23,7 +25,7 @@ async fn chart_pods_are_admitted_under_the_restricted_profile() {
     );
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
     for key in CONTROLLERS {
-        let name = controller_name(key);
+        let name = controller_name(&client, key).await;
         let deployment = deployments.get(&name).await.unwrap_or_else(|e| panic!("Deployment {name}: {e}"));
         let wanted = deployment.spec.and_then(|s| s.replicas).unwrap_or(1);
         let ready = deployment.status.and_then(|s| s.ready_replicas).unwrap_or(0);
@@ -42,7 +44,7 @@ async fn chart_pods_are_admitted_under_the_restricted_profile() {
 #[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
 async fn each_service_account_is_denied_what_its_controller_does_not_need() {
     let client = cluster().await;
-    let checks: [(&str, &str, &str, &str, bool); 16] = [
+    let checks: [(&str, &str, &str, &str, bool); 18] = [
         ("visitors", "apps", "statefulsets", "patch", true),
         ("visitors", "", "services", "delete", true),
         ("visitors", "apps", "deployments", "delete", false),
@@ -55,6 +57,9 @@ async fn each_service_account_is_denied_what_its_controller_does_not_need() {
         ("backup", "apps", "statefulsets", "patch", false),
         ("backup", "", "secrets", "list", false),
         ("backup", "example.com", "visitorsapps", "patch", false),
+        // A point-in-time archiver's own Role, in its namespace; nothing cluster-wide.
+        ("backup", "rbac.authorization.k8s.io", "roles", "create", true),
+        ("backup", "rbac.authorization.k8s.io", "clusterroles", "create", false),
         ("restore", "example.com", "mysqlrestores", "get", true),
         ("restore", "", "secrets", "create", false),
         ("restore", "example.com", "mysqlbackups", "delete", false),
@@ -71,7 +76,8 @@ async fn each_service_account_is_denied_what_its_controller_does_not_need() {
 }
 
 async fn can(client: &Client, key: &str, group: &str, resource: &str, verb: &str) -> bool {
-    let user = format!("system:serviceaccount:{}:{}", release_namespace(), controller_name(key));
+    let user =
+        format!("system:serviceaccount:{}:{}", release_namespace(), controller_service_account(client, key).await);
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(user),

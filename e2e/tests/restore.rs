@@ -19,8 +19,8 @@ use visitors_api::conditions;
 use visitors_api::restore::{MySQLRestoreStatus, RestorePhase};
 use visitors_api::{MySQLBackup, MySQLRestore, VisitorsApp};
 use visitors_e2e::{
-    TestNamespace, app_ready_at_generation, cluster, controller_name, create_book_app, events_of, job_completes,
-    mariadb_job, ready_app_with_claim_and_rows, release_namespace, run_job, wait_for,
+    TestNamespace, app_ready_at_generation, cluster, controller_name, controller_selector, create_ready_book_app,
+    events_of, job_completes, mariadb_job, ready_app_with_claim_and_rows, release_namespace, run_job, wait_for,
 };
 
 const APP: &str = "ex";
@@ -302,8 +302,7 @@ async fn a_restore_from_an_explicit_location_fills_a_second_app() {
     backups.create(&PostParams::default(), &backup_object("before")).await.expect("create the backup");
     assert_eq!(backup_finished(&backups, "before").await.status.unwrap().phase, Some(BackupPhase::Succeeded));
     let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &ns);
-    create_book_app(&apps, "other").await;
-    wait_for("the second app to become Ready", || app_ready_at_generation(&apps, "other", 1)).await;
+    create_ready_book_app(&apps, "other").await;
 
     let restore: MySQLRestore = serde_json::from_value(json!({
         "apiVersion": "example.com/v1", "kind": "MySQLRestore", "metadata": {"name": "into-other"},
@@ -572,13 +571,13 @@ async fn chaos_a_restore_deleted_during_its_job_changes_all_or_nothing_and_a_con
     restores.create(&PostParams::default(), &restore_object("survives", "before")).await.expect("create the restore");
     restore_pod_running(&client, &ns, "survives").await;
     let controllers: Api<Pod> = Api::namespaced(client.clone(), &release_namespace());
-    let selector = "app.kubernetes.io/component=restore-controller";
-    let controller_pods = controllers.list(&ListParams::default().labels(selector)).await.unwrap().items;
-    assert!(!controller_pods.is_empty(), "no pod of {}", controller_name("restore"));
+    let selector = controller_selector("restore");
+    let controller_pods = controllers.list(&ListParams::default().labels(&selector)).await.unwrap().items;
+    assert!(!controller_pods.is_empty(), "no pod of {}", controller_name(&client, "restore").await);
     for pod in controller_pods {
         controllers.delete(&pod.name_any(), &DeleteParams::default()).await.expect("delete the controller pod");
     }
-    eprintln!("deleted the pods of {}", controller_name("restore"));
+    eprintln!("deleted the pods of {}", controller_name(&client, "restore").await);
     let status = restore_finished(&restores, "survives").await.status.unwrap();
     assert_restore_succeeded(&status);
     assert!(status.rows.unwrap_or(0) >= 2_000_500, "{status:?}");

@@ -10,7 +10,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use visitors_api::VisitorsApp;
 use visitors_api::conditions;
-use visitors_e2e::{TestNamespace, app_ready_at_generation, cluster, create_book_app, wait_for};
+use visitors_e2e::{TestNamespace, app_ready_at_generation, cluster, create_ready_book_app, wait_for};
 
 const APP: &str = "ex";
 
@@ -31,9 +31,7 @@ async fn book_app_lifecycle() {
 
     let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace);
     // The book's resource, unchanged.
-    create_book_app(&apps, APP).await;
-
-    let app = wait_for("the app to become Ready", || app_ready_at_generation(&apps, APP, 1)).await;
+    let app = create_ready_book_app(&apps, APP).await;
     let status = app.status.unwrap();
     assert_eq!(status.backend_ready_replicas, Some(1));
     assert_eq!(status.mysql_ready_replicas, Some(1));

@@ -12,8 +12,8 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use visitors_api::VisitorsApp;
 use visitors_e2e::{
-    TestNamespace, app_ready_at_generation, cluster, controller_name, events_of, namespace_with_ready_app,
-    release_namespace, wait_for,
+    TestNamespace, app_ready_at_generation, cluster, controller_name, controller_selector, events_of,
+    namespace_with_ready_app, release_namespace, wait_for,
 };
 
 const APP: &str = "ex";
@@ -132,18 +132,19 @@ async fn a_restarted_controller_changes_no_converged_child() {
     assert!(before.len() >= 5, "children found: {before:?}");
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &release_namespace());
-    let selector = "app.kubernetes.io/component=visitors-controller";
+    let selector = controller_selector("visitors");
     let old: Vec<String> =
-        pods.list(&ListParams::default().labels(selector)).await.unwrap().items.iter().map(|p| p.name_any()).collect();
+        pods.list(&ListParams::default().labels(&selector)).await.unwrap().items.iter().map(|p| p.name_any()).collect();
     assert!(!old.is_empty(), "no visitors-controller pod in {}", release_namespace());
     for name in &old {
         pods.delete(name, &DeleteParams::default()).await.expect("delete the controller pod");
     }
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &release_namespace());
+    let controller = controller_name(&client, "visitors").await;
     wait_for("a new visitors-controller pod to be ready", || async {
-        let fresh = pods.list(&ListParams::default().labels(selector)).await.map_err(|e| e.to_string())?;
+        let fresh = pods.list(&ListParams::default().labels(&selector)).await.map_err(|e| e.to_string())?;
         let ready_new = fresh.items.iter().filter(|p| !old.contains(&p.name_any()) && pod_ready(p)).count();
-        let deployment = deployments.get(&controller_name("visitors")).await.map_err(|e| e.to_string())?;
+        let deployment = deployments.get(&controller).await.map_err(|e| e.to_string())?;
         let available = deployment.status.and_then(|s| s.available_replicas).unwrap_or(0);
         if ready_new >= 1 && available >= 1 { Ok(()) } else { Err(format!("{ready_new} new ready pods")) }
     })
@@ -167,10 +168,10 @@ fn pod_ready(pod: &Pod) -> bool {
 async fn scale_controller(client: &Client, replicas: i32) -> Result<(), String> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &release_namespace());
     let patch = json!({"spec": {"replicas": replicas}});
-    let name = controller_name("visitors");
+    let name = controller_name(client, "visitors").await;
     deployments.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|e| e.to_string())?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &release_namespace());
-    let selector = ListParams::default().labels("app.kubernetes.io/component=visitors-controller");
+    let selector = ListParams::default().labels(&controller_selector("visitors"));
     wait_for(&format!("{replicas} visitors-controller pods"), || async {
         let listed = pods.list(&selector).await.map_err(|e| e.to_string())?.items;
         let ready = listed.iter().filter(|p| pod_ready(p)).count();
