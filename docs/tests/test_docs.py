@@ -39,7 +39,8 @@ TEST_SUPPORT_FILES = {"controllers/common/src/testing.rs"}
 NOT_REASONS = {
     # kinds and type names (in CRD attributes and lock holders)
     **dict.fromkeys(["VisitorsApp", "VisitorsAppStatus", "MySQLBackup", "MySQLBackupStatus", "MySQLRestore",
-                     "MySQLRestoreStatus", "PartialEq", "Default", "StatefulSet", "Deployment", "Service"],
+                     "MySQLRestoreStatus", "PartialEq", "Default", "StatefulSet", "Deployment", "Service", "Job",
+                     "Lease", "Role", "RoleBinding", "ServiceAccount"],
                     "a kind or a Rust type name"),
     # condition types that are never a reason (Ready and Quiesced are both)
     **dict.fromkeys(["BackendReady", "DatabaseReady", "FrontendReady", "LastBackupSucceeded", "ScheduleValid",
@@ -47,7 +48,7 @@ NOT_REASONS = {
     **dict.fromkeys(["True", "False", "Unknown"], "a condition status"),
     # printer column names (CRD attributes)
     **dict.fromkeys(["Active", "Age", "App", "Backend", "Duration", "Error", "Last", "LastBackup", "LastSuccessful", "Next",
-                     "Phase", "Reason", "Rows", "Size"], "a printer column"),
+                     "Phase", "Reason", "Recoverable", "Rows", "Size"], "a printer column"),
     # the `action` of an Event (its reason is another argument)
     **dict.fromkeys(["Apply", "Backup", "Create", "CreateJob", "Delete", "GrowClaim", "Quiesce", "Reconcile",
                      "Recreate", "RepairLists", "Restore", "Retention", "Schedule", "Start", "Validate", "DeleteStorage",
