@@ -708,24 +708,16 @@ impl<'a> Session<'a> {
         }
         let seq = self.archive.next_seq();
         let entry = SegmentEntry {
-            seq,
-            epoch: self.archive.current_epoch(),
-            file: self.file.clone(),
-            start: self.next_start.position,
-            end: self.position,
-            ends_file: true,
-            object: None,
-            stored_bytes: 0,
-            sha256: None,
-            bytes: 0,
-            events: 0,
-            transactions: 0,
-            first_gtid: None,
-            last_gtid: None,
             gtid_after: self.gtids.as_ref().map(ToString::to_string),
-            first_time: None,
-            last_time: None,
             stored_time: jiff::Timestamp::now().to_string(),
+            ..SegmentEntry::without_events(
+                seq,
+                self.archive.current_epoch(),
+                &self.file,
+                self.next_start.position,
+                self.position,
+                true,
+            )
         };
         self.record(entry).await
     }

@@ -147,6 +147,30 @@ pub struct SegmentEntry {
 }
 
 impl SegmentEntry {
+    /// A record of a span of `file` without events: no object, no transactions, no times.
+    pub fn without_events(seq: u64, epoch: u64, file: &str, start: u64, end: u64, ends_file: bool) -> Self {
+        Self {
+            seq,
+            epoch,
+            file: file.into(),
+            start,
+            end,
+            ends_file,
+            object: None,
+            stored_bytes: 0,
+            sha256: None,
+            bytes: 0,
+            events: 0,
+            transactions: 0,
+            first_gtid: None,
+            last_gtid: None,
+            gtid_after: None,
+            first_time: None,
+            last_time: None,
+            stored_time: String::new(),
+        }
+    }
+
     pub fn start_pos(&self) -> BinlogPos {
         BinlogPos { file: self.file.clone(), position: self.start }
     }
@@ -322,26 +346,7 @@ mod tests {
     use super::*;
 
     fn entry(seq: u64, file: &str, start: u64, end: u64, ends_file: bool) -> SegmentEntry {
-        SegmentEntry {
-            seq,
-            epoch: 0,
-            file: file.into(),
-            start,
-            end,
-            ends_file,
-            object: None,
-            stored_bytes: 0,
-            sha256: None,
-            bytes: 0,
-            events: 0,
-            transactions: 0,
-            first_gtid: None,
-            last_gtid: None,
-            gtid_after: None,
-            first_time: None,
-            last_time: None,
-            stored_time: String::new(),
-        }
+        SegmentEntry::without_events(seq, 0, file, start, end, ends_file)
     }
 
     #[test]
