@@ -71,7 +71,7 @@ async fn examples_are_accepted_and_bad_input_is_rejected_with_a_reason() {
         (
             json!({"apiVersion": "example.com/v1", "kind": "MySQLRestore", "metadata": {"name": "no-source"}, "spec": {
                 "source": {}, "target": {"visitorsApp": "ex"}}}),
-            "set exactly one of backup or storage",
+            "set exactly one of backup, storage or pointInTime",
         ),
     ];
     for (object, expected) in rejected {
