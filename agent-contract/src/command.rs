@@ -291,7 +291,12 @@ pub struct VerifyArgs {
     /// Also compare CHECKSUM TABLE with the backup (needs a backup taken with --table-checksums).
     #[arg(long)]
     pub checksum: bool,
-    /// Tables counted at once.
+    /// A restore drill: restore the backup into the server (a scratch one, holding none of the
+    /// backup's databases), then compare every table's rows and content digest with the backup
+    /// and check its views, routines, triggers and accounts exist.
+    #[arg(long, conflicts_with = "checksum")]
+    pub deep: bool,
+    /// Tables counted (with --deep: loaded, then read back) at once.
     #[arg(long, default_value_t = DEFAULT_PARALLELISM)]
     pub parallelism: usize,
 }
@@ -413,6 +418,7 @@ impl Command {
                 verify.storage.render(&mut args);
                 args.optional("--expect-manifest-sha256", verify.expect_manifest_sha256.as_ref())
                     .flag("--checksum", verify.checksum)
+                    .flag("--deep", verify.deep)
                     .value("--parallelism", verify.parallelism);
             }
             Command::Inspect(inspect) => {
@@ -615,6 +621,7 @@ mod tests {
             storage: storage.clone(),
             expect_manifest_sha256: Some("cd".repeat(32)),
             checksum: true,
+            deep: false,
             parallelism: 5,
         };
         vec![
@@ -635,6 +642,7 @@ mod tests {
                 before_backup: "s3://b/p/run".into(),
                 storage: storage.clone(),
             }),
+            Command::Verify(VerifyArgs { checksum: false, deep: true, ..verify.clone() }),
             Command::Verify(verify),
             Command::Inspect(InspectArgs { from: "s3://b/p".into(), storage: storage.clone() }),
             Command::Delete(DeleteArgs { break_lock: true, storage, ..DeleteArgs::of("s3://b/p/run") }),

@@ -77,6 +77,9 @@ pub struct AgentSummary {
     /// Restore to a point in time: what was replayed after the base backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<Replay>,
+    /// `verify --deep` (a restore drill): wall time of the restore alone, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_seconds: Option<f64>,
 }
 
 /// The longest GTID text a summary carries; a longer set is left out rather than cut.
@@ -172,6 +175,7 @@ mod tests {
             stored_bytes: Some(u64::MAX),
             consistent_position: Some("g".repeat(1024)),
             manifest_sha256: Some("f".repeat(64)),
+            restore_seconds: Some(123456.789),
             snapshot: Some(Snapshot {
                 time: Some("2026-11-21T13:45:00Z".into()),
                 binlog_file: Some("b".repeat(255)),

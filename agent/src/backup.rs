@@ -13,15 +13,15 @@ use mysql_async::Conn;
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
 
+use crate::content::{ContentDigest, encode_row, select_sql};
 use crate::error::{AgentError, Result};
 use crate::format::{
     ChunkEntry, Compression, DATA_FORMAT, DatabaseEntry, FORMAT_NAME, FORMAT_VERSION, FileEntry, LOCK_FILE,
-    MANIFEST_FILE, Manifest, ServerInfo, TableEntry, encode_field, layout, load_data_sql, quote_ident,
-    write_statements,
+    MANIFEST_FILE, Manifest, ServerInfo, TableEntry, layout, load_data_sql, quote_ident, write_statements,
 };
-use crate::mysql::catalog::{self, TableInfo};
+use crate::mysql::catalog::{self, Definitions, TableInfo};
 use crate::mysql::connection::describe_server;
-use crate::mysql::wire::{DataConn, TextRow, WireError};
+use crate::mysql::wire::{DataConn, WireError};
 use crate::mysql::{ConnectionSettings, Connector, FirstRow, snapshot, users};
 use crate::progress::Progress;
 use crate::storage::{FileWriter, S3Settings, Storage, Syncer};
@@ -217,9 +217,11 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
     for catalog in catalogs {
         plans.push(store_database(&output, catalog).await?);
     }
-    let users = match users {
-        Some(statements) => store_optional(&output, layout::USERS, "users and grants", &statements).await?,
-        None => None,
+    let (users, user_names) = match users {
+        Some(users) => {
+            (store_optional(&output, layout::USERS, "users and grants", &users.statements).await?, users.names)
+        }
+        None => (None, Vec::new()),
     };
     let results = dump_all(connector, &output, options, &plans, snapshot.workers).await?;
     // Every file is durable before the manifest names it.
@@ -238,6 +240,7 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
         data_format: DATA_FORMAT.into(),
         databases: assemble(plans, results),
         users,
+        user_names,
     };
     write_manifest(storage, written, manifest).await
 }
@@ -328,8 +331,8 @@ struct DatabaseCatalog {
     create: String,
     tables: Vec<(TableInfo, String)>,
     views: Vec<(String, Vec<String>)>,
-    routines: Vec<String>,
-    triggers: Vec<String>,
+    routines: Definitions,
+    triggers: Definitions,
 }
 
 async fn read_database(connector: &Connector, conn: &mut Conn, name: String) -> Result<DatabaseCatalog> {
@@ -368,6 +371,7 @@ async fn store_database(output: &Output, catalog: DatabaseCatalog) -> Result<Dat
             rows: 0,
             data_bytes: 0,
             checksum: None,
+            content_digest: None,
             chunks: Vec::new(),
         });
         tables.push(table);
@@ -376,10 +380,22 @@ async fn store_database(output: &Output, catalog: DatabaseCatalog) -> Result<Dat
     let view_statements: Vec<String> = catalog.views.into_iter().flat_map(|(_, statements)| statements).collect();
     let views = store_optional(output, &layout::views(&name), &format!("views of {name}"), &view_statements).await?;
     let routines =
-        store_optional(output, &layout::routines(&name), &format!("routines of {name}"), &catalog.routines).await?;
+        store_optional(output, &layout::routines(&name), &format!("routines of {name}"), &catalog.routines.statements)
+            .await?;
     let triggers =
-        store_optional(output, &layout::triggers(&name), &format!("triggers of {name}"), &catalog.triggers).await?;
-    let entry = DatabaseEntry { name: name.clone(), schema, tables: entries, views, view_names, routines, triggers };
+        store_optional(output, &layout::triggers(&name), &format!("triggers of {name}"), &catalog.triggers.statements)
+            .await?;
+    let entry = DatabaseEntry {
+        name: name.clone(),
+        schema,
+        tables: entries,
+        views,
+        view_names,
+        routines,
+        routine_names: catalog.routines.names,
+        triggers,
+        trigger_names: catalog.triggers.names,
+    };
     Ok(DatabasePlan { name, tables, entry })
 }
 
@@ -478,34 +494,6 @@ async fn split_points(
     Ok(points)
 }
 
-fn select_sql(database: &str, table: &TableInfo, lower: Option<i128>, upper: Option<i128>) -> String {
-    let columns: Vec<String> = table
-        .columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| select_expression(c, table.column_types.get(i).map(String::as_str).unwrap_or_default()))
-        .collect();
-    let mut sql = format!("SELECT {} FROM {}.{}", columns.join(","), quote_ident(database), quote_ident(&table.name));
-    if let Some(key) = &table.integer_key {
-        let key = quote_ident(key);
-        match (lower, upper) {
-            (Some(lower), Some(upper)) => sql.push_str(&format!(" WHERE {key} >= {lower} AND {key} < {upper}")),
-            (Some(lower), None) => sql.push_str(&format!(" WHERE {key} >= {lower}")),
-            (None, Some(upper)) => sql.push_str(&format!(" WHERE {key} < {upper}")),
-            (None, None) => {}
-        }
-    }
-    sql
-}
-
-/// How a column is selected. The server prints FLOAT with 6 significant digits (16777217
-/// would read back as 16777200); as a DOUBLE (`+ 0e0`) it prints enough digits for the text
-/// to read back into the identical FLOAT.
-fn select_expression(column: &str, data_type: &str) -> String {
-    let quoted = quote_ident(column);
-    if data_type == "float" { format!("{quoted} + 0e0") } else { quoted }
-}
-
 struct DumpContext {
     connector: Connector,
     storage: Storage,
@@ -522,7 +510,7 @@ struct DumpContext {
 
 /// What a worker produced for one task.
 enum TaskResult {
-    Chunks { database: usize, table: usize, range: usize, chunks: Vec<ChunkEntry> },
+    Chunks { database: usize, table: usize, range: usize, chunks: Vec<ChunkEntry>, digest: ContentDigest },
     Checksum { database: usize, table: usize, checksum: Option<u64> },
 }
 
@@ -600,12 +588,12 @@ async fn dump_range(context: &Arc<DumpContext>, conn: &mut DataConn, task: &Rang
     let read = read_rows(context, conn, task, buffers, recycled).await;
     let written = writer.await.map_err(AgentError::from).and_then(|chunks| chunks);
     match (read, written) {
-        (Ok(()), Ok(chunks)) => {
-            Ok(TaskResult::Chunks { database: task.database, table: task.table, range: task.range, chunks })
+        (Ok(digest), Ok(chunks)) => {
+            Ok(TaskResult::Chunks { database: task.database, table: task.table, range: task.range, chunks, digest })
         }
         // Reading stopped because the writer failed: the writer's error says why.
         (Err(AgentError::Internal(message)), Err(error)) if message == STOPPED => Err(error),
-        (Err(error), _) | (Ok(()), Err(error)) => Err(error),
+        (Err(error), _) | (Ok(_), Err(error)) => Err(error),
     }
 }
 
@@ -629,7 +617,7 @@ async fn read_rows(
     task: &RangeTask,
     buffers: tokio::sync::mpsc::Sender<Piece>,
     mut recycled: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
-) -> Result<()> {
+) -> Result<ContentDigest> {
     let failed = |e: WireError| context.connector.wire_error("reading rows", e);
     let writer_gone = || AgentError::Internal(STOPPED.into());
     let mut rows = conn.query(&task.select).await.map_err(failed)?;
@@ -644,8 +632,11 @@ async fn read_rows(
     };
     let mut buffer = new_buffer();
     let mut buffered_rows = 0u64;
+    let mut digest = ContentDigest::default();
     while let Some(row) = rows.next().await.map_err(failed)? {
+        let line_start = buffer.len();
         encode_row(&mut buffer, &row).map_err(failed)?;
+        digest.add_row(&buffer[line_start..]);
         buffered_rows += 1;
         if buffer.len() >= flush_at {
             if context.stopped() {
@@ -659,7 +650,8 @@ async fn read_rows(
     if !buffer.is_empty() {
         buffers.send(Piece::Rows { data: buffer, rows: buffered_rows }).await.map_err(|_| writer_gone())?;
     }
-    buffers.send(Piece::End).await.map_err(|_| writer_gone())
+    buffers.send(Piece::End).await.map_err(|_| writer_gone())?;
+    Ok(digest)
 }
 
 /// Writes the buffers of one range into its chunk files, until the reader says it is done.
@@ -681,18 +673,6 @@ async fn write_chunks(
     }
     chunks.abort().await;
     Err(AgentError::Internal(STOPPED.into()))
-}
-
-/// One row as a line of the chunk format.
-fn encode_row(out: &mut Vec<u8>, row: &TextRow<'_>) -> std::result::Result<(), WireError> {
-    for (i, field) in row.fields().enumerate() {
-        if i > 0 {
-            out.push(b'\t');
-        }
-        encode_field(out, field?);
-    }
-    out.push(b'\n');
-    Ok(())
 }
 
 /// The chunk files of one range: a new file after `chunk_bytes` of rows.
@@ -772,14 +752,18 @@ fn collect_results(
     }
 }
 
-/// Puts chunk lists, row counts and checksums into the manifest's database entries.
+/// Puts chunk lists, row counts, content digests and checksums into the manifest's database
+/// entries.
 fn assemble(plans: Vec<DatabasePlan>, results: Vec<TaskResult>) -> Vec<DatabaseEntry> {
     let mut entries: Vec<DatabaseEntry> = plans.into_iter().map(|plan| plan.entry).collect();
     let mut ranges: BTreeMap<(usize, usize, usize), Vec<ChunkEntry>> = BTreeMap::new();
+    // A table without ranges (no columns) has the digest of no rows.
+    let mut digests: BTreeMap<(usize, usize), ContentDigest> = BTreeMap::new();
     for result in results {
         match result {
-            TaskResult::Chunks { database, table, range, chunks } => {
+            TaskResult::Chunks { database, table, range, chunks, digest } => {
                 ranges.insert((database, table, range), chunks);
+                digests.entry((database, table)).or_default().merge(digest);
             }
             TaskResult::Checksum { database, table, checksum } => entries[database].tables[table].checksum = checksum,
         }
@@ -789,6 +773,12 @@ fn assemble(plans: Vec<DatabasePlan>, results: Vec<TaskResult>) -> Vec<DatabaseE
         entry.rows += chunks.iter().map(|c| c.rows).sum::<u64>();
         entry.data_bytes += chunks.iter().map(|c| c.data_bytes).sum::<u64>();
         entry.chunks.extend(chunks);
+    }
+    for (database, entry) in entries.iter_mut().enumerate() {
+        for (table, table_entry) in entry.tables.iter_mut().enumerate() {
+            let digest = digests.get(&(database, table)).copied().unwrap_or_default();
+            table_entry.content_digest = Some(digest.to_text());
+        }
     }
     entries
 }
@@ -876,6 +866,7 @@ mod tests {
             data_format: "tsv".into(),
             databases: Vec::new(),
             users: None,
+            user_names: Vec::new(),
         };
 
         let outcome = write_manifest(&storage, &written, manifest).await;

@@ -21,6 +21,7 @@ use crate::binlog::archive::{self as archiver, ArchiveOptions};
 use crate::binlog::prune::{self, PruneTarget};
 use crate::binlog::replay::Target;
 use crate::delete::{self, DeleteOptions};
+use crate::drill::{self, DrillOptions};
 use crate::error::{AgentError, Result};
 use crate::format::Manifest;
 use crate::mysql::ConnectionSettings;
@@ -207,6 +208,9 @@ async fn run_restore(args: RestoreArgs) -> Result<AgentSummary> {
 }
 
 async fn run_verify(args: VerifyArgs) -> Result<AgentSummary> {
+    if args.deep {
+        return run_drill(args).await;
+    }
     let options = VerifyOptions {
         from: args.from.clone(),
         s3: s3_settings(&args.storage),
@@ -218,6 +222,28 @@ async fn run_verify(args: VerifyArgs) -> Result<AgentSummary> {
     };
     let report = verify::run(&options).await?;
     Ok(manifest_summary(&report.manifest, &args.from))
+}
+
+async fn run_drill(args: VerifyArgs) -> Result<AgentSummary> {
+    if !args.connection.databases.is_empty() {
+        return Err(AgentError::Usage(
+            "--deep restores and checks every database of the backup: drop --database".into(),
+        ));
+    }
+    let options = DrillOptions {
+        from: args.from.clone(),
+        s3: s3_settings(&args.storage),
+        expect_manifest_sha256: sha256_arg(args.expect_manifest_sha256)?,
+        connection: required_connection(&args.connection)?,
+        parallelism: positive(args.parallelism, "--parallelism")?,
+        progress_interval: std::time::Duration::from_secs(10),
+    };
+    let report = drill::run(&options).await?;
+    let mut summary = manifest_summary(&report.manifest, &args.from);
+    summary.tables = Some(report.tables);
+    summary.rows = Some(report.rows);
+    summary.restore_seconds = Some(report.restore_seconds);
+    Ok(summary)
 }
 
 async fn run_inspect(args: InspectArgs) -> Result<AgentSummary> {

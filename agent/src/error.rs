@@ -135,6 +135,19 @@ pub enum AgentError {
     #[error("verification failed: {0}")]
     VerifyMismatch(String),
 
+    #[error(
+        "the restored table {table} does not hold what was backed up: its content digest is {actual}, the backup recorded {expected}; the dump did not store the rows it read, so this backup cannot be trusted: use another backup"
+    )]
+    ContentDiffers { table: String, expected: String, actual: String },
+
+    #[error("{object} of the backup is missing after the restore; this backup cannot be trusted: use another backup")]
+    DrillObjectMissing { object: String },
+
+    #[error(
+        "the server already holds database {database}: verify --deep restores the backup into a scratch server, which must hold none of its databases"
+    )]
+    DrillTargetNotEmpty { database: String },
+
     #[error("the binary log archive at {location} is unreadable: {reason}")]
     ArchiveInvalid { location: String, reason: String },
 
@@ -208,6 +221,9 @@ impl AgentError {
             Self::RestoreRunning { .. } => "restoreRunning",
             Self::InsufficientSpace { .. } => "insufficientSpace",
             Self::VerifyMismatch(_) => "verifyMismatch",
+            Self::ContentDiffers { .. } => "contentDiffers",
+            Self::DrillObjectMissing { .. } => "objectMissing",
+            Self::DrillTargetNotEmpty { .. } => "targetNotEmpty",
             Self::ArchiveInvalid { .. } => "archiveInvalid",
             Self::ArchiveConflict { .. } => "archiveConflict",
             Self::NotHolder(_) => "notHolder",

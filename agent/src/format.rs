@@ -81,6 +81,9 @@ pub struct Manifest {
     /// (`backup --users`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub users: Option<FileEntry>,
+    /// The accounts of `users`, as `'name'@'host'`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub user_names: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -130,8 +133,13 @@ pub struct DatabaseEntry {
     pub view_names: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routines: Option<FileEntry>,
+    /// The routines of `routines`, as `PROCEDURE name` or `FUNCTION name`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routine_names: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triggers: Option<FileEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trigger_names: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -150,6 +158,11 @@ pub struct TableEntry {
     /// `CHECKSUM TABLE` in the snapshot, when the backup was asked for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<u64>,
+    /// The content digest of the table's rows (`xxh3-128-sum:<hex>`, see `content.rs`),
+    /// computed from the rows the backup read; a restore drill recomputes it from the restored
+    /// server. Absent in backups of agents before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_digest: Option<String>,
     pub chunks: Vec<ChunkEntry>,
 }
 
@@ -463,14 +476,18 @@ mod tests {
                     rows: 12,
                     data_bytes: 120,
                     checksum: None,
+                    content_digest: None,
                     chunks: vec![chunk("d/data/t/00000-00000.tsv.zst", 5), chunk("d/data/t/00001-00000.tsv.zst", 7)],
                 }],
                 views: None,
                 view_names: vec![],
                 routines: None,
+                routine_names: vec![],
                 triggers: None,
+                trigger_names: vec![],
             }],
             users: None,
+            user_names: vec![],
         }
     }
 

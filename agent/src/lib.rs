@@ -11,7 +11,9 @@
 pub mod backup;
 pub mod binlog;
 pub mod cli;
+pub mod content;
 pub mod delete;
+pub mod drill;
 pub mod error;
 pub mod format;
 pub mod mysql;

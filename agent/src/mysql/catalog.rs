@@ -25,6 +25,13 @@ pub struct TableInfo {
     pub integer_key: Option<String>,
 }
 
+/// Objects of one kind as the statements that recreate them, with their names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Definitions {
+    pub names: Vec<String>,
+    pub statements: Vec<String>,
+}
+
 /// The databases to back up: the requested ones (each must exist), or all but the system ones.
 pub async fn databases(connector: &Connector, conn: &mut Conn, requested: &[String]) -> Result<Vec<String>> {
     let existing: Vec<String> =
@@ -204,7 +211,7 @@ fn dependencies_first(database: &str, mut pending: Vec<(String, Vec<String>)>) -
 }
 
 /// Stored procedures and functions, each as the statements that recreate it.
-pub async fn routines(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<String>> {
+pub async fn routines(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Definitions> {
     let during = "reading routine definitions";
     let names: Vec<(String, String)> = conn
         .exec(
@@ -214,7 +221,7 @@ pub async fn routines(connector: &Connector, conn: &mut Conn, database: &str) ->
         )
         .await
         .map_err(|e| connector.error(during, e))?;
-    let mut statements = Vec::new();
+    let mut definitions = Definitions::default();
     for (kind, name) in names {
         let sql = format!("SHOW CREATE {kind} {}.{}", quote_ident(database), quote_ident(&name));
         let row: Option<mysql_async::Row> = conn.query_first(sql).await.map_err(|e| connector.error(during, e))?;
@@ -229,18 +236,24 @@ pub async fn routines(connector: &Connector, conn: &mut Conn, database: &str) ->
                 ),
             });
         };
-        statements.push(session_sql_mode(&row.get::<String, _>(1).unwrap_or_default()));
-        statements.push(session_charset(
+        definitions.names.push(routine_name(&kind, &name));
+        definitions.statements.push(session_sql_mode(&row.get::<String, _>(1).unwrap_or_default()));
+        definitions.statements.push(session_charset(
             &row.get::<String, _>(3).unwrap_or_default(),
             &row.get::<String, _>(4).unwrap_or_default(),
         ));
-        statements.push(create);
+        definitions.statements.push(create);
     }
-    Ok(statements)
+    Ok(definitions)
+}
+
+/// How the manifest names a routine: its type and name, `PROCEDURE add_visit`.
+pub fn routine_name(kind: &str, name: &str) -> String {
+    format!("{kind} {name}")
 }
 
 /// Triggers in table and firing order, each as the statements that recreate it.
-pub async fn triggers(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<String>> {
+pub async fn triggers(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Definitions> {
     let during = "reading trigger definitions";
     let names: Vec<String> = conn
         .exec(
@@ -250,19 +263,20 @@ pub async fn triggers(connector: &Connector, conn: &mut Conn, database: &str) ->
         )
         .await
         .map_err(|e| connector.error(during, e))?;
-    let mut statements = Vec::new();
+    let mut definitions = Definitions::default();
     for name in names {
         let sql = format!("SHOW CREATE TRIGGER {}.{}", quote_ident(database), quote_ident(&name));
         let row: Option<mysql_async::Row> = conn.query_first(sql).await.map_err(|e| connector.error(during, e))?;
         let Some(row) = row else { continue };
-        statements.push(session_sql_mode(&row.get::<String, _>(1).unwrap_or_default()));
-        statements.push(session_charset(
+        definitions.statements.push(session_sql_mode(&row.get::<String, _>(1).unwrap_or_default()));
+        definitions.statements.push(session_charset(
             &row.get::<String, _>(3).unwrap_or_default(),
             &row.get::<String, _>(4).unwrap_or_default(),
         ));
-        statements.push(row.get::<String, _>(2).unwrap_or_default());
+        definitions.statements.push(row.get::<String, _>(2).unwrap_or_default());
+        definitions.names.push(name);
     }
-    Ok(statements)
+    Ok(definitions)
 }
 
 fn session_sql_mode(mode: &str) -> String {
@@ -326,6 +340,38 @@ fn number_in(row: Option<TextFields>, index: usize, what: &str) -> Result<Option
 }
 
 /// The base tables and views that exist in a database.
+/// The views, routines (as [`routine_name`]) and triggers of a database.
+#[derive(Clone, Debug, Default)]
+pub struct ObjectNames {
+    pub views: Vec<String>,
+    pub routines: Vec<String>,
+    pub triggers: Vec<String>,
+}
+
+pub async fn object_names(connector: &Connector, conn: &mut Conn, database: &str) -> Result<ObjectNames> {
+    let during = "listing views, routines and triggers";
+    let views: Vec<String> = conn
+        .exec(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'VIEW'",
+            (database,),
+        )
+        .await
+        .map_err(|e| connector.error(during, e))?;
+    let routines: Vec<(String, String)> = conn
+        .exec(
+            "SELECT ROUTINE_TYPE, ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ?",
+            (database,),
+        )
+        .await
+        .map_err(|e| connector.error(during, e))?;
+    let triggers: Vec<String> = conn
+        .exec("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", (database,))
+        .await
+        .map_err(|e| connector.error(during, e))?;
+    let routines = routines.iter().map(|(kind, name)| routine_name(kind, name)).collect();
+    Ok(ObjectNames { views, routines, triggers })
+}
+
 pub async fn existing_objects(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<(String, String)>> {
     conn.exec("SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?", (database,))
         .await

@@ -7,6 +7,7 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
 use super::Connector;
+use super::catalog::Definitions;
 use crate::error::Result;
 use crate::format::quote_ident;
 
@@ -15,7 +16,7 @@ const PRIVILEGE_TABLES: [&str; 3] = ["SCHEMA_PRIVILEGES", "TABLE_PRIVILEGES", "C
 
 /// `CREATE USER IF NOT EXISTS` (with the account's authentication, a password hash) and the
 /// `GRANT`s on `databases` of every account with a privilege on one of them.
-pub async fn read(connector: &Connector, conn: &mut Conn, databases: &[String]) -> Result<Vec<String>> {
+pub async fn read(connector: &Connector, conn: &mut Conn, databases: &[String]) -> Result<Definitions> {
     let during = "reading users and grants";
     let mut grantees = BTreeSet::new();
     for database in databases {
@@ -25,18 +26,19 @@ pub async fn read(connector: &Connector, conn: &mut Conn, databases: &[String]) 
             grantees.extend(found);
         }
     }
-    let mut statements = Vec::new();
+    let mut definitions = Definitions::default();
     for grantee in grantees {
         // GRANTEE is already quoted: 'name'@'host'.
         let create: Option<String> =
             conn.query_first(format!("SHOW CREATE USER {grantee}")).await.map_err(|e| connector.error(during, e))?;
         let Some(create) = create else { continue };
-        statements.push(create.replacen("CREATE USER ", "CREATE USER IF NOT EXISTS ", 1));
+        definitions.statements.push(create.replacen("CREATE USER ", "CREATE USER IF NOT EXISTS ", 1));
         let grants: Vec<String> =
             conn.query(format!("SHOW GRANTS FOR {grantee}")).await.map_err(|e| connector.error(during, e))?;
-        statements.extend(grants.into_iter().filter(|grant| grants_on(grant, databases)));
+        definitions.statements.extend(grants.into_iter().filter(|grant| grants_on(grant, databases)));
+        definitions.names.push(grantee);
     }
-    Ok(statements)
+    Ok(definitions)
 }
 
 /// Whether a `SHOW GRANTS` line grants privileges on one of `databases` (or its objects).

@@ -345,6 +345,7 @@ mod tests {
             rows: chunks.len() as u64,
             data_bytes: chunk_bytes.iter().sum(),
             checksum: None,
+            content_digest: None,
             chunks,
         }
     }
@@ -368,7 +369,9 @@ mod tests {
             views: None,
             view_names: Vec::new(),
             routines: None,
+            routine_names: Vec::new(),
             triggers: None,
+            trigger_names: Vec::new(),
         };
         let keys = DeferredKeys { create_without_keys: String::new(), keys: vec!["KEY `a` (`a`)".into()] };
         let mut queue = plan(&database, "staging", HashMap::from([("big".to_string(), keys)])).queue;

@@ -380,7 +380,7 @@ impl DatabaseRestore<'_> {
             views: views.into_iter().map(|(view, _)| view).collect(),
             routines,
             triggers: self.triggers_of(conn, name).await?,
-            trigger_statements: catalog::triggers(self.connector, conn, name).await?,
+            trigger_statements: catalog::triggers(self.connector, conn, name).await?.statements,
         })
     }
 

@@ -6,6 +6,7 @@ mod consistency;
 mod data_sessions;
 mod ddl_users;
 mod delete;
+mod drill;
 mod failures;
 mod manifest;
 mod point_in_time;
@@ -50,6 +51,11 @@ pub async fn back_up(options: &BackupOptions) -> backup::BackupReport {
 
 pub async fn restore(options: &RestoreOptions) -> restore::RestoreReport {
     restore::run(options).await.unwrap_or_else(|e| panic!("restore failed: {e}"))
+}
+
+pub fn hex_sha256(data: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(data))
 }
 
 /// Every file under `dir`, relative.

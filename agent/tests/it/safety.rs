@@ -115,7 +115,7 @@ async fn a_chunk_whose_rows_raise_warnings_is_rolled_back_and_named() {
     let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
     let schema = &mut manifest["databases"][0]["tables"][0]["schema"];
     schema["bytes"] = narrowed.len().into();
-    schema["sha256"] = hex_sha256(narrowed.as_bytes()).into();
+    schema["sha256"] = crate::hex_sha256(narrowed.as_bytes()).into();
     std::fs::write(&manifest_path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
 
     let mut restore_opts = restore_options(&server, &location);
@@ -133,11 +133,6 @@ async fn a_chunk_whose_rows_raise_warnings_is_rolled_back_and_named() {
     }
     assert_eq!(server.sql("SELECT COUNT(*) FROM w.t"), "50\n", "the target was left as it was");
     assert_eq!(server.sql("SHOW DATABASES LIKE 'visitors\\_%'"), "", "the staging schema was dropped");
-}
-
-fn hex_sha256(data: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(data))
 }
 
 /// `--drop-existing` dropped the database and only then found the server refuses
