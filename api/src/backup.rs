@@ -10,10 +10,11 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::drill::{DRILL_REQUESTED_AT, Drill, DrillPhase, DrillStatus};
 use crate::point_in_time::{PointInTime, PointInTimeStatus, SnapshotPosition};
 use crate::schedule::Plan;
 use crate::storage::BackupStorage;
-use crate::validation::{InvalidSpec, Problems, dns_subdomain};
+use crate::validation::{InvalidSpec, Problems, dns_subdomain, parse_duration};
 use crate::visitors_app::DeletionPolicy;
 
 pub const DEFAULT_PARALLELISM: i32 = 2;
@@ -38,6 +39,8 @@ pub mod condition {
     /// Schedule with `pointInTime`: True while the binary log is archived without a gap a
     /// restore would have to cross; False with the reason otherwise.
     pub const ARCHIVING: &str = "Archiving";
+    /// Run: whether its newest restore drill passed (reasons in [`crate::drill::reason`]).
+    pub const VERIFIED: &str = "Verified";
 }
 
 /// Reasons of a MySQLBackup's conditions besides those every operation has
@@ -125,7 +128,20 @@ pub mod reason {
         json_path = ".status.conditions[?(@.type==\"LastBackupSucceeded\")].reason",
         description = "Whether the newest finished run of a schedule succeeded"
     ),
+    printcolumn(
+        name = "Drill",
+        type_ = "string",
+        json_path = ".status.drill.phase",
+        description = "Phase of a run's newest restore drill"
+    ),
     printcolumn(name = "Active", type_ = "string", json_path = ".status.activeRun", priority = 1),
+    printcolumn(
+        name = "Verified",
+        type_ = "string",
+        json_path = ".status.lastVerifiedRun",
+        description = "A schedule's newest run whose restore drill passed",
+        priority = 1
+    ),
     printcolumn(
         name = "Recoverable",
         type_ = "date",
@@ -174,6 +190,11 @@ pub struct MySQLBackupSpec {
     /// `<namespace>/<app>/_binlog/<schedule>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub point_in_time: Option<PointInTime>,
+    /// Restore drills: each successful run (or, with `drill.cron`, the newest one at each fire
+    /// time) restored into a throwaway MySQL and compared with what was dumped (see
+    /// docs/backup-restore.md). The newest verified run is never deleted by retention.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drill: Option<Drill>,
 }
 
 /// The database to back up.
@@ -309,6 +330,12 @@ pub struct MySQLBackupStatus {
     /// Run: why the run failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Run: bytes of table data before compression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_bytes: Option<i64>,
+    /// Run: its newest restore drill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drill: Option<DrillStatus>,
 
     /// Schedule: the latest fire time a run was created for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -325,6 +352,18 @@ pub struct MySQLBackupStatus {
     /// Schedule: the run in progress, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_run: Option<String>,
+    /// Schedule: the newest run whose drill passed; retention never deletes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified_run: Option<String>,
+    /// Schedule: when the drill of `lastVerifiedRun` passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified_time: Option<Time>,
+    /// Schedule with `drill.cron`: the latest drill fire time a drill was asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drill_schedule_time: Option<Time>,
+    /// Schedule with `drill.cron`: the next drill fire time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_drill_time: Option<Time>,
     /// Schedule with `pointInTime`: the binary log archive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub point_in_time: Option<PointInTimeStatus>,
@@ -365,6 +404,9 @@ impl MySQLBackupSpec {
         validate_parallelism("spec.parallelism", self.parallelism, &mut problems);
         validate_deadline("spec.activeDeadlineSeconds", self.active_deadline_seconds, &mut problems);
         let plan = self.schedule.as_ref().and_then(|schedule| schedule.checked(&mut problems));
+        if let Some(drill) = &self.drill {
+            drill.validate(self.is_schedule(), &mut problems);
+        }
         if let Some(point_in_time) = &self.point_in_time {
             if self.schedule.is_none() {
                 problems
@@ -388,11 +430,45 @@ impl MySQLBackup {
             && self.status.as_ref().and_then(|s| s.phase) == Some(BackupPhase::Succeeded)
     }
 
+    /// The drill this run owes: the time of the newest request it has not answered yet. A
+    /// successful run is asked for a drill by its spec (after each run: at its completion) or
+    /// by the [`DRILL_REQUESTED_AT`] annotation (a schedule's drill cron, or a person), which
+    /// counts even when the spec's drills are off.
+    pub fn drill_due(&self) -> Option<jiff::Timestamp> {
+        if !self.is_kept_success() {
+            return None;
+        }
+        let status = self.status.as_ref()?;
+        let after_run = self.spec.drill.as_ref().filter(|d| d.after_each_run()).and(status.completion_time.as_ref());
+        let annotated = self
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(DRILL_REQUESTED_AT))
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+        // Whole seconds: a status keeps times to the second.
+        let requested = [after_run.map(|t| t.0), annotated].into_iter().flatten().max()?;
+        let requested = jiff::Timestamp::from_second(requested.as_second()).ok()?;
+        let answered = status.drill.as_ref().map(|d| d.requested_at.0.as_second());
+        (answered.is_none_or(|answered| requested.as_second() > answered)).then_some(requested)
+    }
+
+    /// A kept successful run whose newest drill passed.
+    pub fn is_verified(&self) -> bool {
+        self.is_kept_success()
+            && self.status.as_ref().and_then(|s| s.drill.as_ref()).is_some_and(|d| d.phase == DrillPhase::Succeeded)
+    }
+
+    /// A run whose newest drill proved it does not restore what was dumped.
+    pub fn failed_drill(&self) -> bool {
+        self.status.as_ref().and_then(|s| s.drill.as_ref()).is_some_and(DrillStatus::found_defect)
+    }
+
     /// The snapshot a restore to a point in time can start from: a kept successful run's, with
     /// its server time and binary log position known (runs taken while binary logging was off,
     /// or by an older agent, have none).
     pub fn base_snapshot(&self) -> Option<BaseSnapshot<'_>> {
-        if !self.is_kept_success() {
+        if !self.is_kept_success() || self.failed_drill() {
             return None;
         }
         let snapshot = self.status.as_ref()?.snapshot.as_ref()?;
@@ -452,7 +528,7 @@ impl Retention {
 
     /// `maxAge` as a duration, counting a day as 24 hours.
     pub fn max_age(&self) -> Result<Option<Duration>, String> {
-        self.max_age.as_deref().map(parse_age).transpose()
+        self.max_age.as_deref().map(parse_duration).transpose()
     }
 
     fn validate(&self, problems: &mut Problems) {
@@ -469,16 +545,6 @@ impl Retention {
             problems.add("spec.schedule.retention.maxAge", problem);
         }
     }
-}
-
-fn parse_age(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration (examples: 720h, 30d, 1d12h)");
-    let span: jiff::Span = text.parse().map_err(|_| bad())?;
-    let seconds = span.total((jiff::Unit::Second, jiff::SpanRelativeTo::days_are_24_hours())).map_err(|_| bad())?;
-    if seconds <= 0.0 {
-        return Err(format!("{text:?} must be longer than zero"));
-    }
-    Ok(Duration::from_secs_f64(seconds))
 }
 
 pub(crate) fn validate_parallelism(field: &str, parallelism: Option<i32>, problems: &mut Problems) {
@@ -516,6 +582,7 @@ mod tests {
             deletion_policy: None,
             resources: None,
             point_in_time: None,
+            drill: None,
         }
     }
 
@@ -544,6 +611,89 @@ mod tests {
         deleting.metadata.deletion_timestamp = Some(Time("2026-11-25T11:00:00Z".parse().unwrap()));
         assert!(!deleting.is_kept_success());
         assert_eq!(deleting.base_snapshot(), None);
+    }
+
+    fn succeeded_run(drill: Option<Drill>, status: serde_json::Value) -> MySQLBackup {
+        let mut run = MySQLBackup::new("r", MySQLBackupSpec { drill, ..on_demand() });
+        let mut base = serde_json::json!({"phase": "Succeeded", "completionTime": "2026-11-25T10:00:00Z"});
+        base.as_object_mut().unwrap().extend(status.as_object().unwrap().clone());
+        run.status = Some(serde_json::from_value(base).unwrap());
+        run
+    }
+
+    #[test]
+    fn a_drill_is_due_once_per_request() {
+        let completed: jiff::Timestamp = "2026-11-25T10:00:00Z".parse().unwrap();
+        let after_each = succeeded_run(Some(Drill::default()), serde_json::json!({}));
+        assert_eq!(after_each.drill_due(), Some(completed));
+        let answered = serde_json::json!({"drill": {"phase": "Running", "requestedAt": "2026-11-25T10:00:00Z"}});
+        assert_eq!(succeeded_run(Some(Drill::default()), answered.clone()).drill_due(), None);
+
+        let on_cron = Drill { cron: Some("0 4 * * *".into()), ..Drill::default() };
+        assert_eq!(succeeded_run(Some(on_cron), serde_json::json!({})).drill_due(), None, "waits for its cron");
+        assert_eq!(succeeded_run(None, serde_json::json!({})).drill_due(), None, "no drill asked for");
+
+        let mut by_hand = succeeded_run(None, answered);
+        by_hand.metadata.annotations =
+            Some([(DRILL_REQUESTED_AT.to_string(), "2026-11-26T08:00:00.123456789Z".to_string())].into());
+        assert_eq!(by_hand.drill_due(), Some("2026-11-26T08:00:00Z".parse().unwrap()), "a newer request");
+        // Answered: the status keeps the request to the second, which must not make it new again.
+        let answered_by_hand =
+            serde_json::json!({"drill": {"phase": "Succeeded", "requestedAt": "2026-11-26T08:00:00Z"}});
+        let mut by_hand = succeeded_run(None, answered_by_hand);
+        by_hand.metadata.annotations =
+            Some([(DRILL_REQUESTED_AT.to_string(), "2026-11-26T08:00:00.123456789Z".to_string())].into());
+        assert_eq!(by_hand.drill_due(), None, "answered to the second");
+
+        let off = Drill { enabled: Some(false), ..Drill::default() };
+        assert_eq!(succeeded_run(Some(off), serde_json::json!({})).drill_due(), None);
+        let mut failed = succeeded_run(Some(Drill::default()), serde_json::json!({}));
+        failed.status.as_mut().unwrap().phase = Some(BackupPhase::Failed);
+        assert_eq!(failed.drill_due(), None, "only a successful run is drilled");
+    }
+
+    #[test]
+    fn a_run_whose_drill_found_a_defect_is_no_base() {
+        let snapshot = serde_json::json!({"time": "2026-11-25T10:00:00Z", "binlogFile": "binlog.000002",
+            "binlogPosition": 330});
+        let defect = serde_json::json!({"snapshot": snapshot, "drill": {"phase": "Failed",
+            "requestedAt": "2026-11-25T10:00:00Z", "reason": "BackupDefect"}});
+        let run = succeeded_run(None, defect);
+        assert!(run.failed_drill() && !run.is_verified());
+        assert_eq!(run.base_snapshot(), None);
+        let lost = serde_json::json!({"snapshot": snapshot, "drill": {"phase": "Failed",
+            "requestedAt": "2026-11-25T10:00:00Z", "reason": "DatabaseLost"}});
+        assert!(succeeded_run(None, lost).base_snapshot().is_some(), "the drill's own trouble proves nothing");
+        let passed = serde_json::json!({"drill": {"phase": "Succeeded", "requestedAt": "2026-11-25T10:00:00Z"}});
+        assert!(succeeded_run(None, passed).is_verified());
+    }
+
+    #[test]
+    fn drill_options_are_checked() {
+        let drill = Drill {
+            cron: Some("0 4 * *".into()),
+            active_deadline_seconds: Some(10),
+            max_unverified_age: Some("soon".into()),
+            ..Drill::default()
+        };
+        let fields: Vec<String> = MySQLBackupSpec { drill: Some(drill.clone()), ..scheduled("0 3 * * *") }
+            .validate()
+            .unwrap_err()
+            .0
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(fields, ["spec.drill.cron", "spec.drill.activeDeadlineSeconds", "spec.drill.maxUnverifiedAge"]);
+        let on_demand_cron = MySQLBackupSpec {
+            drill: Some(Drill { cron: Some("0 4 * * *".into()), ..Drill::default() }),
+            ..on_demand()
+        };
+        assert_eq!(on_demand_cron.validate().unwrap_err().first_field(), "spec.drill.cron");
+        let zone_alone = Drill { time_zone: Some("Europe/Paris".into()), ..Drill::default() };
+        let spec = MySQLBackupSpec { drill: Some(zone_alone), ..scheduled("0 3 * * *") };
+        assert_eq!(spec.validate().unwrap_err().first_field(), "spec.drill.timeZone");
+        assert_eq!(MySQLBackupSpec { drill: Some(Drill::default()), ..on_demand() }.validate(), Ok(()));
+        assert_eq!(Drill::default().max_unverified_age(), Duration::from_secs(48 * 3600));
     }
 
     #[test]

@@ -119,6 +119,8 @@ pub mod reason {
     pub const BACKUP_NOT_FOUND: &str = "BackupNotFound";
     pub const BACKUP_IS_SCHEDULE: &str = "BackupIsSchedule";
     pub const BACKUP_FAILED: &str = "BackupFailed";
+    /// The run's newest restore drill proved it does not restore what was dumped.
+    pub const BACKUP_FAILED_DRILL: &str = "BackupFailedDrill";
     pub const BACKUP_NOT_FINISHED: &str = "BackupNotFinished";
     pub const BACKUP_LOCATION_UNKNOWN: &str = "BackupLocationUnknown";
     pub const BACKUP_UNVERIFIABLE: &str = "BackupUnverifiable";

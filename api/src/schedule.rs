@@ -21,11 +21,22 @@ impl Plan {
     /// Parses a cron expression (`spec.schedule.cron`) and an IANA time zone
     /// (`spec.schedule.timeZone`); each one that cannot be parsed is a problem of its field.
     pub fn parse(cron: &str, time_zone: &str, problems: &mut Problems) -> Option<Self> {
-        let cron = cron_expression(cron).map_err(|problem| problems.add("spec.schedule.cron", problem));
+        Self::parse_fields(cron, time_zone, "spec.schedule.cron", "spec.schedule.timeZone", problems)
+    }
+
+    /// [`Plan::parse`] of the fields `cron_field` and `zone_field`.
+    pub fn parse_fields(
+        cron: &str,
+        time_zone: &str,
+        cron_field: &str,
+        zone_field: &str,
+        problems: &mut Problems,
+    ) -> Option<Self> {
+        let cron = cron_expression(cron).map_err(|problem| problems.add(cron_field, problem));
         let zone = TimeZone::get(time_zone).map_err(|_| {
             let problem =
                 format!("{time_zone:?} is not an IANA time zone name (examples: UTC, Europe/Paris, America/New_York)");
-            problems.add("spec.schedule.timeZone", problem);
+            problems.add(zone_field, problem);
         });
         Some(Self { cron: cron.ok()?, zone: zone.ok()? })
     }

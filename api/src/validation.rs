@@ -124,6 +124,17 @@ fn path_component(component: &str) -> bool {
         && !component.contains("___")
 }
 
+/// A duration such as `720h`, `30d` or `1d12h`, counting a day as 24 hours; longer than zero.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("{text:?} is not a duration (examples: 720h, 30d, 1d12h)");
+    let span: jiff::Span = text.parse().map_err(|_| bad())?;
+    let seconds = span.total((jiff::Unit::Second, jiff::SpanRelativeTo::days_are_24_hours())).map_err(|_| bad())?;
+    if seconds <= 0.0 {
+        return Err(format!("{text:?} must be longer than zero"));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
+}
+
 /// Parses a Kubernetes resource quantity (`1Gi`, `500M`, `1.5e3`) into bytes, rounding up.
 pub fn quantity_bytes(quantity: &str) -> Result<u128, String> {
     let bad = || format!("{quantity:?} is not a quantity (examples: 1Gi, 500Mi, 10G)");

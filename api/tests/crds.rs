@@ -72,7 +72,10 @@ fn column_names(crd: &CustomResourceDefinition) -> Vec<String> {
 fn kubectl_get_shows_phase_size_duration_and_schedule_times() {
     let wanted: [(CustomResourceDefinition, &[&str]); 3] = [
         (VisitorsApp::crd(), &["Size", "Backend", "Ready", "Reason", "Age"]),
-        (MySQLBackup::crd(), &["App", "Schedule", "Phase", "Size", "Duration", "Last", "Next", "LastBackup", "Age"]),
+        (
+            MySQLBackup::crd(),
+            &["App", "Schedule", "Phase", "Size", "Duration", "Last", "Next", "LastBackup", "Drill", "Age"],
+        ),
         (MySQLRestore::crd(), &["App", "Backup", "Phase", "Duration", "Age"]),
     ];
     for (crd, wanted) in wanted {
