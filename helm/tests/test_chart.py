@@ -327,6 +327,9 @@ WATCHED_RULES = {
         ("rbac.authorization.k8s.io", "roles"): {"get", "create", "patch", "delete"},
         ("rbac.authorization.k8s.io", "rolebindings"): {"get", "create", "patch", "delete"},
         **JOBS,
+        # A restore drill's throwaway MySQL and the Secret of its root password (issue 22).
+        ("", "pods"): READ | {"create", "delete"},
+        ("", "secrets"): {"get", "create", "delete"},
         **EVENTS,
     },
     "restore": {
@@ -611,7 +614,8 @@ def test_prometheus_rule_is_off_by_default(helm):
 def test_the_alerts_of_the_issue_are_in_the_rules_file():
     """A schedule's last backup failed, a schedule overdue, a restore failed, a controller
     failing its reconciles or without a leader (issue 12); a point-in-time archive lagging, with
-    a gap, or without its archiver (issue 21); docs link to these names."""
+    a gap, or without its archiver (issue 21); a failed restore drill, and no verified backup for
+    too long (issue 22); docs link to these names."""
     assert sorted(rule_file_alerts()) == sorted(
         [
             "VisitorsBackupFailed",
@@ -619,6 +623,8 @@ def test_the_alerts_of_the_issue_are_in_the_rules_file():
             "VisitorsBinlogArchiveLagging",
             "VisitorsBinlogArchiveGap",
             "VisitorsBinlogArchiverDown",
+            "VisitorsBackupDrillFailed",
+            "VisitorsBackupUnverified",
             "VisitorsRestoreFailed",
             "VisitorsControllerReconcileErrors",
             "VisitorsControllerNoLeader",

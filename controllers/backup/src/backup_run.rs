@@ -1,6 +1,6 @@
 //! One on-demand (or scheduled) backup run: validate → resolve the app, its credentials and
 //! the storage → take the database lock → start the Job → follow it → status from the agent's
-//! summary, release the lock. Every step reads the API, so a restarted controller picks a run
+//! summary, release the lock → its restore drills ([`crate::drill`]), once it succeeded. Every step reads the API, so a restarted controller picks a run
 //! up where it is; a finished run makes no request at all.
 
 use controller_common::agent_job::RunEnd;
@@ -20,6 +20,9 @@ use crate::build::job::{backup_job, job_name};
 use crate::context::{Context, Error};
 use crate::metrics::SourceLabels;
 use crate::{status, validate};
+
+/// How soon a run that succeeded looks again, to start the drill it owes.
+const DRILL_AFTER_SUCCESS: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub async fn reconcile(backup: &MySQLBackup, namespace: &str, ctx: &Context) -> Result<Action, Error> {
     BackupRun { backup, ctx, op: DatabaseOperation::of(backup, &ctx.runtime, namespace) }.reconcile().await
@@ -48,7 +51,8 @@ impl BackupRun<'_> {
         }
         if status::is_finished(self.backup) {
             self.remember_success();
-            return Ok(runtime.converged(self.backup));
+            let drilled = crate::drill::reconcile(self.backup, self.op.namespace, self.ctx).await?;
+            return Ok(drilled.unwrap_or_else(|| runtime.converged(self.backup)));
         }
         self.op.next_step(self, &job_name(self.backup)).await
     }
@@ -80,7 +84,10 @@ impl BackupRun<'_> {
         if self.publish(status.clone()).await? {
             self.announce(&end, &status).await;
         }
-        Ok(self.ctx.runtime.converged(self.backup))
+        // A status write wakes no reconcile: the drill owed after a success starts at the next.
+        let drill_owed = matches!(end, RunEnd::Succeeded(_))
+            && self.backup.spec.drill.as_ref().is_some_and(|drill| drill.after_each_run());
+        Ok(if drill_owed { Action::requeue(DRILL_AFTER_SUCCESS) } else { self.ctx.runtime.converged(self.backup) })
     }
 
     fn source(&self) -> SourceLabels {

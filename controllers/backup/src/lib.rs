@@ -2,8 +2,9 @@
 //!
 //! [`controller`] wires the watches to [`reconcile`], which dispatches a run to
 //! [`backup_run`] (validate → resolve → lock → the Job from [`build`] → [`status`] from the
-//! agent's summary), a schedule to [`schedule`] (fire times, [`retention`], the binary-log
-//! archiver of [`archiving`]), and a deleted run to [`cleanup`].
+//! agent's summary, then the restore [`drill`] of a successful run), a schedule to
+//! [`schedule`] (fire times, drill fire times, [`retention`], the binary-log archiver of
+//! [`archiving`]), and a deleted run to [`cleanup`].
 
 pub mod archiving;
 pub mod backup_run;
@@ -11,9 +12,11 @@ pub mod build;
 pub mod cleanup;
 pub mod context;
 pub mod controller;
+pub mod drill;
 pub mod metrics;
 pub mod reconcile;
 pub mod retention;
 pub mod schedule;
+pub mod schedule_drills;
 pub mod status;
 pub mod validate;

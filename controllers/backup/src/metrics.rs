@@ -3,7 +3,9 @@
 //! last success is overdue (older than twice their interval) and schedules whose newest
 //! finished run failed, for alerts; and, for schedules that archive their binary log, the
 //! archive's lag, whether its archiver reports, whether a gap keeps restores from crossing it,
-//! and its last recoverable time.
+//! and its last recoverable time; restore drills by result and reason, and for schedules that
+//! drill, whether the newest drill failed, when a run was last verified, whether that is too
+//! long ago, and the newest verified run's restore time.
 
 use std::sync::atomic::AtomicU64;
 
@@ -13,6 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use visitors_api::drill::{DrillPhase, DrillStatus};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -23,6 +26,27 @@ pub struct ResultLabels {
 pub struct SourceLabels {
     pub namespace: String,
     pub visitors_app: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DrillLabels {
+    pub namespace: String,
+    pub visitors_app: String,
+    pub result: String,
+    pub reason: String,
+}
+
+/// What a schedule's drills look like now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DrillGauges {
+    /// Whether the newest finished drill of its runs failed; `None` while none finished.
+    pub last_failed: Option<bool>,
+    /// Completion time of the newest verified run's drill.
+    pub last_verified: Option<f64>,
+    /// Whether that is older than `spec.drill.maxUnverifiedAge` (or none is, and the schedule is).
+    pub unverified: bool,
+    /// Restore time the newest verified run's drill measured.
+    pub restore_seconds: Option<f64>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -54,6 +78,11 @@ pub struct BackupMetrics {
     archiver_up: Family<ScheduleLabels, Gauge>,
     archive_gap: Family<ScheduleLabels, Gauge>,
     last_recoverable: Family<ScheduleLabels, FloatGauge>,
+    drills: Family<DrillLabels, Counter>,
+    last_drill_failed: Family<ScheduleLabels, Gauge>,
+    last_verified: Family<ScheduleLabels, FloatGauge>,
+    unverified: Family<ScheduleLabels, Gauge>,
+    drill_restore_seconds: Family<ScheduleLabels, FloatGauge>,
 }
 
 fn duration_buckets() -> Histogram {
@@ -79,6 +108,11 @@ impl Default for BackupMetrics {
             archiver_up: Family::default(),
             archive_gap: Family::default(),
             last_recoverable: Family::default(),
+            drills: Family::default(),
+            last_drill_failed: Family::default(),
+            last_verified: Family::default(),
+            unverified: Family::default(),
+            drill_restore_seconds: Family::default(),
         }
     }
 }
@@ -124,6 +158,59 @@ impl BackupMetrics {
             "Every transaction committed up to this time is in the schedule's binary log archive",
             self.last_recoverable.clone(),
         );
+        metrics.register(
+            "backup_drills",
+            "Restore drills that ended, by result (succeeded, failed) and reason of failure",
+            self.drills.clone(),
+        );
+        metrics.register(
+            "backup_schedule_last_drill_failed",
+            "1 when the newest finished restore drill of a schedule's runs failed, 0 when it passed",
+            self.last_drill_failed.clone(),
+        );
+        metrics.register(
+            "backup_schedule_last_verified_timestamp_seconds",
+            "When the drill of a schedule's newest verified run passed",
+            self.last_verified.clone(),
+        );
+        metrics.register(
+            "backup_schedule_unverified",
+            "1 when a drilling schedule has no run verified within its spec.drill.maxUnverifiedAge",
+            self.unverified.clone(),
+        );
+        metrics.register(
+            "backup_schedule_verified_restore_seconds",
+            "Restore time measured by the drill of a schedule's newest verified run",
+            self.drill_restore_seconds.clone(),
+        );
+    }
+
+    /// Counts a drill that ended.
+    pub fn drill_ended(&self, namespace: &str, visitors_app: &str, drill: &DrillStatus) {
+        let succeeded = drill.phase == DrillPhase::Succeeded;
+        let labels = DrillLabels {
+            namespace: namespace.to_string(),
+            visitors_app: visitors_app.to_string(),
+            result: if succeeded { "succeeded" } else { "failed" }.into(),
+            reason: drill.reason.clone().unwrap_or_default(),
+        };
+        self.drills.get_or_create(&labels).inc();
+    }
+
+    /// Records what a drilling schedule's drills look like now.
+    pub fn drills_observed(&self, schedule: ScheduleLabels, gauges: &DrillGauges) {
+        set_or_remove(&self.last_drill_failed, &schedule, gauges.last_failed.map(i64::from));
+        set_or_remove(&self.last_verified, &schedule, gauges.last_verified);
+        self.unverified.get_or_create(&schedule).set(i64::from(gauges.unverified));
+        set_or_remove(&self.drill_restore_seconds, &schedule, gauges.restore_seconds);
+    }
+
+    /// Forgets the drills of a schedule that no longer drills.
+    pub fn drills_forgotten(&self, schedule: &ScheduleLabels) {
+        self.last_drill_failed.remove(schedule);
+        self.last_verified.remove(schedule);
+        self.unverified.remove(schedule);
+        self.drill_restore_seconds.remove(schedule);
     }
 
     /// Records what a schedule's archive looks like now.
@@ -201,6 +288,21 @@ impl BackupMetrics {
         self.overdue.remove(schedule);
         self.last_run_failed.remove(schedule);
         self.archive_forgotten(schedule);
+        self.drills_forgotten(schedule);
+    }
+}
+
+fn set_or_remove<N, A>(family: &Family<ScheduleLabels, Gauge<N, A>>, schedule: &ScheduleLabels, value: Option<N>)
+where
+    A: prometheus_client::metrics::gauge::Atomic<N> + Default,
+{
+    match value {
+        Some(value) => {
+            family.get_or_create(schedule).set(value);
+        }
+        None => {
+            family.remove(schedule);
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Which finished runs of a schedule to delete: keep the newest `keepSuccessful` successful
 //! and `keepFailed` failed runs, drop runs older than `maxAge`, never the newest successful
-//! run, never an active run.
+//! run, never the newest verified one (whose restore drill passed), never an active run.
 
 use std::time::Duration;
 
@@ -14,6 +14,8 @@ pub struct RunFacts {
     pub phase: Option<BackupPhase>,
     /// When it finished, else when it was created.
     pub at: Timestamp,
+    /// Its newest restore drill passed.
+    pub verified: bool,
 }
 
 /// The names of the runs to delete.
@@ -27,9 +29,10 @@ pub fn doomed(runs: &[RunFacts], retention: &Retention, now: Timestamp) -> Vec<S
     };
     let successful = newest_first(BackupPhase::Succeeded);
     let failed = newest_first(BackupPhase::Failed);
+    let newest_verified = successful.iter().find(|run| run.verified).map(|run| run.name.as_str());
     let keep = |n: i32| usize::try_from(n).unwrap_or(0);
     for (index, run) in successful.iter().enumerate() {
-        if index == 0 {
+        if index == 0 || newest_verified == Some(run.name.as_str()) {
             continue;
         }
         if index >= keep(retention.keep_successful()) || too_old(run, max_age, now) {
@@ -56,7 +59,12 @@ mod tests {
     use super::*;
 
     fn run(name: &str, phase: Option<BackupPhase>, hours_ago: i64) -> RunFacts {
-        RunFacts { name: name.into(), phase, at: Timestamp::from_second(1_800_000_000 - hours_ago * 3600).unwrap() }
+        RunFacts {
+            name: name.into(),
+            phase,
+            at: Timestamp::from_second(1_800_000_000 - hours_ago * 3600).unwrap(),
+            verified: false,
+        }
     }
 
     fn now() -> Timestamp {
@@ -95,6 +103,18 @@ mod tests {
         let mut doomed = doomed(&runs, &retention(7, 3, Some("48h")), now());
         doomed.sort();
         assert_eq!(doomed, ["s2"], "s1 is older than maxAge but the newest successful run");
+    }
+
+    #[test]
+    fn the_newest_verified_run_is_kept_whatever_the_limits_say() {
+        use BackupPhase::Succeeded;
+        let verified =
+            |name: &str, hours_ago: i64| RunFacts { verified: true, ..run(name, Some(Succeeded), hours_ago) };
+        // The newest run failed its drill (or has none yet): the older verified one stays.
+        let runs = [run("s1", Some(Succeeded), 1), verified("s2", 2), verified("s3", 3), run("s4", Some(Succeeded), 4)];
+        let mut doomed = doomed(&runs, &retention(1, 3, Some("1h")), now());
+        doomed.sort();
+        assert_eq!(doomed, ["s3", "s4"], "s1 is the newest success, s2 the newest verified; maxAge spares neither");
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! fire times give at most one catch-up run, within `startingDeadlineSeconds`; `Forbid` skips
 //! a fire time while a run is active, `Replace` stops the active run first; `suspend` creates
 //! and touches nothing. Retention runs at every reconcile, which every run's end triggers.
-//! A schedule with `spec.pointInTime` also runs its binary-log archiver ([`crate::archiving`]).
+//! A schedule with `spec.pointInTime` also runs its binary-log archiver ([`crate::archiving`]);
+//! one with `spec.drill.cron` asks its newest successful run for a restore drill at each drill
+//! fire time ([`crate::schedule_drills`]).
 //! The reconcile requeues itself for the next fire time (and, while archiving, to read the
 //! archiver's reports).
 
@@ -71,19 +73,21 @@ pub async fn reconcile(schedule: &MySQLBackup, namespace: &str, ctx: &Context) -
         state.next_schedule_time = None;
     }
 
+    let drill_refresh = crate::schedule_drills::fire_drills(schedule, &api, &runs, &mut state, now, ctx).await?;
     let mut desired = schedule_status(schedule, state, &runs, spec.suspended(), Time(now));
     // The schedule's own status is written even when archiving could not be reconciled.
     let archived = crate::archiving::reconcile(schedule, namespace, ctx, &runs, &mut desired).await;
     let interval = plan.interval(now);
     ctx.metrics.schedule_last_run(labels.clone(), last_run_failed(&desired));
-    ctx.metrics.schedule_overdue(labels, overdue(schedule, &runs, interval, now));
+    ctx.metrics.schedule_overdue(labels.clone(), overdue(schedule, &runs, interval, now));
+    crate::schedule_drills::export(schedule, labels, &runs, now, ctx);
     ctx.runtime
         .write_status(schedule, schedule.status.as_ref(), &desired)
         .await
         .map_err(api_err(format!("writing the status of MySQLBackup {}", schedule.name_any())))?;
     let archive_refresh = archived?;
     let next_fire = desired.next_schedule_time.as_ref().map(|next| until(now, next.0).min(ctx.runtime.resync));
-    Ok(match [next_fire, archive_refresh].into_iter().flatten().min() {
+    Ok(match [next_fire, archive_refresh, drill_refresh].into_iter().flatten().min() {
         Some(after) => Action::requeue(after),
         None => ctx.runtime.converged(schedule),
     })
@@ -147,7 +151,7 @@ fn facts(run: &MySQLBackup) -> RunFacts {
         .map(|t| t.0)
         .or_else(|| created(run))
         .unwrap_or(Timestamp::UNIX_EPOCH);
-    RunFacts { name: run.name_any(), phase: status.and_then(|s| s.phase), at }
+    RunFacts { name: run.name_any(), phase: status.and_then(|s| s.phase), at, verified: run.is_verified() }
 }
 
 fn doomed(runs: &[MySQLBackup], retention: &Retention, now: Timestamp) -> Vec<String> {
@@ -254,6 +258,7 @@ pub fn schedule_status(
     status.last_successful_run = succeeded.map(ResourceExt::name_any).or(status.last_successful_run);
     status.last_failed_run = failed.map(ResourceExt::name_any).or(status.last_failed_run);
     status.active_run = runs.iter().filter(|r| is_active(r)).max_by_key(|r| r.name_any()).map(ResourceExt::name_any);
+    crate::schedule_drills::verified_status(&mut status, runs);
     let mut set = |desired: Desired<'_>| conditions::set(&mut status.conditions, desired, generation, now.clone());
     set(Desired {
         type_: condition::SCHEDULE_VALID,

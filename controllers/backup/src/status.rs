@@ -3,12 +3,13 @@
 //! module adds where the backup is stored and what the agent counted.
 
 use controller_common::agent_job::RunEnd;
-use controller_common::status::{Update, status_count, summary_counts, summary_started};
+use controller_common::status::{Update, seconds_between, status_count, summary_counts, summary_started};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use visitors_agent_contract::summary::AgentSummary;
 use visitors_api::InvalidSpec;
-use visitors_api::backup::{MySQLBackup, MySQLBackupStatus};
-use visitors_api::conditions::{self, READY, REASON_INVALID_SPEC};
+use visitors_api::backup::{MySQLBackup, MySQLBackupStatus, condition};
+use visitors_api::conditions::{self, Desired, READY, REASON_INVALID_SPEC, Status};
+use visitors_api::drill::{DEFECT_ERROR_KINDS, DrillPhase, DrillStatus, reason as drill_reason};
 use visitors_api::point_in_time::SnapshotPosition;
 
 /// Whether the run has ended for good (an invalid spec can still be fixed).
@@ -67,6 +68,7 @@ fn fill_from_summary(status: &mut MySQLBackupStatus, summary: &AgentSummary) {
     let (tables, rows) = summary_counts(summary);
     status.location = summary.location.clone().or(status.location.take());
     status.size_bytes = status_count(summary.stored_bytes);
+    status.data_bytes = status_count(summary.data_bytes);
     status.tables = tables;
     status.rows = rows;
     status.manifest_sha256 = summary.manifest_sha256.clone();
@@ -77,6 +79,111 @@ fn fill_from_summary(status: &mut MySQLBackupStatus, summary: &AgentSummary) {
         binlog_position: snapshot.binlog_position.and_then(|p| i64::try_from(p).ok()),
         gtid: snapshot.gtid.clone(),
     });
+}
+
+/// A run's status with its drill set to `drill`, and the `Verified` condition that says it.
+pub fn with_drill(run: &MySQLBackup, drill: DrillStatus, now: Time) -> MySQLBackupStatus {
+    let mut status = run.status.clone().unwrap_or_default();
+    conditions::set(&mut status.conditions, verified_condition(&drill), run.metadata.generation, now);
+    status.drill = Some(drill);
+    status
+}
+
+fn verified_condition(drill: &DrillStatus) -> Desired<'_> {
+    let type_ = condition::VERIFIED;
+    match drill.phase {
+        DrillPhase::Pending | DrillPhase::Running => Desired {
+            type_,
+            status: Status::Unknown,
+            reason: drill_reason::DRILL_RUNNING,
+            message: "a restore drill of this run is running".into(),
+        },
+        DrillPhase::Succeeded => Desired {
+            type_,
+            status: Status::True,
+            reason: drill_reason::VERIFIED,
+            message: "the newest restore drill restored this run and every table matched what was dumped".into(),
+        },
+        DrillPhase::Failed => Desired {
+            type_,
+            status: Status::False,
+            reason: drill.reason.as_deref().unwrap_or(drill_reason::DRILL_ERROR),
+            message: drill.message.clone().unwrap_or_else(|| "the restore drill failed".into()),
+        },
+    }
+}
+
+/// A new drill answering the request of `requested_at`: its database is starting. `job` is
+/// named from the start, so that a drill that ends before its Job runs is still cleaned up.
+pub fn drill_pending(requested_at: Time, job: &str, now: Time) -> DrillStatus {
+    DrillStatus {
+        phase: DrillPhase::Pending,
+        requested_at,
+        start_time: Some(now),
+        completion_time: None,
+        restore_seconds: None,
+        duration_seconds: None,
+        tables: None,
+        rows: None,
+        reason: None,
+        message: None,
+        job_name: Some(job.to_string()),
+    }
+}
+
+/// The drill's Job `job` runs.
+pub fn drill_running(mut drill: DrillStatus, job: &str) -> DrillStatus {
+    drill.phase = DrillPhase::Running;
+    drill.job_name = Some(job.to_string());
+    drill
+}
+
+/// The drill ended as its Job did: the agent's counts on success; on failure `BackupDefect`
+/// when the agent proved the backup wrong, else the failure's own reason.
+pub fn drill_ended(drill: DrillStatus, end: &RunEnd, now: Time) -> DrillStatus {
+    match end {
+        RunEnd::Succeeded(summary) => {
+            let (tables, rows) = summary_counts(summary);
+            DrillStatus {
+                phase: DrillPhase::Succeeded,
+                restore_seconds: summary.restore_seconds,
+                tables,
+                rows,
+                reason: None,
+                message: None,
+                ..finish(drill, now)
+            }
+        }
+        RunEnd::Failed { reason, message, summary } => {
+            let defect = summary
+                .as_ref()
+                .and_then(|s| s.error_kind.as_deref())
+                .is_some_and(|kind| DEFECT_ERROR_KINDS.contains(&kind));
+            let reason = if defect {
+                drill_reason::BACKUP_DEFECT
+            } else if *reason == visitors_api::conditions::reason::DEADLINE_EXCEEDED {
+                drill_reason::DEADLINE_EXCEEDED
+            } else {
+                drill_reason::DRILL_ERROR
+            };
+            drill_failed(drill, reason, message.clone(), now)
+        }
+    }
+}
+
+/// The drill failed for `reason`.
+pub fn drill_failed(drill: DrillStatus, reason: &str, message: String, now: Time) -> DrillStatus {
+    DrillStatus {
+        phase: DrillPhase::Failed,
+        reason: Some(reason.to_string()),
+        message: Some(message),
+        ..finish(drill, now)
+    }
+}
+
+fn finish(drill: DrillStatus, now: Time) -> DrillStatus {
+    let duration_seconds = drill.start_time.as_ref().map(|start| seconds_between(start, &now));
+    DrillStatus { completion_time: Some(now), duration_seconds, ..drill }
 }
 
 #[cfg(test)]

@@ -622,3 +622,61 @@ async fn a_schedule_whose_archiver_cannot_be_applied_still_writes_its_status_the
     let failed = task.await.unwrap();
     assert!(failed.is_err(), "the archiving error still fails the reconcile (and backs off)");
 }
+
+/// A run with drills after each success looks again at once when it succeeds (a status write
+/// wakes no reconcile: before, its drill waited for the next resync, ten minutes), and that
+/// reconcile starts the drill: the Secret, the throwaway MySQL of the app's image, `Pending`.
+#[tokio::test]
+async fn a_run_with_drills_looks_again_at_once_when_it_succeeds_and_then_starts_its_drill() {
+    let (context, mut server) = context();
+    let mut drilled = backup("ex");
+    drilled.spec.drill = Some(serde_json::from_value(json!({"activeDeadlineSeconds": 900})).unwrap());
+    let running = with_status(drilled.clone(), running_status());
+    let task = tokio::spawn(reconcile(Arc::new(running.clone()), context.clone()));
+    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(json!([{"type": "Complete", "status": "True"}]))).await;
+    let summary = AgentSummary {
+        operation: Some(Operation::Backup),
+        ok: true,
+        location: Some("file:///backup/shop/ex/b1".into()),
+        tables: Some(2),
+        rows: Some(10),
+        data_bytes: Some(3 << 30),
+        manifest_sha256: Some("cd".repeat(32)),
+        ..AgentSummary::default()
+    };
+    server.expect(Method::GET, PODS_PATH, StatusCode::OK, pod_with_message(&summary.to_line())).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLBackup/b1/u-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&running)).await;
+    server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(delay(&task.await.unwrap().unwrap()), Duration::from_secs(1), "the drill starts at once");
+
+    let succeeded = with_status(drilled, written.body["status"].clone());
+    let task = tokio::spawn(reconcile(Arc::new(succeeded.clone()), context));
+    server.expect(Method::GET, &format!("{PODS_PATH}/b1-drill-db"), StatusCode::NOT_FOUND, not_found()).await;
+    server.expect(Method::GET, &format!("{JOBS_PATH}/b1-drill"), StatusCode::NOT_FOUND, not_found()).await;
+    let mut app = shop::app(1);
+    app["spec"]["mysql"] = json!({"image": "mariadb:10.11"});
+    server.expect(Method::GET, APP_PATH, StatusCode::OK, app).await;
+    let secret = server.expect_echo(Method::POST, "/api/v1/namespaces/shop/secrets").await;
+    assert_eq!(secret.body["metadata"]["name"], "b1-drill");
+    let password: k8s_openapi::ByteString =
+        serde_json::from_value(secret.body["data"]["root-password"].clone()).unwrap();
+    let password = String::from_utf8(password.0).unwrap();
+    assert_eq!(password.len(), 32);
+    let pod = server.expect_echo(Method::POST, PODS_PATH).await;
+    assert_eq!(pod.body["metadata"]["name"], "b1-drill-db");
+    assert_eq!(pod.body["spec"]["containers"][0]["image"], "mariadb:10.11");
+    assert_eq!(pod.body["spec"]["activeDeadlineSeconds"], 900);
+    let claim = &pod.body["spec"]["volumes"][0]["ephemeral"]["volumeClaimTemplate"]["spec"];
+    assert_eq!(claim["resources"]["requests"]["storage"], "7Gi", "twice the 3 GiB of data, and 1 GiB");
+    let status = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&succeeded)).await;
+    let drill = &status.body["status"]["drill"];
+    assert_eq!((drill["phase"].as_str(), drill["jobName"].as_str()), (Some("Pending"), Some("b1-drill")));
+    let verified = status.body["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Verified");
+    assert_eq!(verified.unwrap()["reason"], "DrillRunning");
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "DrillStarted");
+    assert!(!event.body.to_string().contains(&password), "no Event holds the generated password");
+    task.await.unwrap().unwrap();
+}

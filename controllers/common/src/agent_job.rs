@@ -197,12 +197,18 @@ impl AgentJob {
 
     /// Connects the agent to the MySQL of VisitorsApp `app` in `namespace`, as root, the
     /// password only by reference to `credentials_secret`.
-    pub fn with_database(mut self, app: &str, namespace: &str, credentials_secret: &str) -> Self {
+    pub fn with_database(self, app: &str, namespace: &str, credentials_secret: &str) -> Self {
+        self.with_server(&mysql_host(app, namespace), credentials_secret)
+    }
+
+    /// Connects the agent to the MySQL at `host`, as root, the password only by reference to
+    /// the `root-password` key of `secret`.
+    pub fn with_server(mut self, host: &str, secret: &str) -> Self {
         self.env.extend([
-            env(agent_env::MYSQL_HOST, &mysql_host(app, namespace)),
+            env(agent_env::MYSQL_HOST, host),
             env(agent_env::MYSQL_TCP_PORT, &MYSQL_PORT.to_string()),
             env(agent_env::MYSQL_USER, "root"),
-            env_from_secret(agent_env::MYSQL_PWD, credentials_secret, secret_keys::ROOT_PASSWORD),
+            env_from_secret(agent_env::MYSQL_PWD, secret, secret_keys::ROOT_PASSWORD),
         ]);
         self
     }

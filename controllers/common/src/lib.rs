@@ -12,6 +12,7 @@ pub mod leader;
 pub mod lock;
 pub mod metrics;
 pub mod operation;
+pub mod password;
 pub mod process;
 pub mod reconcile;
 pub mod server;

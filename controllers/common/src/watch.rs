@@ -101,7 +101,8 @@ pub fn trim_for_cache<K: Resource>(object: &mut K) {
 
 /// The trigger stream of a controller's own kind: objects are trimmed and reflected into
 /// `writer`'s store,
-/// and only changes of generation (the spec), finalizers or deletion reach the reconciler.
+/// and only changes of generation (the spec), annotations, finalizers or deletion reach the
+/// reconciler.
 /// Status writes move only the resourceVersion, so they never re-trigger a reconcile.
 pub fn primary_stream<K>(api: Api<K>, writer: Writer<K>) -> impl Stream<Item = Result<K, watcher::Error>> + Send
 where
@@ -169,9 +170,10 @@ pub fn agent_jobs(
     watched_objects(api_in::<PartialObjectMeta<Job>>(client, namespace), config)
 }
 
-/// Hashes what should trigger a reconcile: generation, finalizers, deletion.
+/// Hashes what should trigger a reconcile: generation, annotations (a request such as a
+/// drill's, kubectl's last-applied copy being trimmed first), finalizers, deletion.
 pub fn spec_or_lifecycle_changed<K: Resource>() -> impl Predicate<K> {
-    predicates::generation.combine(predicates::finalizers).combine(being_deleted::<K>)
+    predicates::generation.combine(predicates::annotations).combine(predicates::finalizers).combine(being_deleted::<K>)
 }
 
 fn being_deleted<K: Resource>(object: &K) -> Option<u64> {

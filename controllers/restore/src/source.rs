@@ -41,7 +41,8 @@ fn refuse(reason: &'static str, message: String) -> Blocked {
 }
 
 /// The backup of run `run`, if it can be restored: a `Succeeded` run with a recorded location
-/// and manifest; a failed one is refused, one still to finish is waited for.
+/// and manifest; a failed one, or one whose restore drill found it defective, is refused; one
+/// still to finish is waited for.
 pub fn backup_of_run(run: &MySQLBackup) -> Result<Backup, Blocked> {
     let name = run.name_any();
     if run.spec.is_schedule() {
@@ -66,6 +67,13 @@ pub fn backup_of_run(run: &MySQLBackup) -> Result<Backup, Blocked> {
                 format!("MySQLBackup {name} (spec.source.backup) is {phase}; the restore waits until it succeeds");
             return Err(wait(reason::BACKUP_NOT_FINISHED, message));
         }
+    }
+    if run.failed_drill() {
+        let why = status.drill.as_ref().and_then(|d| d.message.clone()).map(|m| format!(": {m}")).unwrap_or_default();
+        let message = format!(
+            "MySQLBackup {name} (spec.source.backup) failed its restore drill{why}; it does not restore what was dumped, so it is never restored, nothing was touched"
+        );
+        return Err(refuse(reason::BACKUP_FAILED_DRILL, message));
     }
     let recorded = status.location.clone().unwrap_or_default();
     let Some(agent_location) = agent_location_of_recorded(&recorded) else {
@@ -253,6 +261,18 @@ mod tests {
             let unfinished = run(serde_json::json!({"phase": phase}));
             assert!(matches!(backup_of_run(&unfinished), Err(Blocked::Wait(Wait { reason: "BackupNotFinished", .. }))));
         }
+        let defective = run(serde_json::json!({"phase": "Succeeded", "location": "file:///backup/shop/ex/b1",
+            "manifestSha256": "ab".repeat(32), "drill": {"phase": "Failed", "requestedAt": "2026-11-23T10:00:00Z",
+            "reason": "BackupDefect", "message": "the restored table `d`.`t` does not hold what was backed up"}}));
+        let Err(Blocked::Refuse { reason, message }) = backup_of_run(&defective) else {
+            panic!("a run that failed its drill is refused")
+        };
+        assert_eq!(reason, "BackupFailedDrill");
+        assert!(message.contains("`d`.`t`"), "{message}");
+        let drill_trouble = run(serde_json::json!({"phase": "Succeeded", "location": "file:///backup/shop/ex/b1",
+            "manifestSha256": "ab".repeat(32), "drill": {"phase": "Failed", "requestedAt": "2026-11-23T10:00:00Z",
+            "reason": "DatabaseLost"}}));
+        assert!(backup_of_run(&drill_trouble).is_ok(), "a drill that could not run proves nothing");
         let unverifiable = run(serde_json::json!({"phase": "Succeeded", "location": "s3://b/x"}));
         assert!(matches!(backup_of_run(&unverifiable), Err(Blocked::Refuse { reason: "BackupUnverifiable", .. })));
     }

@@ -139,6 +139,11 @@ Verbs are exactly what the controller uses; no wildcards.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "create", "patch", "delete"]
+# A restore drill runs a throwaway MySQL: a pod the run owns, whose root password is in a
+# Secret the controller generates; both are deleted when the drill ends.
+- apiGroups: [""]
+  resources: ["pods", "secrets"]
+  verbs: ["create", "delete"]
 {{- include "visitors-operator.jobRules" . }}
 {{- else if eq .key "restore" }}
 - apiGroups: ["example.com"]

@@ -1,6 +1,7 @@
 //! Pure builders: a MySQLBackup in, the desired Kubernetes objects out. No client, no clock.
 
 pub mod archiver;
+pub mod drill;
 pub mod job;
 pub mod scheduled_run;
 

@@ -26,6 +26,8 @@ pub fn scheduled_run(schedule: &MySQLBackup, fire_time: Timestamp) -> MySQLBacku
     // Archiving belongs to the schedule: a run is one base backup (the API refuses pointInTime
     // without a schedule).
     spec.point_in_time = None;
+    // A schedule's drill cron asks its runs by annotation; a run keeps one drill's settings.
+    spec.drill = spec.drill.as_ref().map(visitors_api::drill::Drill::for_scheduled_run);
     let labels = BTreeMap::from([
         (SCHEDULE_LABEL.to_string(), name.clone()),
         (DATABASE_LABEL.to_string(), schedule.spec.source.visitors_app.clone()),
@@ -64,6 +66,23 @@ mod tests {
         assert_eq!((owner.name.as_str(), owner.controller), ("nightly", Some(true)));
         assert_eq!(created.annotations()[SCHEDULED_AT], "2027-01-15T08:00:00Z");
         assert_eq!(run_name("nightly", fire), run_name("nightly", Timestamp::from_second(1_800_000_059).unwrap()));
+    }
+
+    #[test]
+    fn a_run_of_a_drilling_schedule_is_drilled_after_it_succeeds_unless_the_schedule_drills_on_a_cron() {
+        let mut schedule = run();
+        schedule.spec.schedule = Some(BackupSchedule { cron: "0 * * * *".into(), ..Default::default() });
+        let fire = Timestamp::from_second(1_800_000_000).unwrap();
+        schedule.spec.drill = Some(serde_json::from_value(serde_json::json!({"activeDeadlineSeconds": 600})).unwrap());
+        let after_each = scheduled_run(&schedule, fire).spec.drill.unwrap();
+        assert!(after_each.after_each_run());
+        assert_eq!(after_each.active_deadline_seconds(), 600);
+        schedule.spec.drill =
+            Some(serde_json::from_value(serde_json::json!({"cron": "0 4 * * *", "maxUnverifiedAge": "7d"})).unwrap());
+        let created = scheduled_run(&schedule, fire);
+        let on_cron = created.spec.drill.clone().unwrap();
+        assert!(!on_cron.after_each_run() && on_cron.cron.is_none() && on_cron.max_unverified_age.is_none());
+        assert_eq!(created.spec.validate(), Ok(()), "a run's drill is valid for a run");
     }
 
     #[test]

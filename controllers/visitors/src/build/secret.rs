@@ -5,21 +5,16 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use controller_common::password::random_password;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
-use rand::Rng;
-use rand::distr::Alphanumeric;
 use visitors_api::VisitorsApp;
 use visitors_api::labels::{Component, labels, names};
 use visitors_api::visitors_app::{DATABASE_USER, DeletionPolicy, secret_keys};
 
 use super::owner_reference;
-
-/// Length of generated passwords: 32 alphanumerics, about 190 bits, and nothing a shell or SQL
-/// string could misread.
-const PASSWORD_LEN: usize = 32;
 
 /// Freshly generated database credentials. `Debug` never shows the passwords.
 #[derive(Clone, PartialEq, Eq)]
@@ -40,10 +35,6 @@ impl fmt::Debug for Credentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Credentials").field("username", &self.username).finish_non_exhaustive()
     }
-}
-
-fn random_password() -> String {
-    rand::rng().sample_iter(&Alphanumeric).take(PASSWORD_LEN).map(char::from).collect()
 }
 
 /// The name of the Secret the app's pods read: the user's, or the generated one.
@@ -94,7 +85,7 @@ mod tests {
     fn generated_passwords_are_long_random_and_distinct() {
         let a = Credentials::generate();
         let b = Credentials::generate();
-        assert_eq!(a.password.len(), PASSWORD_LEN);
+        assert_eq!(a.password.len(), controller_common::password::PASSWORD_LEN);
         assert!(a.password.chars().all(|c| c.is_ascii_alphanumeric()));
         assert_ne!(a.password, b.password);
         assert_ne!(a.password, a.root_password);

@@ -1,0 +1,276 @@
+//! A successful run's restore drill: start a throwaway MySQL → once it is ready, the agent's
+//! Job restores the run into it and compares (`verify --deep`) → the result into
+//! `status.drill` → the drill's Secret, pod (with its volume) and Job deleted. A drill holds no
+//! database Lease and never touches the app's MySQL: it reads the stored backup only. Every
+//! step reads the API, so a restarted controller picks a drill up where it is.
+
+use std::time::Duration;
+
+use controller_common::agent_job;
+use controller_common::apply::delete_if_present;
+use controller_common::operation::DatabaseOperation;
+use controller_common::password::random_password;
+use controller_common::reconcile::{ApiError, api_err};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::PostParams;
+use kube::runtime::controller::Action;
+use kube::{Api, Resource, ResourceExt};
+use visitors_agent_contract::summary::Operation;
+use visitors_api::drill::{Drill, DrillPhase, DrillStatus, reason};
+use visitors_api::visitors_app::DEFAULT_MYSQL_IMAGE;
+use visitors_api::{MySQLBackup, VisitorsApp};
+
+use crate::build::drill::{self as build, job_name};
+use crate::context::{Context, Error};
+use crate::status;
+
+/// How often a drill whose database is starting looks again (the pod watch may wake it sooner).
+const STARTING_POLL: Duration = Duration::from_secs(5);
+/// Time the pod and Job deadlines get to act before the controller ends a drill itself.
+const DEADLINE_GRACE: Duration = Duration::from_secs(30);
+
+/// Reconciles the drill of a finished run, if it owes or runs one; `None` when it has nothing to
+/// do (the run is converged).
+pub async fn reconcile(run: &MySQLBackup, namespace: &str, ctx: &Context) -> Result<Option<Action>, Error> {
+    let current = run.status.as_ref().and_then(|s| s.drill.clone());
+    let steps = DrillSteps { run, ctx, op: DatabaseOperation::of(run, &ctx.runtime, namespace) };
+    match current {
+        Some(drill) if !drill.has_ended() => steps.follow(drill).await.map(Some),
+        Some(drill) if drill.job_name.is_some() => steps.clean_up(drill).await.map(Some),
+        _ => match run.drill_due() {
+            Some(requested) => steps.start(requested).await.map(Some),
+            None => Ok(None),
+        },
+    }
+}
+
+struct DrillSteps<'a> {
+    run: &'a MySQLBackup,
+    ctx: &'a Context,
+    op: DatabaseOperation<'a, MySQLBackup>,
+}
+
+impl DrillSteps<'_> {
+    fn settings(&self) -> Drill {
+        self.run.spec.drill.clone().unwrap_or_default()
+    }
+
+    /// Creates the Secret and the throwaway MySQL, and records the drill as Pending; first
+    /// waits until the objects of an earlier drill are gone (a pod or Job still terminating
+    /// would otherwise be taken for this drill's).
+    async fn start(&self, requested: Timestamp) -> Result<Action, Error> {
+        if let Some(left) = self.earlier_drill_left().await? {
+            tracing::info!("a new drill waits for {left} of the previous one to be gone");
+            return Ok(Action::requeue(STARTING_POLL));
+        }
+        let image = self.database_image().await?;
+        let settings = self.settings();
+        self.create(&build::secret(self.run, &random_password()), "Secret").await?;
+        self.create(&build::database_pod(self.run, &settings, &image), "Pod").await?;
+        let drill = status::drill_pending(Time(requested), &job_name(self.run), now());
+        self.publish(drill).await?;
+        let note = format!(
+            "restore drill started: MySQL {image} in pod {} on a {} GiB volume",
+            build::database_name(self.run),
+            build::volume_gib(self.run)
+        );
+        self.ctx.runtime.events.normal(self.run, "DrillStarted", "Drill", note).await;
+        Ok(Action::requeue(STARTING_POLL))
+    }
+
+    async fn earlier_drill_left(&self) -> Result<Option<String>, Error> {
+        let pod = build::database_name(self.run);
+        if self.op.api::<Pod>().get_opt(&pod).await.map_err(api_err(format!("reading Pod {pod}")))?.is_some() {
+            return Ok(Some(format!("pod {pod}")));
+        }
+        let job = job_name(self.run);
+        Ok(self.op.job(&job).await?.map(|_| format!("Job {job}")))
+    }
+
+    /// The app's MySQL image, so that the drill restores into the server the app runs; the
+    /// default image when the app is gone.
+    async fn database_image(&self) -> Result<String, Error> {
+        let app = &self.run.spec.source.visitors_app;
+        let found =
+            self.op.api::<VisitorsApp>().get_opt(app).await.map_err(api_err(format!("reading VisitorsApp {app}")))?;
+        Ok(found.map_or_else(|| DEFAULT_MYSQL_IMAGE.to_string(), |app| app.spec.mysql_image().to_string()))
+    }
+
+    async fn follow(&self, drill: DrillStatus) -> Result<Action, Error> {
+        if self.past_deadline(&drill) {
+            let seconds = self.settings().active_deadline_seconds();
+            let message = format!("the drill took longer than spec.drill.activeDeadlineSeconds ({seconds} s)");
+            return self.end(status::drill_failed(drill, reason::DEADLINE_EXCEEDED, message, now())).await;
+        }
+        let pod = self
+            .op
+            .api::<Pod>()
+            .get_opt(&build::database_name(self.run))
+            .await
+            .map_err(api_err(format!("reading Pod {}", build::database_name(self.run))))?;
+        if let Some(lost) = database_lost(pod.as_ref()) {
+            return self.end(status::drill_failed(drill, reason::DATABASE_LOST, lost, now())).await;
+        }
+        let pod = pod.expect("a database that is not lost exists");
+        match drill.phase {
+            DrillPhase::Pending => self.start_job_when_ready(drill, &pod).await,
+            _ => self.follow_job(drill).await,
+        }
+    }
+
+    async fn start_job_when_ready(&self, drill: DrillStatus, pod: &Pod) -> Result<Action, Error> {
+        let Some(address) = ready_address(pod) else { return Ok(Action::requeue(STARTING_POLL)) };
+        let job = build::job(self.run, &self.settings(), &self.ctx.settings.inputs(), &address);
+        let note = format!("Job {} restores the run into the drill's database and compares it", job.name_any());
+        self.op.create_job(&job, note).await?;
+        self.publish(status::drill_running(drill, &job.name_any())).await?;
+        Ok(self.ctx.runtime.watching(self.run))
+    }
+
+    async fn follow_job(&self, drill: DrillStatus) -> Result<Action, Error> {
+        let name = job_name(self.run);
+        let Some(job) = self.op.job(&name).await? else {
+            let message = format!("Job {name} was deleted before the drill finished");
+            return self.end(status::drill_failed(drill, reason::DRILL_ERROR, message, now())).await;
+        };
+        if !self.op.owns(&job) {
+            let message = format!("Job {name} exists but does not belong to this run; delete or rename it");
+            return self.end(status::drill_failed(drill, reason::DRILL_ERROR, message, now())).await;
+        }
+        let deadline = self.settings().active_deadline_seconds();
+        match self.op.end_of(&job, Operation::Verify, deadline).await? {
+            Some(end) => self.end(status::drill_ended(drill, &end, now())).await,
+            None => Ok(self.ctx.runtime.watching(self.run)),
+        }
+    }
+
+    fn past_deadline(&self, drill: &DrillStatus) -> bool {
+        let Some(start) = &drill.start_time else { return false };
+        let deadline = Duration::from_secs(u64::try_from(self.settings().active_deadline_seconds()).unwrap_or(0));
+        let elapsed = now().0.as_millisecond().saturating_sub(start.0.as_millisecond());
+        elapsed > i64::try_from((deadline + DEADLINE_GRACE).as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Records the end first (a restarted controller then only cleans up), tells the user,
+    /// then deletes the drill's objects.
+    async fn end(&self, drill: DrillStatus) -> Result<Action, Error> {
+        self.publish(drill.clone()).await?;
+        self.announce(&drill).await;
+        self.clean_up(drill).await
+    }
+
+    async fn announce(&self, drill: &DrillStatus) {
+        let events = &self.ctx.runtime.events;
+        self.ctx.metrics.drill_ended(self.op.namespace, &self.run.spec.source.visitors_app, drill);
+        if drill.phase == DrillPhase::Succeeded {
+            let note = format!(
+                "restore drill passed: {} tables, {} rows restored in {:.1} s and identical to what was dumped",
+                drill.tables.unwrap_or_default(),
+                drill.rows.unwrap_or_default(),
+                drill.restore_seconds.unwrap_or_default()
+            );
+            events.normal(self.run, "DrillSucceeded", "Drill", note).await;
+        } else {
+            let reason = drill.reason.as_deref().unwrap_or(reason::DRILL_ERROR);
+            let message = drill.message.clone().unwrap_or_default();
+            tracing::warn!(reason, error = %message, "restore drill failed");
+            events.warning(self.run, "DrillFailed", "Drill", format!("{reason}: {message}")).await;
+        }
+    }
+
+    /// Deletes the drill's Job, pod (its volume goes with it) and Secret, then forgets the Job.
+    async fn clean_up(&self, drill: DrillStatus) -> Result<Action, Error> {
+        let name = job_name(self.run);
+        self.op.delete_job(&name).await?;
+        delete_if_present(&self.op.api::<Pod>(), "Pod", &build::database_name(self.run)).await?;
+        delete_if_present(&self.op.api::<Secret>(), "Secret", &build::secret_name(self.run)).await?;
+        self.publish(DrillStatus { job_name: None, ..drill }).await?;
+        Ok(self.ctx.runtime.converged(self.run))
+    }
+
+    async fn create<K>(&self, object: &K, kind: &str) -> Result<(), ApiError>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = self.op.api();
+        let params =
+            PostParams { field_manager: Some(self.ctx.runtime.field_manager.clone()), ..PostParams::default() };
+        match api.create(&params, object).await {
+            Ok(_) => Ok(()),
+            // Left by a reconcile whose status write was lost: the drill it started goes on.
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            Err(source) => Err(ApiError { action: format!("creating {kind} {}", object.name_any()), source }),
+        }
+    }
+
+    async fn publish(&self, drill: DrillStatus) -> Result<bool, Error> {
+        let desired = status::with_drill(self.run, drill, now());
+        Ok(self.op.publish(self.run.status.as_ref(), &desired).await?)
+    }
+}
+
+/// Why the drill's database can no longer serve it, if it cannot: gone, being deleted, or
+/// stopped (a MySQL that exits is never restarted: its data would be gone).
+fn database_lost(pod: Option<&Pod>) -> Option<String> {
+    let Some(pod) = pod else {
+        return Some("the drill's database pod was deleted before the drill finished".into());
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Some(format!("the drill's database pod {} is being deleted", pod.name_any()));
+    }
+    if agent_job::pod_ended(pod) {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+        let why = pod.status.as_ref().and_then(|s| s.reason.clone()).map(|r| format!(" ({r})")).unwrap_or_default();
+        return Some(format!("the drill's database pod {} stopped: {phase}{why}", pod.name_any()));
+    }
+    None
+}
+
+/// The pod's address once it is ready.
+fn ready_address(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let ready = status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
+    status.pod_ip.clone().filter(|ip| ready && !ip.is_empty())
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "r-drill-db"}, "status": status})).unwrap()
+    }
+
+    #[test]
+    fn the_job_starts_only_once_the_database_is_ready_with_an_address() {
+        let ready = serde_json::json!({"phase": "Running", "podIP": "10.0.0.7",
+            "conditions": [{"type": "Ready", "status": "True"}]});
+        assert_eq!(ready_address(&pod(ready)), Some("10.0.0.7".into()));
+        let starting = serde_json::json!({"phase": "Running", "podIP": "10.0.0.7",
+            "conditions": [{"type": "Ready", "status": "False"}]});
+        assert_eq!(ready_address(&pod(starting)), None);
+        let no_ip = serde_json::json!({"phase": "Pending", "conditions": [{"type": "Ready", "status": "True"}]});
+        assert_eq!(ready_address(&pod(no_ip)), None);
+    }
+
+    #[test]
+    fn a_database_gone_stopped_or_deleted_is_lost() {
+        assert!(database_lost(None).unwrap().contains("deleted"));
+        let failed = pod(serde_json::json!({"phase": "Failed", "reason": "DeadlineExceeded"}));
+        assert!(database_lost(Some(&failed)).unwrap().contains("Failed (DeadlineExceeded)"));
+        let mut deleting = pod(serde_json::json!({"phase": "Running"}));
+        deleting.metadata.deletion_timestamp = Some(now());
+        assert!(database_lost(Some(&deleting)).unwrap().contains("being deleted"));
+        assert_eq!(database_lost(Some(&pod(serde_json::json!({"phase": "Running"})))), None);
+    }
+}
