@@ -318,10 +318,16 @@ pub fn mariadb_shell_job(
 /// (`mariadb -N -B`), read back from its pod's termination message: how a test reads a value
 /// from the server on any cluster. Fails the test if the Job fails.
 pub async fn sql_value(client: &Client, namespace: &str, app: &str, name: &str, sql: &str) -> String {
-    use k8s_openapi::api::core::v1::Pod;
     let script = r#"mariadb -h "$HOST" -uroot -N -B visitors -e "$SQL" > /dev/termination-log"#;
     let job = mariadb_shell_job(app, namespace, name, script, &[("SQL", sql)]);
     run_job(client, namespace, name, job).await;
+    job_output(client, namespace, name).await
+}
+
+/// What Job `name`'s container wrote to `/dev/termination-log` (its termination message),
+/// trimmed: how a test reads a value back from a Job on any cluster.
+pub async fn job_output(client: &Client, namespace: &str, name: &str) -> String {
+    use k8s_openapi::api::core::v1::Pod;
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let listed = pods.list(&kube::api::ListParams::default().labels(&format!("job-name={name}"))).await.unwrap();
     listed
@@ -334,6 +340,33 @@ pub async fn sql_value(client: &Client, namespace: &str, app: &str, name: &str, 
         .unwrap_or_else(|| panic!("Job {name} left no output"))
         .trim()
         .to_string()
+}
+
+/// A Job that runs the shell `script` (busybox) with the backup claim `claim` mounted at
+/// `/backup`: how a test changes a stored backup on any cluster.
+pub fn storage_shell_job(name: &str, claim: &str, script: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "shell", "image": "busybox", "command": ["sh", "-c", script],
+                            "volumeMounts": [{"name": "backup", "mountPath": "/backup"}]}],
+            "volumes": [{"name": "backup", "persistentVolumeClaim": {"claimName": claim}}],
+        }}},
+    })
+}
+
+/// A script for [`storage_shell_job`] that flips byte 10 of the first file below `/backup/<folder>`
+/// whose path matches `pattern` (size unchanged), and writes that file's path relative to
+/// `folder` to its termination message.
+pub fn flip_a_byte_script(folder: &str, pattern: &str) -> String {
+    format!(
+        "set -eu; cd /backup/{folder}; f=$(find . -type f -path '{pattern}' | sort | head -n 1); \
+         test -n \"$f\"; echo \"flipping a byte of $f\"; \
+         b=$(od -An -tu1 -j 10 -N 1 \"$f\" | tr -d ' '); n=$(( (b + 1) % 256 )); \
+         printf \"$(printf '\\\\%03o' \"$n\")\" | dd of=\"$f\" bs=1 seek=10 count=1 conv=notrunc; \
+         echo \"${{f#./}}\" > /dev/termination-log"
+    )
 }
 
 /// Creates a Job and waits for it to end; returns whether it completed.

@@ -1,9 +1,9 @@
 //! The chart's alerts against the metrics the controllers really export: after a scheduled
-//! backup run with binary log archiving, a restore of it and a reconcile that fails (a
-//! ResourceQuota forbids an app's children), the three running controllers are scraped, every
-//! expression of helm/visitors-operator/files/prometheus-rules.yaml is parsed with
-//! `promql-parser`, and each metric name and label it uses must be in the scrape. The names are
-//! read from the rules file only, never listed here.
+//! backup run with binary log archiving and a restore drill, a restore of it and a reconcile
+//! that fails (a ResourceQuota forbids an app's children), the three running controllers are
+//! scraped, every expression of helm/visitors-operator/files/prometheus-rules.yaml is parsed
+//! with `promql-parser`, and each metric name and label it uses must be in the scrape. The
+//! names are read from the rules file only, never listed here.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -176,8 +176,8 @@ async fn scrape_all(client: &Client) -> Result<(Uses, String), String> {
     Ok((all, texts))
 }
 
-/// A schedule every minute, archiving the binary log, whose first run has succeeded, a
-/// restore of that run that has ended, in a namespace with the book's app.
+/// A schedule every minute, archiving the binary log and drilling each run, whose first run
+/// has succeeded, a restore of that run that has ended, in a namespace with the book's app.
 async fn backup_and_restore_ran(client: &Client) -> TestNamespace {
     let seed = "CREATE TABLE IF NOT EXISTS visitors.e2e_rows (id INT PRIMARY KEY); \
                 INSERT INTO visitors.e2e_rows SELECT seq FROM seq_1_to_100;";
@@ -186,7 +186,7 @@ async fn backup_and_restore_ran(client: &Client) -> TestNamespace {
     let schedule = serde_json::from_value(json!({
         "apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": SCHEDULE},
         "spec": {"source": {"visitorsApp": APP}, "storage": {"persistentVolumeClaim": {"claimName": CLAIM}},
-                 "schedule": {"cron": "* * * * *"}, "pointInTime": {"flushSeconds": 2}},
+                 "schedule": {"cron": "* * * * *"}, "pointInTime": {"flushSeconds": 2}, "drill": {}},
     }))
     .unwrap();
     backups.create(&PostParams::default(), &schedule).await.expect("create the schedule");

@@ -20,7 +20,8 @@ use visitors_api::restore::{MySQLRestoreStatus, RestorePhase};
 use visitors_api::{MySQLBackup, MySQLRestore, VisitorsApp};
 use visitors_e2e::{
     TestNamespace, app_ready_at_generation, cluster, controller_name, controller_selector, create_ready_book_app,
-    events_of, job_completes, mariadb_job, ready_app_with_claim_and_rows, release_namespace, run_job, wait_for,
+    events_of, flip_a_byte_script, job_completes, mariadb_job, ready_app_with_claim_and_rows, release_namespace,
+    run_job, storage_shell_job, wait_for,
 };
 
 const APP: &str = "ex";
@@ -330,21 +331,8 @@ async fn a_backup_with_one_flipped_byte_is_refused_and_the_database_is_unchanged
     let ns = namespace.name.clone();
     backed_up_then_changed(&client, &ns).await;
     // One byte of one chunk of the stored backup flipped, size unchanged.
-    let flip = format!(
-        "set -eu; f=$(find /backup/{ns}/{APP}/before -type f -path '*/data/e2e_rows/*' | sort | head -n 1); \
-         test -n \"$f\"; echo \"flipping a byte of $f\"; \
-         b=$(od -An -tu1 -j 10 -N 1 \"$f\" | tr -d ' '); n=$(( (b + 1) % 256 )); \
-         printf \"$(printf '\\\\%03o' \"$n\")\" | dd of=\"$f\" bs=1 seek=10 count=1 conv=notrunc"
-    );
-    let job = json!({
-        "metadata": {"name": "flip"},
-        "spec": {"backoffLimit": 0, "template": {"spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "flip", "image": "busybox", "command": ["sh", "-c", flip],
-                            "volumeMounts": [{"name": "backup", "mountPath": "/backup"}]}],
-            "volumes": [{"name": "backup", "persistentVolumeClaim": {"claimName": CLAIM}}],
-        }}},
-    });
+    let flip = flip_a_byte_script(&format!("{ns}/{APP}/before"), "*/data/e2e_rows/*");
+    let job = storage_shell_job("flip", CLAIM, &flip);
     run_job(&client, &ns, "flip", job).await;
 
     let restores: Api<MySQLRestore> = Api::namespaced(client.clone(), &ns);
