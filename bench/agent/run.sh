@@ -15,7 +15,7 @@
 #
 # Usage: bench/agent/run.sh [--size-mib N] [--threads N] [--levels "1 3"] [--datasets "compressible realistic"]
 #                           [--work-dir DIR] [--agent PATH] [--other-agent PATH] [--repeat N] [--no-mydumper]
-#                           [--backups-only] [--keep]
+#                           [--backups-only] [--no-dump] [--drill] [--keep]
 # --work-dir: where the server's data and the backups go (default /tmp); a tmpfs such as /dev/shm
 # takes the disk (and fsync) out of the measurement.
 # --repeat N: every backup and restore N times, interleaved (agent, dump, ..., agent, dump, ...), so a
@@ -24,6 +24,9 @@
 # the first, in the same interleaved rounds, as "visitors-agent (other build)".
 # --no-mydumper: leave out mydumper and myloader (quicker runs for the agent against the pipeline).
 # --backups-only: leave out the restores (a quick measure of a backup change).
+# --no-dump: leave out mariadb-dump (an A/B of two agent builds only).
+# --drill: after the agent's restore, also a restore drill (`verify --deep`) of the same backup
+# into the emptied server: what a drill costs beside a plain restore.
 # Backups run at each zstd level of --levels (agent and mariadb-dump at the same level);
 # restores use the backups of the first level.
 # Needs: mariadb-server mariadb-client zstd mydumper time (Debian packages), and a release
@@ -40,6 +43,8 @@ OTHER_AGENT=""
 REPEAT=1
 MYDUMPER=1
 RESTORES=1
+DUMP=1
+DRILL=0
 KEEP=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -53,6 +58,8 @@ while [[ $# -gt 0 ]]; do
     --repeat) REPEAT="$2"; shift 2 ;;
     --no-mydumper) MYDUMPER=0; shift ;;
     --backups-only) RESTORES=0; shift ;;
+    --no-dump) DUMP=0; shift ;;
+    --drill) DRILL=1; shift ;;
     --keep) KEEP=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -201,6 +208,7 @@ run_round() {
         "$path" backup --to "file://$WORK/$dir-$LEVEL" "${AGENT_TCP[@]}" --database bench --parallelism "$THREADS" \
         --compression zstd --compression-level "$LEVEL" --progress-interval 0
     done < <(agent_builds)
+    [[ "$DUMP" == 1 ]] || continue
     measure backup "mariadb-dump --single-transaction --quick | zstd -$LEVEL" "$WORK/dump-$LEVEL.sql.zst" \
       bash -c "mariadb-dump ${TCP[*]} --single-transaction --quick --databases bench | zstd -q -$LEVEL -o '$WORK/dump-$LEVEL.sql.zst'"
   done
@@ -220,9 +228,17 @@ run_round() {
       "$path" restore --from "file://$from" "${AGENT_TCP[@]}" --parallelism "$THREADS" --progress-interval 0
     check_restored "$label restore"
   done < <(agent_builds)
-  drop_bench
-  measure restore "zstd -dc | mariadb" "" bash -c "zstd -dc '$WORK/dump-$FIRST_LEVEL.sql.zst' | mariadb ${TCP[*]}"
-  check_restored "mariadb"
+  if [[ "$DRILL" == 1 ]]; then
+    drop_bench
+    measure restore "visitors-agent verify --deep (drill, $THREADS workers)" "" \
+      "$AGENT" verify --deep --from "file://$from" "${AGENT_TCP[@]}" --parallelism "$THREADS"
+    check_restored "the drill"
+  fi
+  if [[ "$DUMP" == 1 ]]; then
+    drop_bench
+    measure restore "zstd -dc | mariadb" "" bash -c "zstd -dc '$WORK/dump-$FIRST_LEVEL.sql.zst' | mariadb ${TCP[*]}"
+    check_restored "mariadb"
+  fi
   if [[ "$MYDUMPER" == 1 ]]; then
     drop_bench
     measure restore "myloader -t $THREADS" "" myloader "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -d "$WORK/mydumper" -o

@@ -138,3 +138,36 @@ async fn the_documented_script_stops_on_an_edited_manifest_or_a_truncated_value(
     assert!(stderr.contains("1265") || stderr.contains("1406"), "{stderr}");
     assert!(!String::from_utf8_lossy(&output.stdout).contains("restored: "));
 }
+
+/// A manifest whose row counts were edited, the table's and its chunk's alike so that it stays
+/// self-consistent, is refused without EXPECTED_SHA256 too (as the agent refuses it): the
+/// script compares each restored table's `COUNT(*)` with its `rows`, naming the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_script_stops_on_row_counts_other_than_the_manifests() {
+    let Some(source) = MariaDb::start() else { return };
+    let Some(target) = MariaDb::start() else { return };
+    if !tools_or_skip() {
+        return;
+    }
+    source.sql(
+        "CREATE DATABASE w; CREATE TABLE w.`it``s` (id INT PRIMARY KEY); INSERT INTO w.`it``s` VALUES (1), (2), (3);
+         CREATE TABLE w.fine (id INT PRIMARY KEY); INSERT INTO w.fine VALUES (1);",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let report = back_up(&small_backup(&source, &file_location(dir.path()))).await;
+    let index = report.manifest.databases[0].tables.iter().position(|t| t.name == "it`s").expect("the table");
+    assert_eq!(report.manifest.databases[0].tables[index].chunks.len(), 1);
+    let manifest_path = dir.path().join(visitors_agent::format::MANIFEST_FILE);
+    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    let table = &mut manifest["databases"][0]["tables"][index];
+    assert_eq!(table["rows"], 3);
+    table["rows"] = 4.into();
+    table["chunks"][0]["rows"] = 4.into();
+    std::fs::write(&manifest_path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
+
+    let output = run_script(dir.path(), &target, None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "edited row counts passed silently: {stderr}");
+    assert!(stderr.contains("w.it`s: restored 3 rows, the manifest records 4"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("restored: "));
+}
