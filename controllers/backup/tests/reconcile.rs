@@ -9,7 +9,7 @@ use controller_common::operation::AgentSettings;
 use controller_common::testing::shop::{
     self, APP_PATH, CLAIM_PATH, EVENTS_PATH, JOBS_PATH, LEASE_PATH, LEASES_PATH, PODS_PATH, SECRET_PATH,
 };
-use controller_common::testing::{MockApiServer, mock_runtime, not_found, with_applied_status};
+use controller_common::testing::{MockApiServer, Received, mock_runtime, not_found, with_applied_status};
 use http::{Method, StatusCode};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
@@ -174,12 +174,26 @@ async fn a_run_waits_while_another_holds_the_database() {
     task.await.unwrap().unwrap();
 }
 
+/// The requests of a run whose Job completed with `summary`: the Job, its pods, the lock
+/// released, the status written. Returns the pods request and the status written.
+async fn job_completes_with(
+    server: &mut MockApiServer,
+    running: &MySQLBackup,
+    summary: &AgentSummary,
+) -> (Received, Received) {
+    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(json!([{"type": "Complete", "status": "True"}]))).await;
+    let pods = server.expect(Method::GET, PODS_PATH, StatusCode::OK, pod_with_message(&summary.to_line())).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLBackup/b1/u-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(running)).await;
+    (pods, written)
+}
+
 #[tokio::test]
 async fn a_completed_job_fills_the_status_from_the_summary_and_frees_the_lock() {
     let (context, mut server) = context();
     let running = with_status(backup("ex"), running_status());
     let task = tokio::spawn(reconcile(Arc::new(running.clone()), context.clone()));
-    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(json!([{"type": "Complete", "status": "True"}]))).await;
     let summary = AgentSummary {
         operation: Some(Operation::Backup),
         ok: true,
@@ -194,11 +208,8 @@ async fn a_completed_job_fills_the_status_from_the_summary_and_frees_the_lock() 
         manifest_sha256: Some("cd".repeat(32)),
         ..AgentSummary::default()
     };
-    let pods = server.expect(Method::GET, PODS_PATH, StatusCode::OK, pod_with_message(&summary.to_line())).await;
+    let (pods, written) = job_completes_with(&mut server, &running, &summary).await;
     assert!(pods.uri.contains("labelSelector=batch.kubernetes.io%2Fjob-name%3Db1-backup"), "{}", pods.uri);
-    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLBackup/b1/u-1")).await;
-    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
-    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&running)).await;
     let status = &written.body["status"];
     assert_eq!(status["phase"], "Succeeded");
     assert_eq!(
@@ -633,7 +644,6 @@ async fn a_run_with_drills_looks_again_at_once_when_it_succeeds_and_then_starts_
     drilled.spec.drill = Some(serde_json::from_value(json!({"activeDeadlineSeconds": 900})).unwrap());
     let running = with_status(drilled.clone(), running_status());
     let task = tokio::spawn(reconcile(Arc::new(running.clone()), context.clone()));
-    server.expect(Method::GET, JOB_PATH, StatusCode::OK, job(json!([{"type": "Complete", "status": "True"}]))).await;
     let summary = AgentSummary {
         operation: Some(Operation::Backup),
         ok: true,
@@ -644,10 +654,7 @@ async fn a_run_with_drills_looks_again_at_once_when_it_succeeds_and_then_starts_
         manifest_sha256: Some("cd".repeat(32)),
         ..AgentSummary::default()
     };
-    server.expect(Method::GET, PODS_PATH, StatusCode::OK, pod_with_message(&summary.to_line())).await;
-    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLBackup/b1/u-1")).await;
-    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
-    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&running)).await;
+    let (_, written) = job_completes_with(&mut server, &running, &summary).await;
     server.expect_echo(Method::POST, EVENTS_PATH).await;
     assert_eq!(delay(&task.await.unwrap().unwrap()), Duration::from_secs(1), "the drill starts at once");
 
