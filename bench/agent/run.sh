@@ -69,7 +69,9 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 if [[ -z "$AGENT" ]]; then
   AGENT="${CARGO_TARGET_DIR:-$ROOT/target}/release/visitors-agent"
 fi
-for program in mariadbd mariadb-install-db mariadb mariadb-dump zstd mydumper myloader /usr/bin/time "$AGENT" ${OTHER_AGENT:+"$OTHER_AGENT"}; do
+TOOLS=(mariadbd mariadb-install-db mariadb mariadb-dump zstd /usr/bin/time "$AGENT" ${OTHER_AGENT:+"$OTHER_AGENT"})
+[[ "$MYDUMPER" == 0 ]] || TOOLS+=(mydumper myloader)
+for program in "${TOOLS[@]}"; do
   command -v "$program" >/dev/null || [[ -x "$program" ]] || { echo "missing: $program" >&2; exit 1; }
 done
 
