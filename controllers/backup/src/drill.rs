@@ -6,15 +6,15 @@
 
 use std::time::Duration;
 
-use controller_common::agent_job;
-use controller_common::apply::delete_if_present;
+use controller_common::agent_job::{self, RunEnd};
 use controller_common::operation::DatabaseOperation;
 use controller_common::password::random_password;
 use controller_common::reconcile::{ApiError, api_err};
 use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use visitors_agent_contract::summary::Operation;
@@ -61,9 +61,24 @@ impl DrillSteps<'_> {
     /// waits until the objects of an earlier drill are gone (a pod or Job still terminating
     /// would otherwise be taken for this drill's).
     async fn start(&self, requested: Timestamp) -> Result<Action, Error> {
-        if let Some(left) = self.earlier_drill_left().await? {
-            tracing::info!("a new drill waits for {left} of the previous one to be gone");
-            return Ok(Action::requeue(STARTING_POLL));
+        match self.earlier_drill_left().await? {
+            Leftover::None => {}
+            Leftover::Ours(left) => {
+                tracing::info!("a new drill waits for {left} of the previous one to be gone");
+                return Ok(Action::requeue(STARTING_POLL));
+            }
+            Leftover::Foreign(left) => {
+                let message = format!("{left} exists but does not belong to this run; delete or rename it");
+                let pending = status::drill_pending(Time(requested), &job_name(self.run), now());
+                // Nothing of this drill was created: there is nothing to clean up.
+                let failed = DrillStatus {
+                    job_name: None,
+                    ..status::drill_failed(pending, reason::DRILL_ERROR, message, now())
+                };
+                self.publish(failed.clone()).await?;
+                self.announce(&failed).await;
+                return Ok(self.ctx.runtime.converged(self.run));
+            }
         }
         let image = self.database_image().await?;
         let settings = self.settings();
@@ -80,13 +95,22 @@ impl DrillSteps<'_> {
         Ok(Action::requeue(STARTING_POLL))
     }
 
-    async fn earlier_drill_left(&self) -> Result<Option<String>, Error> {
+    /// What of an earlier drill is still there: a pod or Job of the drill's name, this run's
+    /// (being deleted, or left by a reconcile whose status write was lost) or someone else's.
+    async fn earlier_drill_left(&self) -> Result<Leftover, Error> {
         let pod = build::database_name(self.run);
-        if self.op.api::<Pod>().get_opt(&pod).await.map_err(api_err(format!("reading Pod {pod}")))?.is_some() {
-            return Ok(Some(format!("pod {pod}")));
+        if let Some(found) = self.op.api::<Pod>().get_opt(&pod).await.map_err(api_err(format!("reading Pod {pod}")))? {
+            return Ok(self.leftover(&found, format!("Pod {pod}")));
         }
         let job = job_name(self.run);
-        Ok(self.op.job(&job).await?.map(|_| format!("Job {job}")))
+        Ok(match self.op.job(&job).await? {
+            Some(found) => self.leftover(&found, format!("Job {job}")),
+            None => Leftover::None,
+        })
+    }
+
+    fn leftover<K: Resource>(&self, object: &K, what: String) -> Leftover {
+        if self.owns(object) { Leftover::Ours(what) } else { Leftover::Foreign(what) }
     }
 
     /// The app's MySQL image, so that the drill restores into the server the app runs; the
@@ -104,19 +128,24 @@ impl DrillSteps<'_> {
             let message = format!("the drill took longer than spec.drill.activeDeadlineSeconds ({seconds} s)");
             return self.end(status::drill_failed(drill, reason::DEADLINE_EXCEEDED, message, now())).await;
         }
-        let pod = self
-            .op
-            .api::<Pod>()
-            .get_opt(&build::database_name(self.run))
-            .await
-            .map_err(api_err(format!("reading Pod {}", build::database_name(self.run))))?;
+        // A Job that has ended says how the drill went, even if its database stopped since.
+        if drill.phase == DrillPhase::Running {
+            match self.job_outcome().await? {
+                JobOutcome::Ended(end) => return self.end(status::drill_ended(drill, &end, now())).await,
+                JobOutcome::Broken(message) => {
+                    return self.end(status::drill_failed(drill, reason::DRILL_ERROR, message, now())).await;
+                }
+                JobOutcome::Running => {}
+            }
+        }
+        let name = build::database_name(self.run);
+        let pod = self.op.api::<Pod>().get_opt(&name).await.map_err(api_err(format!("reading Pod {name}")))?;
         if let Some(lost) = database_lost(pod.as_ref()) {
             return self.end(status::drill_failed(drill, reason::DATABASE_LOST, lost, now())).await;
         }
-        let pod = pod.expect("a database that is not lost exists");
-        match drill.phase {
-            DrillPhase::Pending => self.start_job_when_ready(drill, &pod).await,
-            _ => self.follow_job(drill).await,
+        match (drill.phase, pod) {
+            (DrillPhase::Pending, Some(pod)) => self.start_job_when_ready(drill, &pod).await,
+            _ => Ok(self.ctx.runtime.watching(self.run)),
         }
     }
 
@@ -129,21 +158,21 @@ impl DrillSteps<'_> {
         Ok(self.ctx.runtime.watching(self.run))
     }
 
-    async fn follow_job(&self, drill: DrillStatus) -> Result<Action, Error> {
+    async fn job_outcome(&self) -> Result<JobOutcome, Error> {
         let name = job_name(self.run);
         let Some(job) = self.op.job(&name).await? else {
-            let message = format!("Job {name} was deleted before the drill finished");
-            return self.end(status::drill_failed(drill, reason::DRILL_ERROR, message, now())).await;
+            return Ok(JobOutcome::Broken(format!("Job {name} was deleted before the drill finished")));
         };
         if !self.op.owns(&job) {
-            let message = format!("Job {name} exists but does not belong to this run; delete or rename it");
-            return self.end(status::drill_failed(drill, reason::DRILL_ERROR, message, now())).await;
+            return Ok(JobOutcome::Broken(format!(
+                "Job {name} exists but does not belong to this run; delete or rename it"
+            )));
         }
         let deadline = self.settings().active_deadline_seconds();
-        match self.op.end_of(&job, Operation::Verify, deadline).await? {
-            Some(end) => self.end(status::drill_ended(drill, &end, now())).await,
-            None => Ok(self.ctx.runtime.watching(self.run)),
-        }
+        Ok(match self.op.end_of(&job, Operation::Verify, deadline).await? {
+            Some(end) => JobOutcome::Ended(Box::new(end)),
+            None => JobOutcome::Running,
+        })
     }
 
     fn past_deadline(&self, drill: &DrillStatus) -> bool {
@@ -180,14 +209,44 @@ impl DrillSteps<'_> {
         }
     }
 
-    /// Deletes the drill's Job, pod (its volume goes with it) and Secret, then forgets the Job.
+    /// Deletes the drill's Job, pod (its volume goes with it) and Secret, those this run owns
+    /// only, then forgets the Job.
     async fn clean_up(&self, drill: DrillStatus) -> Result<Action, Error> {
-        let name = job_name(self.run);
-        self.op.delete_job(&name).await?;
-        delete_if_present(&self.op.api::<Pod>(), "Pod", &build::database_name(self.run)).await?;
-        delete_if_present(&self.op.api::<Secret>(), "Secret", &build::secret_name(self.run)).await?;
+        self.delete_if_ours::<Job>("Job", &job_name(self.run)).await?;
+        self.delete_if_ours::<Pod>("Pod", &build::database_name(self.run)).await?;
+        self.delete_if_ours::<Secret>("Secret", &build::secret_name(self.run)).await?;
         self.publish(DrillStatus { job_name: None, ..drill }).await?;
         Ok(self.ctx.runtime.converged(self.run))
+    }
+
+    /// Deletes object `name` if this run owns it (an object of that name may be someone
+    /// else's), with its pods; the uid precondition keeps a newer object of that name.
+    async fn delete_if_ours<K>(&self, kind: &str, name: &str) -> Result<(), Error>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = self.op.api();
+        let Some(object) = api.get_opt(name).await.map_err(api_err(format!("reading {kind} {name}")))? else {
+            return Ok(());
+        };
+        if !self.owns(&object) {
+            tracing::warn!("{kind} {name} is not this run's: left in place");
+            return Ok(());
+        }
+        let uid = Preconditions { uid: object.uid(), resource_version: None };
+        match api.delete(name, &DeleteParams { preconditions: Some(uid), ..DeleteParams::background() }).await {
+            Ok(_) => Ok(()),
+            // Gone meanwhile, or replaced by another object of that name.
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+            Err(source) => Err(ApiError { action: format!("deleting {kind} {name}"), source }.into()),
+        }
+    }
+
+    fn owns<K: Resource>(&self, object: &K) -> bool {
+        object.owner_references().iter().any(|owner| Some(&owner.uid) == self.run.uid().as_ref())
     }
 
     async fn create<K>(&self, object: &K, kind: &str) -> Result<(), ApiError>
@@ -213,6 +272,21 @@ impl DrillSteps<'_> {
         let desired = status::with_drill(self.run, drill, now());
         Ok(self.op.publish(self.run.status.as_ref(), &desired).await?)
     }
+}
+
+/// An object of an earlier drill's name.
+enum Leftover {
+    None,
+    Ours(String),
+    Foreign(String),
+}
+
+/// What became of a running drill's Job.
+enum JobOutcome {
+    Running,
+    Ended(Box<RunEnd>),
+    /// Gone before it ended, or not this run's: the drill cannot finish.
+    Broken(String),
 }
 
 /// Why the drill's database can no longer serve it, if it cannot: gone, being deleted, or

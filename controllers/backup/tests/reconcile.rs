@@ -687,3 +687,50 @@ async fn a_run_with_drills_looks_again_at_once_when_it_succeeds_and_then_starts_
     assert!(!event.body.to_string().contains(&password), "no Event holds the generated password");
     task.await.unwrap().unwrap();
 }
+
+/// A drill's Job that ended says how the drill went, even when the drill's database stopped
+/// since (its deadline comes first: before, the stopped pod was read first and a passed drill
+/// recorded as `DatabaseLost`); then only the drill's own objects are deleted.
+#[tokio::test]
+async fn a_drill_whose_job_passed_is_verified_and_only_its_own_objects_are_deleted() {
+    let (context, mut server) = context();
+    let mut drilled = backup("ex");
+    drilled.spec.drill = Some(Default::default());
+    let running = with_status(
+        drilled,
+        json!({"phase": "Succeeded", "completionTime": "2026-11-23T10:00:00Z", "manifestSha256": "cd".repeat(32),
+               "drill": {"phase": "Running", "requestedAt": "2026-11-23T10:00:00Z",
+                         "startTime": jiff::Timestamp::now().to_string(), "jobName": "b1-drill"}}),
+    );
+    let task = tokio::spawn(reconcile(Arc::new(running.clone()), context.clone()));
+    let mut drill_job =
+        shop::job("b1-drill", "MySQLBackup", "b1", "u-1", json!([{"type": "Complete", "status": "True"}]));
+    drill_job["metadata"]["uid"] = json!("u-job");
+    server.expect(Method::GET, &format!("{JOBS_PATH}/b1-drill"), StatusCode::OK, drill_job.clone()).await;
+    let summary = AgentSummary {
+        operation: Some(Operation::Verify),
+        ok: true,
+        tables: Some(2),
+        rows: Some(10),
+        restore_seconds: Some(3.5),
+        ..AgentSummary::default()
+    };
+    server.expect(Method::GET, PODS_PATH, StatusCode::OK, pod_with_message(&summary.to_line())).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&running)).await;
+    let drill = &written.body["status"]["drill"];
+    assert_eq!((drill["phase"].as_str(), drill["restoreSeconds"].as_f64()), (Some("Succeeded"), Some(3.5)));
+    let event = server.expect_echo(Method::POST, EVENTS_PATH).await;
+    assert_eq!(event.body["reason"], "DrillSucceeded");
+    // Clean-up: the Job is the run's, the pod is someone else's, the Secret is gone.
+    server.expect(Method::GET, &format!("{JOBS_PATH}/b1-drill"), StatusCode::OK, drill_job).await;
+    let deleted = server.expect(Method::DELETE, &format!("{JOBS_PATH}/b1-drill"), StatusCode::OK, json!({})).await;
+    assert!(deleted.body.to_string().contains("u-job"), "the uid precondition: {}", deleted.body);
+    let foreign = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b1-drill-db", "namespace": "shop", "uid": "other"}});
+    server.expect(Method::GET, &format!("{PODS_PATH}/b1-drill-db"), StatusCode::OK, foreign).await;
+    server.expect(Method::GET, "/api/v1/namespaces/shop/secrets/b1-drill", StatusCode::NOT_FOUND, not_found()).await;
+    let forgotten = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&running)).await;
+    assert!(forgotten.body["status"]["drill"].get("jobName").is_none(), "{}", forgotten.body);
+    assert_eq!(task.await.unwrap().unwrap(), Action::requeue(Duration::from_secs(600)));
+    let metrics = context.runtime.metrics.encode();
+    assert!(metrics.contains(r#"visitors_operator_backup_drills_total{namespace="shop",visitors_app="ex",result="succeeded",reason=""} 1"#), "{metrics}");
+}
