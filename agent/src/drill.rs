@@ -5,7 +5,8 @@
 //! accounts the backup names must exist. The first difference fails the drill, naming the
 //! table, chunk or object.
 //!
-//! The server must hold none of the backup's databases: a drill never replaces data.
+//! The server must be a scratch one, holding no database but the system ones: a drill never
+//! replaces data, and creates the backup's accounts.
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,7 @@ use crate::content::{ContentDigest, encode_row, select_sql};
 use crate::error::{AgentError, Result};
 use crate::format::{DatabaseEntry, Manifest, TableEntry, quote_ident};
 use crate::mysql::catalog::{self, TableInfo};
+use crate::mysql::connection::describe_server;
 use crate::mysql::{ConnectionSettings, Connector};
 use crate::restore::{self, RestoreOptions};
 use crate::storage::{S3Settings, Storage};
@@ -50,7 +52,7 @@ pub async fn run(options: &DrillOptions) -> Result<DrillReport> {
     let storage = Storage::open(&options.from, &options.s3, false)?;
     let manifest = load_manifest(&storage, options.expect_manifest_sha256.as_deref()).await?;
     let connector = Connector::new(options.connection.clone());
-    refuse_a_server_with_the_backups_databases(&connector, &manifest).await?;
+    refuse_a_server_that_is_not_scratch(&connector).await?;
 
     let started = Instant::now();
     let restored = restore::run(&restore_options(options, &manifest)).await?;
@@ -58,7 +60,8 @@ pub async fn run(options: &DrillOptions) -> Result<DrillReport> {
     tracing::info!("restored {} tables, {} rows in {restore_seconds:.1} s", restored.tables, restored.rows);
 
     let started = Instant::now();
-    let rows = compare_tables(&connector, &manifest, options.parallelism.max(1)).await?;
+    let server = server_version(&connector).await?;
+    let rows = compare_tables(&connector, &manifest, &server, options.parallelism.max(1)).await?;
     check_objects(&connector, &manifest).await?;
     let compare_seconds = started.elapsed().as_secs_f64();
     tracing::info!(
@@ -78,19 +81,37 @@ fn restore_options(options: &DrillOptions, manifest: &Manifest) -> RestoreOption
     restore
 }
 
-async fn refuse_a_server_with_the_backups_databases(connector: &Connector, manifest: &Manifest) -> Result<()> {
+/// A drill restores accounts and databases: the server must be a scratch one, holding no
+/// database but the system ones (and an empty `test`, which some installers create).
+async fn refuse_a_server_that_is_not_scratch(connector: &Connector) -> Result<()> {
     let mut conn = connector.connect().await?;
-    let present: Vec<String> =
-        conn.query("SHOW DATABASES").await.map_err(|e| connector.error("listing databases", e))?;
+    let present: Vec<(String, u64)> = conn
+        .query(
+            "SELECT s.SCHEMA_NAME, COUNT(t.TABLE_NAME) FROM information_schema.SCHEMATA s \
+             LEFT JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = s.SCHEMA_NAME GROUP BY s.SCHEMA_NAME",
+        )
+        .await
+        .map_err(|e| connector.error("listing databases", e))?;
     let _ = conn.disconnect().await;
-    match manifest.databases.iter().find(|d| present.contains(&d.name)) {
-        Some(database) => Err(AgentError::DrillTargetNotEmpty { database: database.name.clone() }),
+    let scratch =
+        |name: &str, tables: u64| catalog::SYSTEM_DATABASES.contains(&name) || (name == "test" && tables == 0);
+    match present.into_iter().find(|(name, tables)| !scratch(name, *tables)) {
+        Some((database, _)) => Err(AgentError::DrillTargetNotEmpty { database }),
         None => Ok(()),
     }
 }
 
-/// Compares every table's rows with the manifest; returns the rows read.
-async fn compare_tables(connector: &Connector, manifest: &Manifest, parallelism: usize) -> Result<u64> {
+async fn server_version(connector: &Connector) -> Result<String> {
+    let mut conn = connector.connect().await?;
+    let (_, version) = describe_server(connector, &mut conn).await?;
+    let _ = conn.disconnect().await;
+    Ok(version)
+}
+
+/// Compares every table's rows with the manifest; returns the rows read. A digest that differs
+/// on a server of another version than the one backed up may be the versions' text of a value,
+/// not the backup: it is told apart.
+async fn compare_tables(connector: &Connector, manifest: &Manifest, server: &str, parallelism: usize) -> Result<u64> {
     let mut conn = connector.connect().await?;
     let mut work = Vec::new();
     for database in &manifest.databases {
@@ -106,7 +127,18 @@ async fn compare_tables(connector: &Connector, manifest: &Manifest, parallelism:
     }
     let _ = conn.disconnect().await;
     let counts: Vec<u64> = stream::iter(work)
-        .map(|(database, table, info)| compare_table(connector, database, table, info))
+        .map(|(database, table, info)| async move {
+            match compare_table(connector, database, table, info).await {
+                Err(AgentError::ContentDiffers { table, .. }) if !same_release(server, &manifest.server.version) => {
+                    Err(AgentError::ContentDiffersAcrossVersions {
+                        table,
+                        server: server.to_string(),
+                        backed_up: manifest.server.version.clone(),
+                    })
+                }
+                other => other,
+            }
+        })
         .buffer_unordered(parallelism)
         .try_collect()
         .await?;
@@ -200,6 +232,26 @@ async fn accounts(connector: &Connector, conn: &mut Conn) -> Result<Vec<String>>
         .map_err(|e| connector.error("listing accounts", e))
 }
 
+/// Whether two `VERSION()` texts name the same server release: their numbers, whatever the
+/// build's suffixes say (MariaDB adds `-log` while binary logging is on).
+fn same_release(a: &str, b: &str) -> bool {
+    let number = |version: &str| version.split('-').next().unwrap_or_default().to_string();
+    number(a) == number(b)
+}
+
 fn table_name(database: &DatabaseEntry, table: &TableEntry) -> String {
     format!("{}.{}", quote_ident(&database.name), quote_ident(&table.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_is_its_number_whatever_the_builds_suffixes() {
+        assert!(same_release("10.11.19-MariaDB-0+deb12u1", "10.11.19-MariaDB-0+deb12u1-log"));
+        assert!(same_release("8.4.3", "8.4.3"));
+        assert!(!same_release("10.11.19-MariaDB", "11.8.3-MariaDB"));
+        assert!(!same_release("8.4.3", "8.0.40"));
+    }
 }

@@ -140,11 +140,16 @@ pub enum AgentError {
     )]
     ContentDiffers { table: String, expected: String, actual: String },
 
+    #[error(
+        "the restored table {table} reads back otherwise than the backup recorded, but this server ({server}) is not the version backed up ({backed_up}), whose text of a value may differ: drill on the backed-up version's image to tell"
+    )]
+    ContentDiffersAcrossVersions { table: String, server: String, backed_up: String },
+
     #[error("{object} of the backup is missing after the restore; this backup cannot be trusted: use another backup")]
     DrillObjectMissing { object: String },
 
     #[error(
-        "the server already holds database {database}: verify --deep restores the backup into a scratch server, which must hold none of its databases"
+        "the server holds database {database}: verify --deep restores the backup (and its accounts) into a scratch server, which must hold no database but the system ones"
     )]
     DrillTargetNotEmpty { database: String },
 
@@ -222,6 +227,7 @@ impl AgentError {
             Self::InsufficientSpace { .. } => "insufficientSpace",
             Self::VerifyMismatch(_) => "verifyMismatch",
             Self::ContentDiffers { .. } => "contentDiffers",
+            Self::ContentDiffersAcrossVersions { .. } => "contentDiffersAcrossVersions",
             Self::DrillObjectMissing { .. } => "objectMissing",
             Self::DrillTargetNotEmpty { .. } => "targetNotEmpty",
             Self::ArchiveInvalid { .. } => "archiveInvalid",

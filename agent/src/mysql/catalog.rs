@@ -10,7 +10,7 @@ use super::{Connector, FirstRow, TextFields};
 use crate::error::{AgentError, Result};
 use crate::format::{binary_literal, quote_ident, quote_literal};
 
-const SYSTEM_DATABASES: [&str; 4] = ["information_schema", "performance_schema", "mysql", "sys"];
+pub const SYSTEM_DATABASES: [&str; 4] = ["information_schema", "performance_schema", "mysql", "sys"];
 
 #[derive(Clone, Debug)]
 pub struct TableInfo {

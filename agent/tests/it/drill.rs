@@ -105,6 +105,18 @@ async fn a_drill_names_the_table_whose_rows_differ_though_every_sha256_matches()
         }
         other => panic!("expected the content digest to differ, got {:?}", other.map(|r| r.rows)),
     }
+
+    // The same difference on a server of another version may be the versions' text of a
+    // value: told apart, so that it is not taken for a defect of the backup.
+    edit_manifest(dir.path(), |manifest| manifest.server.version = "8.4.3".into());
+    let Some(other_scratch) = MariaDb::start() else { return };
+    match drill(&other_scratch, &location, None).await {
+        Err(error @ AgentError::ContentDiffersAcrossVersions { .. }) => {
+            assert_eq!(error.kind(), "contentDiffersAcrossVersions");
+            assert!(error.to_string().contains("8.4.3"), "{error}");
+        }
+        other => panic!("expected a difference across versions, got {:?}", other.map(|r| r.rows)),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,7 +161,7 @@ async fn a_drill_names_a_trigger_the_backup_lists_but_the_restore_lacks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_drill_refuses_a_server_that_holds_a_database_of_the_backup() {
+async fn a_drill_refuses_a_server_that_holds_any_database_but_the_system_ones() {
     let Some(server) = MariaDb::start() else { return };
     server.sql("CREATE DATABASE d; CREATE TABLE d.t (id INT PRIMARY KEY); INSERT INTO d.t VALUES (1), (2);");
     let dir = tempfile::tempdir().unwrap();
@@ -164,4 +176,15 @@ async fn a_drill_refuses_a_server_that_holds_a_database_of_the_backup() {
         other => panic!("expected the server to be refused, got {:?}", other.map(|r| r.rows)),
     }
     assert_eq!(server.sql("SELECT COUNT(*) FROM d.t"), "1\n", "the server was left as it was");
+
+    // Any database but the system ones makes a server no scratch server.
+    let Some(other) = MariaDb::start() else { return };
+    other.sql("CREATE DATABASE unrelated");
+    match drill(&other, &location, None).await {
+        Err(error @ AgentError::DrillTargetNotEmpty { .. }) => {
+            assert!(error.to_string().contains("unrelated"), "{error}")
+        }
+        other => panic!("expected the server to be refused, got {:?}", other.map(|r| r.rows)),
+    }
+    assert_eq!(other.sql("SHOW DATABASES LIKE 'd'"), "", "nothing was restored");
 }
