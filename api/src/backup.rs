@@ -10,7 +10,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::drill::{DRILL_REQUESTED_AT, Drill, DrillPhase, DrillStatus};
+use crate::drill::{DRILL_REQUESTED_AT, Drill, DrillStatus};
 use crate::point_in_time::{PointInTime, PointInTimeStatus, SnapshotPosition};
 use crate::schedule::Plan;
 use crate::storage::BackupStorage;
@@ -156,6 +156,9 @@ pub mod reason {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.schedule) == has(oldSelf.schedule)").message("a MySQLBackup cannot switch between on-demand and scheduled; create a new one"))]
 #[x_kube(validation = Rule::new("!has(self.pointInTime) || has(self.schedule)").message("pointInTime needs a schedule: its runs are the base backups a restore starts from"))]
+#[x_kube(validation = Rule::new("!has(self.drill) || !has(self.drill.cron) || has(self.schedule)").message("drill.cron needs a schedule: an on-demand run is drilled once it succeeds"))]
+#[x_kube(validation = Rule::new("!has(self.drill) || !has(self.drill.maxUnverifiedAge) || has(self.schedule)").message("drill.maxUnverifiedAge needs a schedule"))]
+#[x_kube(validation = Rule::new("!has(self.drill) || !has(self.drill.timeZone) || has(self.drill.cron)").message("drill.timeZone is the time zone of drill.cron, which is not set"))]
 pub struct MySQLBackupSpec {
     /// What to back up.
     pub source: BackupSource,
@@ -336,6 +339,14 @@ pub struct MySQLBackupStatus {
     /// Run: its newest restore drill.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drill: Option<DrillStatus>,
+    /// Run: when a drill of it last passed. Kept while later drills run or fail for their own
+    /// trouble; cleared only when one proves the backup wrong.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_time: Option<Time>,
+    /// Run: what a drill found wrong with the backup, once one did (reason `BackupDefect`).
+    /// Never cleared: the run is never restored, whatever later drills say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drill_defect: Option<String>,
 
     /// Schedule: the latest fire time a run was created for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -454,14 +465,19 @@ impl MySQLBackup {
     }
 
     /// A kept successful run whose newest drill passed.
+    /// A kept successful run that a drill has proven restorable, and none proven wrong.
     pub fn is_verified(&self) -> bool {
         self.is_kept_success()
-            && self.status.as_ref().and_then(|s| s.drill.as_ref()).is_some_and(|d| d.phase == DrillPhase::Succeeded)
+            && !self.failed_drill()
+            && self.status.as_ref().is_some_and(|s| s.verified_time.is_some())
     }
 
-    /// A run whose newest drill proved it does not restore what was dumped.
+    /// A run that a drill has proven not to restore what was dumped (ever: a later drill that
+    /// could not run does not clear it).
     pub fn failed_drill(&self) -> bool {
-        self.status.as_ref().and_then(|s| s.drill.as_ref()).is_some_and(DrillStatus::found_defect)
+        self.status
+            .as_ref()
+            .is_some_and(|s| s.drill_defect.is_some() || s.drill.as_ref().is_some_and(DrillStatus::found_defect))
     }
 
     /// The snapshot a restore to a point in time can start from: a kept successful run's, with
@@ -664,8 +680,17 @@ mod tests {
         let lost = serde_json::json!({"snapshot": snapshot, "drill": {"phase": "Failed",
             "requestedAt": "2026-11-25T10:00:00Z", "reason": "DatabaseLost"}});
         assert!(succeeded_run(None, lost).base_snapshot().is_some(), "the drill's own trouble proves nothing");
-        let passed = serde_json::json!({"drill": {"phase": "Succeeded", "requestedAt": "2026-11-25T10:00:00Z"}});
+        let passed = serde_json::json!({"verifiedTime": "2026-11-25T10:05:00Z",
+            "drill": {"phase": "Succeeded", "requestedAt": "2026-11-25T10:00:00Z"}});
         assert!(succeeded_run(None, passed).is_verified());
+        // A later drill that could not run keeps both verdicts.
+        let redrilled = serde_json::json!({"verifiedTime": "2026-11-25T10:05:00Z",
+            "drill": {"phase": "Failed", "requestedAt": "2026-11-25T11:00:00Z", "reason": "DeadlineExceeded"}});
+        assert!(succeeded_run(None, redrilled).is_verified());
+        let defect_then_lost = serde_json::json!({"snapshot": snapshot, "drillDefect": "file x has another SHA-256",
+            "drill": {"phase": "Failed", "requestedAt": "2026-11-25T11:00:00Z", "reason": "DatabaseLost"}});
+        let run = succeeded_run(None, defect_then_lost);
+        assert!(run.failed_drill() && !run.is_verified() && run.base_snapshot().is_none());
     }
 
     #[test]

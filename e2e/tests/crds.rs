@@ -69,6 +69,12 @@ async fn examples_are_accepted_and_bad_input_is_rejected_with_a_reason() {
             "set exactly one of s3 or persistentVolumeClaim",
         ),
         (
+            json!({"apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": "drill-cron-run"}, "spec": {
+                "source": {"visitorsApp": "ex"}, "storage": {"persistentVolumeClaim": {"claimName": "pvc"}},
+                "drill": {"cron": "0 4 * * *"}}}),
+            "drill.cron needs a schedule",
+        ),
+        (
             json!({"apiVersion": "example.com/v1", "kind": "MySQLRestore", "metadata": {"name": "no-source"}, "spec": {
                 "source": {}, "target": {"visitorsApp": "ex"}}}),
             "set exactly one of backup, storage or pointInTime",

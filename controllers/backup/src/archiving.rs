@@ -312,10 +312,11 @@ fn base_snapshot_times(runs: &[MySQLBackup]) -> Vec<Timestamp> {
 
 /// The snapshot of the oldest successful run kept, when every kept run knows its own: the
 /// archiver may then delete what is wholly before it. A run that does not (taken before the
-/// archive existed, or by an older agent) keeps everything.
+/// archive existed, or by an older agent) keeps everything; a run a drill proved wrong is no
+/// base, and holds nothing back.
 pub fn prune_before(runs: &[MySQLBackup]) -> Option<PruneBefore> {
     let mut oldest: Option<(String, visitors_api::backup::BaseSnapshot<'_>)> = None;
-    for run in runs.iter().filter(|run| run.is_kept_success()) {
+    for run in runs.iter().filter(|run| run.is_kept_success() && !run.failed_drill()) {
         let base = run.base_snapshot()?;
         if oldest.as_ref().is_none_or(|(_, o)| base.time < o.time) {
             oldest = Some((run.name_any(), base));
@@ -452,5 +453,10 @@ mod tests {
         let with_unknown = [succeeded("n-2", Some(20)), succeeded("n-0", None)];
         assert_eq!(prune_before(&with_unknown), None);
         assert_eq!(prune_before(&[]), None);
+        // A run a drill proved wrong is no base: it holds nothing back (before, it kept all).
+        let mut defective = succeeded("n-0", Some(5));
+        defective.status.as_mut().unwrap().drill_defect = Some("a chunk's SHA-256 differs".into());
+        let prune = prune_before(&[succeeded("n-2", Some(20)), defective]).unwrap();
+        assert_eq!(prune.run, "n-2");
     }
 }

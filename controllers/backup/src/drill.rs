@@ -64,7 +64,11 @@ impl DrillSteps<'_> {
         match self.earlier_drill_left().await? {
             Leftover::None => {}
             Leftover::Ours(left) => {
-                tracing::info!("a new drill waits for {left} of the previous one to be gone");
+                // Still terminating, or created by a reconcile whose status write was lost (no
+                // drill records it): deleted (again), and waited for.
+                tracing::info!("a new drill waits for {left} of an earlier one to be gone");
+                self.delete_if_ours::<Job>("Job", &job_name(self.run)).await?;
+                self.delete_if_ours::<Pod>("Pod", &build::database_name(self.run)).await?;
                 return Ok(Action::requeue(STARTING_POLL));
             }
             Leftover::Foreign(left) => {
@@ -82,9 +86,16 @@ impl DrillSteps<'_> {
         }
         let image = self.database_image().await?;
         let settings = self.settings();
-        self.create(&build::secret(self.run, &random_password()), "Secret").await?;
-        self.create(&build::database_pod(self.run, &settings, &image), "Pod").await?;
-        let drill = status::drill_pending(Time(requested), &job_name(self.run), now());
+        let pending = status::drill_pending(Time(requested), &job_name(self.run), now());
+        for created in [
+            self.create(&build::secret(self.run, &random_password()), "Secret").await,
+            self.create(&build::database_pod(self.run, &settings, &image), "Pod").await,
+        ] {
+            if let Err(error) = created {
+                return self.refused(pending, error).await;
+            }
+        }
+        let drill = pending;
         self.publish(drill).await?;
         let note = format!(
             "restore drill started: MySQL {image} in pod {} on a {} GiB volume",
@@ -93,6 +104,22 @@ impl DrillSteps<'_> {
         );
         self.ctx.runtime.events.normal(self.run, "DrillStarted", "Drill", note).await;
         Ok(Action::requeue(STARTING_POLL))
+    }
+
+    /// The API server refused to create the drill's Secret or database for good (admission, a
+    /// quota, an invalid object): the drill fails saying why, instead of retrying for ever.
+    /// Other errors fail the reconcile, which is retried.
+    async fn refused(&self, pending: DrillStatus, error: ApiError) -> Result<Action, Error> {
+        let kube::Error::Api(status) = &error.source else { return Err(error.into()) };
+        if ![400, 403, 422].contains(&status.code) {
+            return Err(error.into());
+        }
+        // A Secret's refusal gives its reason and code only: the server's message may quote it.
+        let why =
+            if error.action.starts_with("creating Secret") { status.reason.clone() } else { status.message.clone() };
+        let message = format!("{} was refused by the API server ({}): {why}", error.action, status.code);
+        let failed = status::drill_failed(pending, reason::DRILL_ERROR, message, now());
+        self.end(failed).await
     }
 
     /// What of an earlier drill is still there: a pod or Job of the drill's name, this run's
@@ -140,8 +167,8 @@ impl DrillSteps<'_> {
         }
         let name = build::database_name(self.run);
         let pod = self.op.api::<Pod>().get_opt(&name).await.map_err(api_err(format!("reading Pod {name}")))?;
-        if let Some(lost) = database_lost(pod.as_ref()) {
-            return self.end(status::drill_failed(drill, reason::DATABASE_LOST, lost, now())).await;
+        if let Some((why, lost)) = database_lost(pod.as_ref()) {
+            return self.end(status::drill_failed(drill, why, lost, now())).await;
         }
         match (drill.phase, pod) {
             (DrillPhase::Pending, Some(pod)) => self.start_job_when_ready(drill, &pod).await,
@@ -290,18 +317,27 @@ enum JobOutcome {
 }
 
 /// Why the drill's database can no longer serve it, if it cannot: gone, being deleted, or
-/// stopped (a MySQL that exits is never restarted: its data would be gone).
-fn database_lost(pod: Option<&Pod>) -> Option<String> {
+/// stopped (a MySQL that exits is never restarted: its data would be gone); a database stopped
+/// by its deadline is the drill's deadline.
+fn database_lost(pod: Option<&Pod>) -> Option<(&'static str, String)> {
     let Some(pod) = pod else {
-        return Some("the drill's database pod was deleted before the drill finished".into());
+        return Some((reason::DATABASE_LOST, "the drill's database pod was deleted before the drill finished".into()));
     };
     if pod.metadata.deletion_timestamp.is_some() {
-        return Some(format!("the drill's database pod {} is being deleted", pod.name_any()));
+        return Some((reason::DATABASE_LOST, format!("the drill's database pod {} is being deleted", pod.name_any())));
     }
     if agent_job::pod_ended(pod) {
         let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
-        let why = pod.status.as_ref().and_then(|s| s.reason.clone()).map(|r| format!(" ({r})")).unwrap_or_default();
-        return Some(format!("the drill's database pod {} stopped: {phase}{why}", pod.name_any()));
+        let why = pod.status.as_ref().and_then(|s| s.reason.clone());
+        if why.as_deref() == Some("DeadlineExceeded") {
+            let message = format!("the drill's database pod {} reached its deadline", pod.name_any());
+            return Some((reason::DEADLINE_EXCEEDED, message));
+        }
+        let why = why.map(|r| format!(" ({r})")).unwrap_or_default();
+        return Some((
+            reason::DATABASE_LOST,
+            format!("the drill's database pod {} stopped: {phase}{why}", pod.name_any()),
+        ));
     }
     None
 }
@@ -338,13 +374,16 @@ mod tests {
     }
 
     #[test]
-    fn a_database_gone_stopped_or_deleted_is_lost() {
-        assert!(database_lost(None).unwrap().contains("deleted"));
-        let failed = pod(serde_json::json!({"phase": "Failed", "reason": "DeadlineExceeded"}));
-        assert!(database_lost(Some(&failed)).unwrap().contains("Failed (DeadlineExceeded)"));
+    fn a_database_gone_stopped_or_deleted_is_lost_and_one_past_its_deadline_is_the_deadline() {
+        assert!(database_lost(None).unwrap().1.contains("deleted"));
+        let killed = pod(serde_json::json!({"phase": "Failed", "reason": "OOMKilled"}));
+        assert_eq!(database_lost(Some(&killed)).unwrap().0, "DatabaseLost");
+        assert!(database_lost(Some(&killed)).unwrap().1.contains("Failed (OOMKilled)"));
+        let late = pod(serde_json::json!({"phase": "Failed", "reason": "DeadlineExceeded"}));
+        assert_eq!(database_lost(Some(&late)).unwrap().0, "DeadlineExceeded");
         let mut deleting = pod(serde_json::json!({"phase": "Running"}));
         deleting.metadata.deletion_timestamp = Some(now());
-        assert!(database_lost(Some(&deleting)).unwrap().contains("being deleted"));
+        assert!(database_lost(Some(&deleting)).unwrap().1.contains("being deleted"));
         assert_eq!(database_lost(Some(&pod(serde_json::json!({"phase": "Running"})))), None);
     }
 }

@@ -1,6 +1,7 @@
 //! Which finished runs of a schedule to delete: keep the newest `keepSuccessful` successful
 //! and `keepFailed` failed runs, drop runs older than `maxAge`, never the newest successful
-//! run, never the newest verified one (whose restore drill passed), never an active run.
+//! run, never the newest verified one (whose restore drill passed), never an active run nor
+//! one being drilled.
 
 use std::time::Duration;
 
@@ -14,8 +15,10 @@ pub struct RunFacts {
     pub phase: Option<BackupPhase>,
     /// When it finished, else when it was created.
     pub at: Timestamp,
-    /// Its newest restore drill passed.
+    /// A drill of it passed, and none proved it wrong.
     pub verified: bool,
+    /// A drill of it is starting or running.
+    pub drilling: bool,
 }
 
 /// The names of the runs to delete.
@@ -32,7 +35,7 @@ pub fn doomed(runs: &[RunFacts], retention: &Retention, now: Timestamp) -> Vec<S
     let newest_verified = successful.iter().find(|run| run.verified).map(|run| run.name.as_str());
     let keep = |n: i32| usize::try_from(n).unwrap_or(0);
     for (index, run) in successful.iter().enumerate() {
-        if index == 0 || newest_verified == Some(run.name.as_str()) {
+        if index == 0 || newest_verified == Some(run.name.as_str()) || run.drilling {
             continue;
         }
         if index >= keep(retention.keep_successful()) || too_old(run, max_age, now) {
@@ -64,6 +67,7 @@ mod tests {
             phase,
             at: Timestamp::from_second(1_800_000_000 - hours_ago * 3600).unwrap(),
             verified: false,
+            drilling: false,
         }
     }
 
@@ -112,9 +116,12 @@ mod tests {
             |name: &str, hours_ago: i64| RunFacts { verified: true, ..run(name, Some(Succeeded), hours_ago) };
         // The newest run failed its drill (or has none yet): the older verified one stays.
         let runs = [run("s1", Some(Succeeded), 1), verified("s2", 2), verified("s3", 3), run("s4", Some(Succeeded), 4)];
-        let mut doomed = doomed(&runs, &retention(1, 3, Some("1h")), now());
-        doomed.sort();
-        assert_eq!(doomed, ["s3", "s4"], "s1 is the newest success, s2 the newest verified; maxAge spares neither");
+        let mut deleted = doomed(&runs, &retention(1, 3, Some("1h")), now());
+        deleted.sort();
+        assert_eq!(deleted, ["s3", "s4"], "s1 is the newest success, s2 the newest verified; maxAge spares neither");
+        let drilling = RunFacts { drilling: true, ..run("s4", Some(Succeeded), 4) };
+        let runs = [run("s1", Some(Succeeded), 1), verified("s2", 2), drilling];
+        assert!(doomed(&runs, &retention(1, 3, None), now()).is_empty(), "a run being drilled is kept");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! and touches nothing. Retention runs at every reconcile, which every run's end triggers.
 //! A schedule with `spec.pointInTime` also runs its binary-log archiver ([`crate::archiving`]);
 //! one with `spec.drill.cron` asks its newest successful run for a restore drill at each drill
-//! fire time ([`crate::schedule_drills`]).
+//! fire time ([`crate::schedule_drills`]), suspended or not (`suspend` stops runs, not drills).
 //! The reconcile requeues itself for the next fire time (and, while archiving, to read the
 //! archiver's reports).
 
@@ -151,7 +151,8 @@ fn facts(run: &MySQLBackup) -> RunFacts {
         .map(|t| t.0)
         .or_else(|| created(run))
         .unwrap_or(Timestamp::UNIX_EPOCH);
-    RunFacts { name: run.name_any(), phase: status.and_then(|s| s.phase), at, verified: run.is_verified() }
+    let drilling = status.and_then(|s| s.drill.as_ref()).is_some_and(|d| !d.has_ended());
+    RunFacts { name: run.name_any(), phase: status.and_then(|s| s.phase), at, verified: run.is_verified(), drilling }
 }
 
 fn doomed(runs: &[MySQLBackup], retention: &Retention, now: Timestamp) -> Vec<String> {

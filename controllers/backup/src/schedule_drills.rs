@@ -68,19 +68,19 @@ async fn request_drill(
     Ok(())
 }
 
-/// Sets the newest verified run and its time in a schedule's status.
+/// Sets the newest verified run (the newest by completion, as retention keeps it) and when its
+/// drill passed in a schedule's status.
 pub fn verified_status(status: &mut MySQLBackupStatus, runs: &[MySQLBackup]) {
-    if let Some((run, drill)) = newest_verified(runs) {
-        status.last_verified_run = Some(run.name_any());
-        status.last_verified_time = drill.completion_time.clone();
-    }
+    let verified = newest_verified(runs);
+    status.last_verified_run = verified.map(ResourceExt::name_any);
+    status.last_verified_time = verified.and_then(|run| run.status.as_ref()?.verified_time.clone());
 }
 
 /// The drill gauges of a schedule that drills; `None` for one that does not.
 pub fn gauges(schedule: &MySQLBackup, runs: &[MySQLBackup], now: Timestamp) -> Option<DrillGauges> {
     let drill = drill_settings(schedule)?;
     let verified = newest_verified(runs);
-    let last_verified = verified.and_then(|(_, d)| d.completion_time.as_ref()).map(|t| t.0);
+    let last_verified = verified.and_then(|run| run.status.as_ref()?.verified_time.as_ref()).map(|t| t.0);
     let since = last_verified.or_else(|| created(schedule))?;
     let last_failed = runs
         .iter()
@@ -88,11 +88,13 @@ pub fn gauges(schedule: &MySQLBackup, runs: &[MySQLBackup], now: Timestamp) -> O
         .filter(|d| d.has_ended())
         .max_by_key(|d| d.completion_time.as_ref().map(|t| t.0))
         .map(|d| d.phase == DrillPhase::Failed);
+    let restore_seconds =
+        verified.and_then(drill_of).filter(|d| d.phase == DrillPhase::Succeeded).and_then(|d| d.restore_seconds);
     Some(DrillGauges {
         last_failed,
         last_verified: last_verified.map(|t| t.as_millisecond() as f64 / 1000.0),
         unverified: until(since, now) > drill.max_unverified_age(),
-        restore_seconds: verified.and_then(|(_, d)| d.restore_seconds),
+        restore_seconds,
     })
 }
 
@@ -112,17 +114,20 @@ fn drill_of(run: &MySQLBackup) -> Option<&DrillStatus> {
     run.status.as_ref()?.drill.as_ref()
 }
 
-fn newest_verified(runs: &[MySQLBackup]) -> Option<(&MySQLBackup, &DrillStatus)> {
-    runs.iter()
-        .filter(|run| run.is_verified())
-        .filter_map(|run| Some((run, drill_of(run)?)))
-        .max_by_key(|(run, drill)| (drill.completion_time.as_ref().map(|t| t.0), run.name_any()))
+/// The newest verified run, by completion: the one retention keeps.
+fn newest_verified(runs: &[MySQLBackup]) -> Option<&MySQLBackup> {
+    runs.iter().filter(|run| run.is_verified()).max_by_key(|run| (completion(run), run.name_any()))
 }
 
+/// The newest successful run not proven defective: the one a drill cron asks.
 fn newest_success(runs: &[MySQLBackup]) -> Option<&MySQLBackup> {
     runs.iter()
-        .filter(|run| run.is_kept_success())
-        .max_by_key(|run| (run.status.as_ref().and_then(|s| s.completion_time.as_ref()).map(|t| t.0), run.name_any()))
+        .filter(|run| run.is_kept_success() && !run.failed_drill())
+        .max_by_key(|run| (completion(run), run.name_any()))
+}
+
+fn completion(run: &MySQLBackup) -> Option<Timestamp> {
+    run.status.as_ref()?.completion_time.as_ref().map(|t| t.0)
 }
 
 fn created(object: &MySQLBackup) -> Option<Timestamp> {
@@ -149,9 +154,10 @@ mod tests {
             serde_json::json!({"phase": phase, "requestedAt": at(completed).to_string(),
                 "completionTime": at(done).to_string(), "restoreSeconds": restore})
         });
+        let verified = drill.as_ref().filter(|d| d["phase"] == "Succeeded").map(|d| d["completionTime"].clone());
         backup.status = Some(
             serde_json::from_value(serde_json::json!({"phase": "Succeeded",
-                "completionTime": at(completed).to_string(), "drill": drill}))
+                "completionTime": at(completed).to_string(), "drill": drill, "verifiedTime": verified}))
             .unwrap(),
         );
         backup

@@ -84,13 +84,24 @@ fn fill_from_summary(status: &mut MySQLBackupStatus, summary: &AgentSummary) {
 /// A run's status with its drill set to `drill`, and the `Verified` condition that says it.
 pub fn with_drill(run: &MySQLBackup, drill: DrillStatus, now: Time) -> MySQLBackupStatus {
     let mut status = run.status.clone().unwrap_or_default();
-    conditions::set(&mut status.conditions, verified_condition(&drill), run.metadata.generation, now);
+    if drill.found_defect() {
+        status.drill_defect = drill.message.clone().or_else(|| Some("a drill found the backup defective".into()));
+        status.verified_time = None;
+    } else if drill.phase == DrillPhase::Succeeded && status.drill_defect.is_none() {
+        status.verified_time = drill.completion_time.clone();
+    }
+    let verified = verified_condition(status.drill_defect.clone(), &drill);
+    conditions::set(&mut status.conditions, verified, run.metadata.generation, now);
     status.drill = Some(drill);
     status
 }
 
-fn verified_condition(drill: &DrillStatus) -> Desired<'_> {
+/// `Verified`: False for good once a drill found a defect; else the newest drill's state.
+fn verified_condition(defect: Option<String>, drill: &DrillStatus) -> Desired<'_> {
     let type_ = condition::VERIFIED;
+    if let Some(defect) = defect {
+        return Desired { type_, status: Status::False, reason: drill_reason::BACKUP_DEFECT, message: defect };
+    }
     match drill.phase {
         DrillPhase::Pending | DrillPhase::Running => Desired {
             type_,

@@ -674,7 +674,11 @@ async fn a_run_with_drills_looks_again_at_once_when_it_succeeds_and_then_starts_
     let pod = server.expect_echo(Method::POST, PODS_PATH).await;
     assert_eq!(pod.body["metadata"]["name"], "b1-drill-db");
     assert_eq!(pod.body["spec"]["containers"][0]["image"], "mariadb:10.11");
-    assert_eq!(pod.body["spec"]["activeDeadlineSeconds"], 900);
+    assert_eq!(
+        pod.body["spec"]["activeDeadlineSeconds"],
+        900 + 120,
+        "the drill's deadline, and time for its Job's to come first"
+    );
     let claim = &pod.body["spec"]["volumes"][0]["ephemeral"]["volumeClaimTemplate"]["spec"];
     assert_eq!(claim["resources"]["requests"]["storage"], "7Gi", "twice the 3 GiB of data, and 1 GiB");
     let status = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&succeeded)).await;
@@ -733,4 +737,51 @@ async fn a_drill_whose_job_passed_is_verified_and_only_its_own_objects_are_delet
     assert_eq!(task.await.unwrap().unwrap(), Action::requeue(Duration::from_secs(600)));
     let metrics = context.runtime.metrics.encode();
     assert!(metrics.contains(r#"visitors_operator_backup_drills_total{namespace="shop",visitors_app="ex",result="succeeded",reason=""} 1"#), "{metrics}");
+}
+
+/// The drill's database created by a reconcile whose status write was lost (no drill records
+/// it) is deleted and waited for, then a drill starts afresh (before, the new drill waited for
+/// it for ever).
+#[tokio::test]
+async fn a_database_no_drill_records_is_deleted_before_a_new_drill_starts() {
+    let (context, mut server) = context();
+    let mut drilled = backup("ex");
+    drilled.spec.drill = Some(Default::default());
+    let succeeded = with_status(
+        drilled,
+        json!({"phase": "Succeeded", "completionTime": "2026-11-23T10:00:00Z", "manifestSha256": "cd".repeat(32)}),
+    );
+    let task = tokio::spawn(reconcile(Arc::new(succeeded), context));
+    let left = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b1-drill-db", "namespace": "shop", "uid": "p-1",
+        "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MySQLBackup", "name": "b1", "uid": "u-1", "controller": true}]}});
+    let pod_path = format!("{PODS_PATH}/b1-drill-db");
+    server.expect(Method::GET, &pod_path, StatusCode::OK, left.clone()).await;
+    server.expect(Method::GET, &format!("{JOBS_PATH}/b1-drill"), StatusCode::NOT_FOUND, not_found()).await;
+    server.expect(Method::GET, &pod_path, StatusCode::OK, left).await;
+    let deleted = server.expect(Method::DELETE, &pod_path, StatusCode::OK, json!({})).await;
+    assert!(deleted.body.to_string().contains("p-1"), "the uid precondition: {}", deleted.body);
+    assert_eq!(delay(&task.await.unwrap().unwrap()), Duration::from_secs(5), "it looks again soon");
+}
+
+/// A Job's result comes from its own pods: a pod left by a deleted Job of the same name (pods
+/// of a Job deleted in the background linger) must not make this Job's run succeed.
+#[tokio::test]
+async fn a_pod_of_an_earlier_job_of_the_same_name_gives_no_result() {
+    let (context, mut server) = context();
+    let running = with_status(backup("ex"), running_status());
+    let task = tokio::spawn(reconcile(Arc::new(running.clone()), context));
+    let mut current = job(json!([{"type": "Complete", "status": "True"}]));
+    current["metadata"]["uid"] = json!("job-2");
+    server.expect(Method::GET, JOB_PATH, StatusCode::OK, current).await;
+    let summary = AgentSummary { operation: Some(Operation::Backup), ok: true, ..AgentSummary::default() };
+    let mut earlier = pod_with_message(&summary.to_line());
+    earlier["items"][0]["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "b1-backup", "uid": "job-1", "controller": true}]);
+    server.expect(Method::GET, PODS_PATH, StatusCode::OK, earlier).await;
+    server.expect(Method::GET, LEASE_PATH, StatusCode::OK, shop::lease("MySQLBackup/b1/u-1")).await;
+    server.expect(Method::DELETE, LEASE_PATH, StatusCode::OK, shop::lease("")).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&running)).await;
+    assert_eq!(written.body["status"]["phase"], "Failed", "{}", written.body);
+    server.expect_echo(Method::POST, EVENTS_PATH).await;
+    task.await.unwrap().unwrap();
 }

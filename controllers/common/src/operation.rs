@@ -303,7 +303,10 @@ where
         if state == JobState::Active {
             return Ok(None);
         }
-        let pods = self.pods(&job.name_any()).await?;
+        let mut pods = self.pods(&job.name_any()).await?;
+        // A Job deleted in the background leaves its pods for a while: one of a Job of the
+        // same name before this one must not give this one's result.
+        pods.retain(|pod| pod.owner_references().iter().all(|o| o.kind != "Job" || Some(&o.uid) == job.uid().as_ref()));
         Ok(agent_job::run_end(&state, &pods, operation, deadline_seconds))
     }
 

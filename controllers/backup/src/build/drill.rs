@@ -30,6 +30,8 @@ pub const DATABASE_CONTAINER: &str = "mysql";
 const DATA_VOLUME: &str = "data";
 const TMP_VOLUME: &str = "tmp";
 const GIB: u64 = 1 << 30;
+/// How much longer than the drill's deadline its database may live.
+pub const DATABASE_DEADLINE_GRACE_SECONDS: i64 = 120;
 
 /// mysqld flags of the throwaway server: what a restore needs (`LOAD DATA LOCAL INFILE`, which
 /// MySQL 8 ships disabled) and nothing it does not (no binary log). `loose-` makes a server that
@@ -130,7 +132,8 @@ pub fn database_pod(run: &MySQLBackup, drill: &Drill, image: &str) -> Pod {
                 },
             ]),
             restart_policy: Some("Never".into()),
-            active_deadline_seconds: Some(drill.active_deadline_seconds()),
+            // Past the Job's: a drill that overruns ends on its Job's deadline, not its database's.
+            active_deadline_seconds: Some(drill.active_deadline_seconds() + DATABASE_DEADLINE_GRACE_SECONDS),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             ..PodSpec::default()
@@ -239,7 +242,7 @@ mod tests {
         assert_eq!(pod.owner_references()[0].name, "b1");
         assert_eq!(pod.labels()[DRILL_LABEL], "b1");
         let spec = pod.spec.unwrap();
-        assert_eq!((spec.restart_policy.as_deref(), spec.active_deadline_seconds), (Some("Never"), Some(900)));
+        assert_eq!((spec.restart_policy.as_deref(), spec.active_deadline_seconds), (Some("Never"), Some(1020)));
         let container = &spec.containers[0];
         assert_eq!(container.image.as_deref(), Some("mariadb:10.11"));
         assert!(container.args.as_ref().unwrap().contains(&"--loose-local-infile=1".to_string()));
