@@ -53,8 +53,9 @@ fn backup(name: &str, extra: serde_json::Value) -> MySQLBackup {
     .unwrap()
 }
 
-/// A schedule every minute with `extra` in its spec; returns its first successful run, once the
-/// schedule is suspended (no more runs).
+/// A schedule every minute with `extra` in its spec (a `schedule` there replaces the whole
+/// default one); returns its first successful run, once the schedule is suspended (no more
+/// runs).
 async fn first_run_of_schedule(backups: &Api<MySQLBackup>, extra: serde_json::Value) -> String {
     let mut spec = json!({"schedule": {"cron": "* * * * *"}});
     spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
@@ -265,16 +266,9 @@ async fn retention_keeps_the_older_verified_run_while_the_newest_fails_its_drill
     let (namespace, backups) = app_with_rows(&client, "e2e-drill-retention").await;
     let ns = namespace.name.clone();
     // Drills only when asked (the cron's first fire time is months away); one successful run kept.
-    let extra = json!({"drill": {"cron": "0 0 1 1 *"}});
-    let mut spec = json!({"schedule": {"cron": "* * * * *", "retention": {"keepSuccessful": 1, "keepFailed": 1}}});
-    spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-    backups.create(&PostParams::default(), &backup(SCHEDULE, spec)).await.expect("create the schedule");
-    let first = wait_for("a run of the schedule to succeed", || async {
-        let status = backups.get(SCHEDULE).await.map_err(|e| e.to_string())?.status.unwrap_or_default();
-        status.last_successful_run.ok_or_else(|| "no successful run yet".to_string())
-    })
-    .await;
-    suspend(&backups, true).await;
+    let extra = json!({"drill": {"cron": "0 0 1 1 *"},
+                       "schedule": {"cron": "* * * * *", "retention": {"keepSuccessful": 1, "keepFailed": 1}}});
+    let first = first_run_of_schedule(&backups, extra).await;
     let requested = request_drill(&backups, &first).await;
     assert_eq!(drill_ended(&backups, &first, Some(requested)).await.phase, DrillPhase::Succeeded);
 

@@ -169,17 +169,47 @@ pub async fn create_table_sql(connector: &Connector, conn: &mut Conn, database: 
     Ok(row.map(|(_, sql)| sql).unwrap_or_default())
 }
 
+/// The names of a database's tables of `TABLE_TYPE` `table_type` (`BASE TABLE`, `VIEW`), in
+/// name order.
+pub async fn table_names(
+    connector: &Connector,
+    conn: &mut Conn,
+    database: &str,
+    table_type: &str,
+) -> Result<Vec<String>> {
+    conn.exec(
+        "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = ? ORDER BY TABLE_NAME",
+        (database, table_type),
+    )
+    .await
+    .map_err(|e| connector.error(&format!("listing the tables of type {table_type}"), e))
+}
+
+/// The routines of a database, as `(ROUTINE_TYPE, ROUTINE_NAME)`.
+pub async fn routine_kinds_and_names(
+    connector: &Connector,
+    conn: &mut Conn,
+    database: &str,
+) -> Result<Vec<(String, String)>> {
+    conn.exec(
+        "SELECT ROUTINE_TYPE, ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ?",
+        (database,),
+    )
+    .await
+    .map_err(|e| connector.error("listing routines", e))
+}
+
+/// The names of a database's triggers.
+pub async fn trigger_names(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<String>> {
+    conn.exec("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", (database,))
+        .await
+        .map_err(|e| connector.error("listing triggers", e))
+}
+
 /// Views of a database in name order, each as the statements that recreate it.
 pub async fn views(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<(String, Vec<String>)>> {
     let during = "reading view definitions";
-    let names: Vec<String> = conn
-        .exec(
-            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'VIEW' \
-             ORDER BY TABLE_NAME",
-            (database,),
-        )
-        .await
-        .map_err(|e| connector.error(during, e))?;
+    let names = table_names(connector, conn, database, "VIEW").await?;
     let mut views = Vec::new();
     for name in names {
         let row: Option<(String, String, String, String)> = conn
@@ -349,25 +379,9 @@ pub struct ObjectNames {
 }
 
 pub async fn object_names(connector: &Connector, conn: &mut Conn, database: &str) -> Result<ObjectNames> {
-    let during = "listing views, routines and triggers";
-    let views: Vec<String> = conn
-        .exec(
-            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'VIEW'",
-            (database,),
-        )
-        .await
-        .map_err(|e| connector.error(during, e))?;
-    let routines: Vec<(String, String)> = conn
-        .exec(
-            "SELECT ROUTINE_TYPE, ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ?",
-            (database,),
-        )
-        .await
-        .map_err(|e| connector.error(during, e))?;
-    let triggers: Vec<String> = conn
-        .exec("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", (database,))
-        .await
-        .map_err(|e| connector.error(during, e))?;
+    let views = table_names(connector, conn, database, "VIEW").await?;
+    let routines = routine_kinds_and_names(connector, conn, database).await?;
+    let triggers = trigger_names(connector, conn, database).await?;
     let routines = routines.iter().map(|(kind, name)| routine_name(kind, name)).collect();
     Ok(ObjectNames { views, routines, triggers })
 }

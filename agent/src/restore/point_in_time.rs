@@ -268,14 +268,7 @@ fn partial(swapped: &[String], error: AgentError) -> AgentError {
 
 /// The tables of a staging schema (its markers aside), with their row counts and checksums.
 async fn table_facts(connector: &Connector, conn: &mut Conn, staging: &str) -> Result<Vec<TableFacts>> {
-    let names: Vec<String> = conn
-        .exec(
-            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'BASE TABLE' \
-             ORDER BY TABLE_NAME",
-            (staging,),
-        )
-        .await
-        .map_err(|e| connector.error("listing the staged tables", e))?;
+    let names = catalog::table_names(connector, conn, staging, "BASE TABLE").await?;
     let mut facts = Vec::new();
     for name in names.into_iter().filter(|n| n != STAGED_MARKER && n != REPLAYED_MARKER) {
         let rows = catalog::count_rows(connector, conn, staging, &name).await?;

@@ -345,17 +345,11 @@ impl DatabaseRestore<'_> {
             }
             let _ = session.disconnect().await;
         }
-        for trigger in self.triggers_of(conn, staging).await? {
+        for trigger in catalog::trigger_names(self.connector, conn, staging).await? {
             let sql = format!("DROP TRIGGER {}.{}", quote_ident(staging), quote_ident(&trigger));
             self.execute(conn, &sql, "dropping a rehearsed trigger").await?;
         }
         Ok(())
-    }
-
-    async fn triggers_of(&self, conn: &mut Conn, schema: &str) -> Result<Vec<String>> {
-        conn.exec("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", (schema,))
-            .await
-            .map_err(|e| self.connector.error("listing triggers", e))
     }
 
     /// What the database holds now, when the restore is to replace it.
@@ -367,19 +361,13 @@ impl DatabaseRestore<'_> {
         }
         let objects = catalog::existing_objects(self.connector, conn, name).await?;
         let (views, tables): (Vec<_>, Vec<_>) = objects.into_iter().partition(|(_, kind)| kind == "VIEW");
-        let routines: Vec<(String, String)> = conn
-            .exec(
-                "SELECT ROUTINE_TYPE, ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ?",
-                (name,),
-            )
-            .await
-            .map_err(|e| self.connector.error("listing routines", e))?;
+        let routines = catalog::routine_kinds_and_names(self.connector, conn, name).await?;
         Ok(Existing {
             database,
             tables: tables.into_iter().map(|(table, _)| table).collect(),
             views: views.into_iter().map(|(view, _)| view).collect(),
             routines,
-            triggers: self.triggers_of(conn, name).await?,
+            triggers: catalog::trigger_names(self.connector, conn, name).await?,
             trigger_statements: catalog::triggers(self.connector, conn, name).await?.statements,
         })
     }

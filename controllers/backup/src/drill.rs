@@ -14,7 +14,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use visitors_agent_contract::summary::Operation;
@@ -87,9 +87,11 @@ impl DrillSteps<'_> {
         let image = self.database_image().await?;
         let settings = self.settings();
         let pending = status::drill_pending(Time(requested), &job_name(self.run), now());
+        // A Secret of the drill's name that exists (left by an earlier attempt whose pod was
+        // deleted above) is used as it is: the new pod reads its password from it.
         for created in [
-            self.create(&build::secret(self.run, &random_password()), "Secret").await,
-            self.create(&build::database_pod(self.run, &settings, &image), "Pod").await,
+            self.op.create(&build::secret(self.run, &random_password()), "Secret").await,
+            self.op.create(&build::database_pod(self.run, &settings, &image), "Pod").await,
         ] {
             if let Err(error) = created {
                 return self.refused(pending, error).await;
@@ -137,7 +139,7 @@ impl DrillSteps<'_> {
     }
 
     fn leftover<K: Resource>(&self, object: &K, what: String) -> Leftover {
-        if self.owns(object) { Leftover::Ours(what) } else { Leftover::Foreign(what) }
+        if self.op.owns(object) { Leftover::Ours(what) } else { Leftover::Foreign(what) }
     }
 
     /// The app's MySQL image, so that the drill restores into the server the app runs; the
@@ -205,8 +207,7 @@ impl DrillSteps<'_> {
     fn past_deadline(&self, drill: &DrillStatus) -> bool {
         let Some(start) = &drill.start_time else { return false };
         let deadline = Duration::from_secs(u64::try_from(self.settings().active_deadline_seconds()).unwrap_or(0));
-        let elapsed = now().0.as_millisecond().saturating_sub(start.0.as_millisecond());
-        elapsed > i64::try_from((deadline + DEADLINE_GRACE).as_millis()).unwrap_or(i64::MAX)
+        crate::schedule::until(start.0, Timestamp::now()) > deadline + DEADLINE_GRACE
     }
 
     /// Records the end first (a restarted controller then only cleans up), tells the user,
@@ -259,7 +260,7 @@ impl DrillSteps<'_> {
         let Some(object) = api.get_opt(name).await.map_err(api_err(format!("reading {kind} {name}")))? else {
             return Ok(());
         };
-        if !self.owns(&object) {
+        if !self.op.owns(&object) {
             tracing::warn!("{kind} {name} is not this run's: left in place");
             return Ok(());
         }
@@ -269,29 +270,6 @@ impl DrillSteps<'_> {
             // Gone meanwhile, or replaced by another object of that name.
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
             Err(source) => Err(ApiError { action: format!("deleting {kind} {name}"), source }.into()),
-        }
-    }
-
-    fn owns<K: Resource>(&self, object: &K) -> bool {
-        object.owner_references().iter().any(|owner| Some(&owner.uid) == self.run.uid().as_ref())
-    }
-
-    async fn create<K>(&self, object: &K, kind: &str) -> Result<(), ApiError>
-    where
-        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + serde::Serialize
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-    {
-        let api: Api<K> = self.op.api();
-        let params =
-            PostParams { field_manager: Some(self.ctx.runtime.field_manager.clone()), ..PostParams::default() };
-        match api.create(&params, object).await {
-            Ok(_) => Ok(()),
-            // Left by a reconcile whose status write was lost: the drill it started goes on.
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-            Err(source) => Err(ApiError { action: format!("creating {kind} {}", object.name_any()), source }),
         }
     }
 

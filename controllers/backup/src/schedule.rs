@@ -160,7 +160,7 @@ fn doomed(runs: &[MySQLBackup], retention: &Retention, now: Timestamp) -> Vec<St
     retention::doomed(&facts, retention, now)
 }
 
-fn created(object: &MySQLBackup) -> Option<Timestamp> {
+pub(crate) fn created(object: &MySQLBackup) -> Option<Timestamp> {
     object.metadata.creation_timestamp.as_ref().map(|t| t.0)
 }
 
@@ -329,7 +329,7 @@ fn overdue(schedule: &MySQLBackup, runs: &[MySQLBackup], interval: Option<Durati
     since.is_some_and(|since| until(since, now) > interval * 2)
 }
 
-fn until(from: Timestamp, to: Timestamp) -> Duration {
+pub(crate) fn until(from: Timestamp, to: Timestamp) -> Duration {
     Duration::from_millis(u64::try_from(to.as_millisecond() - from.as_millisecond()).unwrap_or(0))
 }
 

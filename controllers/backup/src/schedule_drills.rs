@@ -19,6 +19,7 @@ use controller_common::reconcile::api_err;
 
 use crate::context::{Context, Error};
 use crate::metrics::{DrillGauges, ScheduleLabels};
+use crate::schedule::{created, until};
 
 /// Runs the drill cron of `schedule` (when it has one): at a fire time, asks its newest
 /// successful run for a drill. Updates the drill times in `state`; returns when to look again.
@@ -128,14 +129,6 @@ fn newest_success(runs: &[MySQLBackup]) -> Option<&MySQLBackup> {
 
 fn completion(run: &MySQLBackup) -> Option<Timestamp> {
     run.status.as_ref()?.completion_time.as_ref().map(|t| t.0)
-}
-
-fn created(object: &MySQLBackup) -> Option<Timestamp> {
-    object.metadata.creation_timestamp.as_ref().map(|t| t.0)
-}
-
-fn until(from: Timestamp, to: Timestamp) -> Duration {
-    Duration::from_millis(u64::try_from(to.as_millisecond() - from.as_millisecond()).unwrap_or(0))
 }
 
 #[cfg(test)]

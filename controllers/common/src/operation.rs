@@ -250,15 +250,23 @@ where
     /// Creates `job` and tells the user with a `Started` Event saying `note`. A Job of that name
     /// created by an earlier reconcile whose status write was lost is followed, not recreated.
     pub async fn create_job(&self, job: &Job, note: String) -> Result<(), ApiError> {
-        let name = job.name_any();
+        if self.create(job, "Job").await? {
+            self.runtime.events.normal(self.object, "Started", "CreateJob", note).await;
+        }
+        Ok(())
+    }
+
+    /// Creates `child` (a `kind`) under the controller's field manager unless an object of its
+    /// name exists; returns whether it created it.
+    pub async fn create<C>(&self, child: &C, kind: &str) -> Result<bool, ApiError>
+    where
+        C: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + Debug,
+    {
         let params = PostParams { field_manager: Some(self.runtime.field_manager.clone()), ..PostParams::default() };
-        match self.api::<Job>().create(&params, job).await {
-            Ok(_) => {
-                self.runtime.events.normal(self.object, "Started", "CreateJob", note).await;
-                Ok(())
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-            Err(source) => Err(ApiError { action: format!("creating Job {name}"), source }),
+        match self.api::<C>().create(&params, child).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(source) => Err(ApiError { action: format!("creating {kind} {}", child.name_any()), source }),
         }
     }
 
@@ -279,9 +287,10 @@ where
         Ok(self.pods(name).await?.iter().all(agent_job::pod_ended))
     }
 
-    /// Whether `job` belongs to this run (a Job of the same name could be someone else's).
-    pub fn owns(&self, job: &Job) -> bool {
-        job.owner_references().iter().any(|o| Some(&o.uid) == self.object.uid().as_ref())
+    /// Whether `child` (a Job, a pod) belongs to this operation (an object of the same name
+    /// could be someone else's).
+    pub fn owns<C: Resource>(&self, child: &C) -> bool {
+        child.owner_references().iter().any(|o| Some(&o.uid) == self.object.uid().as_ref())
     }
 
     /// A Job that exists but is not this run's: the run waits until it is gone.
