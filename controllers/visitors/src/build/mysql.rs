@@ -7,8 +7,9 @@ use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Container, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe, Service,
-    ServicePort, ServiceSpec as K8sServiceSpec, VolumeMount, VolumeResourceRequirements,
+    Container, EmptyDirVolumeSource, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
+    PodTemplateSpec, Probe, Service, ServicePort, ServiceSpec as K8sServiceSpec, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -23,6 +24,8 @@ use super::{child_meta, container_port, env, env_from_secret, pod_labels};
 
 /// Name of the volume claim template; the claim of pod 0 is `data-<app>-mysql-0`.
 pub const DATA_VOLUME: &str = "data";
+/// The emptyDir MySQL keeps its temporary files in.
+pub const TMP_VOLUME: &str = "tmp";
 /// Name of the MySQL container.
 pub const CONTAINER: &str = "mysql";
 
@@ -35,7 +38,12 @@ pub const CONTAINER: &str = "mysql";
 /// The binary log is always on, in row format with GTIDs (MySQL's `gtid_mode`; MariaDB's are
 /// always on), kept three days: a schedule's point-in-time archiving then starts without a
 /// restart of MySQL, and an archiver that was down for a while finds what it missed.
-pub const MYSQLD_ARGS: [&str; 9] = [
+///
+/// Temporary files go to the pod's own volume [`TMP_VOLUME`] at `/tmp`: a MariaDB server that
+/// starts removes every `#sql*` file of its temporary folder, so servers sharing one (processes
+/// of a node without containers, as in the test cluster) would remove each other's temporary
+/// tables in use.
+pub const MYSQLD_ARGS: [&str; 10] = [
     "--loose-mysql-native-password=ON",
     "--loose-authentication-policy=mysql_native_password,,",
     "--loose-local-infile=1",
@@ -45,6 +53,7 @@ pub const MYSQLD_ARGS: [&str; 9] = [
     "--loose-gtid-mode=ON",
     "--loose-enforce-gtid-consistency=ON",
     "--loose-binlog-expire-logs-seconds=259200",
+    "--loose-tmpdir=/tmp",
 ];
 
 /// Readiness: the application user runs `SELECT 1` in its database over TCP. It fails while
@@ -83,7 +92,15 @@ pub fn statefulset(app: &VisitorsApp, secret: &str, existing_claim: Option<&Pers
             },
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta { labels: Some(pod_labels(app, Component::Mysql)), ..ObjectMeta::default() }),
-                spec: Some(PodSpec { containers: vec![container(app, secret)], ..PodSpec::default() }),
+                spec: Some(PodSpec {
+                    containers: vec![container(app, secret)],
+                    volumes: Some(vec![Volume {
+                        name: TMP_VOLUME.to_string(),
+                        empty_dir: Some(EmptyDirVolumeSource::default()),
+                        ..Volume::default()
+                    }]),
+                    ..PodSpec::default()
+                }),
             },
             volume_claim_templates: Some(claims),
             persistent_volume_claim_retention_policy: Some(retention_policy(app.spec.deletion_policy())),
@@ -121,11 +138,14 @@ fn container(app: &VisitorsApp, secret: &str) -> Container {
             env_from_secret("MYSQL_USER", secret, secret_keys::USERNAME),
             env_from_secret("MYSQL_PASSWORD", secret, secret_keys::PASSWORD),
         ]),
-        volume_mounts: Some(vec![VolumeMount {
-            name: DATA_VOLUME.to_string(),
-            mount_path: "/var/lib/mysql".to_string(),
-            ..VolumeMount::default()
-        }]),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: DATA_VOLUME.to_string(),
+                mount_path: "/var/lib/mysql".to_string(),
+                ..VolumeMount::default()
+            },
+            VolumeMount { name: TMP_VOLUME.to_string(), mount_path: "/tmp".to_string(), ..VolumeMount::default() },
+        ]),
         readiness_probe: Some(shell_probe(READINESS_SCRIPT, 10, 5, 3)),
         // Up to ten minutes to start (first initialisation, InnoDB crash recovery of a large
         // volume) before liveness may restart mysqld; after that, a minute of failed pings.
