@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::drill::{DRILL_REQUESTED_AT, Drill, DrillStatus};
+use crate::encryption::BackupEncryption;
 use crate::point_in_time::{PointInTime, PointInTimeStatus, SnapshotPosition};
 use crate::schedule::Plan;
 use crate::storage::BackupStorage;
@@ -198,6 +199,10 @@ pub struct MySQLBackupSpec {
     /// docs/backup-restore.md). The newest verified run is never deleted by retention.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drill: Option<Drill>,
+    /// Client-side encryption: every stored file of a run encrypted with a key from a Secret
+    /// (see docs/backup-restore.md). Unset: runs are stored unencrypted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<BackupEncryption>,
 }
 
 /// The database to back up.
@@ -336,6 +341,10 @@ pub struct MySQLBackupStatus {
     /// Run: bytes of table data before compression.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_bytes: Option<i64>,
+    /// Run: the id of the key (an entry of `spec.encryption.keySecret`) the run was encrypted
+    /// with; unset for an unencrypted run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_key_id: Option<String>,
     /// Run: its newest restore drill.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drill: Option<DrillStatus>,
@@ -417,6 +426,9 @@ impl MySQLBackupSpec {
         let plan = self.schedule.as_ref().and_then(|schedule| schedule.checked(&mut problems));
         if let Some(drill) = &self.drill {
             drill.validate(self.is_schedule(), &mut problems);
+        }
+        if let Some(encryption) = &self.encryption {
+            encryption.validate("spec.encryption", &mut problems);
         }
         if let Some(point_in_time) = &self.point_in_time {
             if self.schedule.is_none() {
@@ -599,6 +611,7 @@ mod tests {
             resources: None,
             point_in_time: None,
             drill: None,
+            encryption: None,
         }
     }
 

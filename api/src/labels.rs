@@ -98,6 +98,14 @@ pub mod names {
     pub fn credentials_secret(app: &str) -> String {
         format!("{app}-mysql-credentials")
     }
+    /// The generated TLS Secret of MySQL's server certificate (`tls.crt`, `tls.key`, `ca.crt`).
+    pub fn mysql_tls_secret(app: &str) -> String {
+        format!("{app}-mysql-tls")
+    }
+    /// The generated CA Secret (`ca.crt`, `ca.key`) that signs [`mysql_tls_secret`].
+    pub fn mysql_ca_secret(app: &str) -> String {
+        format!("{app}-mysql-ca")
+    }
     /// The MySQL StatefulSet, its client Service, and the base of its pods' names.
     pub fn mysql(app: &str) -> String {
         format!("{app}-mysql")

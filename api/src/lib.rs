@@ -9,6 +9,7 @@ pub mod backup;
 pub mod conditions;
 pub mod crds;
 pub mod drill;
+pub mod encryption;
 pub mod labels;
 pub mod operation;
 pub mod point_in_time;

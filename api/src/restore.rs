@@ -91,6 +91,13 @@ pub struct RestoreSource {
     /// the target, then the archived transactions up to the target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub point_in_time: Option<PointInTimeSource>,
+    /// Secret in this namespace holding the keys of an encrypted backup (entries named by key
+    /// id, values age identities). Defaults to the `spec.encryption.keySecret` of the backup's
+    /// MySQLBackup (for `backup` and `pointInTime`); needed with `storage` when the backup
+    /// there is encrypted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key_secret: Option<String>,
 }
 
 /// The database a restore writes into.
@@ -266,6 +273,9 @@ impl MySQLRestoreSpec {
                 problems.add("spec.source.path", "path goes with storage; a backup run knows its own location");
             }
             problems.check("spec.source.path", relative_path(path));
+        }
+        if let Some(secret) = &source.key_secret {
+            problems.check("spec.source.keySecret", dns_subdomain(secret));
         }
         problems.check("spec.target.visitorsApp", dns_subdomain(&self.target.visitors_app));
         validate_parallelism("spec.parallelism", self.parallelism, &mut problems);

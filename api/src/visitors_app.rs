@@ -61,6 +61,24 @@ pub mod reason {
     pub const INVALID_CREDENTIALS_SECRET: &str = "InvalidCredentialsSecret";
     pub const CREDENTIALS_LOST: &str = "CredentialsLost";
     pub const CREDENTIALS_SECRET_CONFLICT: &str = "CredentialsSecretConflict";
+    // TLS.
+    /// The Secret named by `spec.tls.secretName` is missing or unusable.
+    pub const INVALID_TLS_SECRET: &str = "InvalidTLSSecret";
+    /// Event: the controller renewed the server certificate before it expired.
+    pub const CERTIFICATE_RENEWED: &str = "CertificateRenewed";
+}
+
+/// Keys of a TLS Secret: the generated `<name>-mysql-tls` or the one `spec.tls.secretName`
+/// names (those of a `kubernetes.io/tls` Secret and of cert-manager's Certificates).
+pub mod tls_keys {
+    /// The server certificate (PEM), followed by any intermediates.
+    pub const CERTIFICATE: &str = "tls.crt";
+    /// The server's private key (PEM).
+    pub const PRIVATE_KEY: &str = "tls.key";
+    /// The CA certificate clients verify the server with (PEM).
+    pub const CA: &str = "ca.crt";
+    /// Every key the Secret must hold.
+    pub const REQUIRED: [&str; 3] = [CERTIFICATE, PRIVATE_KEY, CA];
 }
 
 /// Keys of the credentials Secret (generated, or supplied through `spec.credentialsSecret`).
@@ -135,6 +153,48 @@ pub struct VisitorsAppSpec {
     /// (default) keeps the PersistentVolumeClaim; `Delete` removes it with the app.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<DeletionPolicy>,
+    /// TLS between MySQL and every client (the backend, the controllers, backup and restore
+    /// Jobs). Unset: on (`Required`, with a generated certificate) for a new app; an app whose
+    /// MySQL was created before TLS support keeps plain text until `tls.mode` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+}
+
+/// TLS to MySQL.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// `Required`: MySQL serves TLS and refuses plain-text connections, and every client
+    /// verifies its certificate. `Disabled`: plain text. Changing it restarts MySQL once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<TlsMode>,
+    /// Name of a Secret in this namespace holding `tls.crt`, `tls.key` and `ca.crt` (a
+    /// cert-manager Certificate's Secret fits); the certificate must name the MySQL Service
+    /// `<name>-mysql.<namespace>.svc`. Unset: the controller generates a CA
+    /// (`<name>-mysql-ca`) and a server certificate (`<name>-mysql-tls`) and renews the
+    /// certificate before it expires. A changed certificate restarts MySQL once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: Option<String>,
+}
+
+/// Whether MySQL's clients must use TLS.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum TlsMode {
+    /// TLS only, verified against the CA.
+    #[default]
+    Required,
+    /// Plain text.
+    Disabled,
+}
+
+impl TlsMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsMode::Required => "Required",
+            TlsMode::Disabled => "Disabled",
+        }
+    }
 }
 
 /// The MySQL tier.
@@ -245,6 +305,32 @@ pub struct VisitorsAppStatus {
     /// In-cluster addresses of the three tiers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoints: Option<Endpoints>,
+    /// TLS as MySQL serves it: what backup and restore Jobs connect with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsStatus>,
+}
+
+/// TLS as MySQL serves it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsStatus {
+    /// `Required` or `Disabled`: the mode in effect (see `spec.tls.mode`).
+    pub mode: TlsMode,
+    /// The Secret whose `ca.crt` clients verify MySQL's certificate with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    /// When the server certificate expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+impl VisitorsAppStatus {
+    /// The TLS Secret clients verify MySQL with, when MySQL requires TLS; `None` for plain
+    /// text (also while the status does not say yet).
+    pub fn tls_secret(&self) -> Option<&str> {
+        let tls = self.tls.as_ref().filter(|tls| tls.mode == TlsMode::Required)?;
+        tls.secret_name.as_deref()
+    }
 }
 
 /// In-cluster addresses of the three tiers.
@@ -308,6 +394,16 @@ impl VisitorsAppSpec {
         self.deletion_policy.unwrap_or_default()
     }
 
+    /// The TLS mode the spec asks for, when it says.
+    pub fn tls_mode(&self) -> Option<TlsMode> {
+        self.tls.as_ref().and_then(|tls| tls.mode)
+    }
+
+    /// The Secret named by `spec.tls.secretName`, when the user supplies the certificate.
+    pub fn tls_secret_name(&self) -> Option<&str> {
+        self.tls.as_ref().and_then(|tls| tls.secret_name.as_deref())
+    }
+
     /// Checks everything the schema cannot (and, for clients that bypass it, what it can).
     pub fn validate(&self) -> Result<(), InvalidSpec> {
         let mut problems = Problems::default();
@@ -335,6 +431,12 @@ impl VisitorsAppSpec {
         }
         if let Some(secret) = &self.credentials_secret {
             problems.check("spec.credentialsSecret", dns_subdomain(secret));
+        }
+        if let Some(secret) = self.tls_secret_name() {
+            problems.check("spec.tls.secretName", dns_subdomain(secret));
+            if self.tls_mode() == Some(TlsMode::Disabled) {
+                problems.add("spec.tls.secretName", "is set while spec.tls.mode is Disabled: remove one of them");
+            }
         }
         if self.service_type() == ServiceType::NodePort && self.backend_node_port() == self.frontend_node_port() {
             problems.add("spec.service.frontendNodePort", "must differ from spec.service.backendNodePort");

@@ -6,6 +6,7 @@ pub mod agent_job;
 pub mod apply;
 pub mod args;
 pub mod backoff;
+pub mod certificates;
 pub mod events;
 pub mod finalizer;
 pub mod leader;

@@ -89,11 +89,11 @@ fn managed_fields<T: serde::Serialize>(spec: &T) -> Option<Vec<ManagedFieldsEntr
 
 /// The objects a real cluster would hold for one app, with status and managedFields.
 fn children(app: &VisitorsApp) -> (StatefulSet, Deployment, Deployment) {
-    let mut sts = build::mysql::statefulset(app, "creds", None);
+    let mut sts = build::mysql::statefulset(app, "creds", None, None);
     sts.metadata.managed_fields = managed_fields(&sts.spec);
     sts.status = Some(StatefulSetStatus { replicas: 1, ready_replicas: Some(1), ..StatefulSetStatus::default() });
     let ready = DeploymentStatus { replicas: Some(1), ready_replicas: Some(1), ..DeploymentStatus::default() };
-    let mut backend = build::backend::deployment(app, "creds");
+    let mut backend = build::backend::deployment(app, "creds", None);
     backend.metadata.managed_fields = managed_fields(&backend.spec);
     backend.status = Some(ready.clone());
     let mut frontend = build::frontend::deployment(app);
@@ -160,6 +160,7 @@ fn converged() -> Observed {
         quiesced_by: None,
         frontend: ready("jdob/visitors-webui:1.0.0"),
         failed_children: Vec::new(),
+        tls: None,
     }
 }
 
@@ -171,10 +172,10 @@ fn now() -> Time {
 fn pipeline(app: &VisitorsApp, observed: &Observed) -> usize {
     visitors_controller::validate::spec(&app.spec).unwrap();
     let objects = (
-        build::mysql::statefulset(app, "creds", None),
+        build::mysql::statefulset(app, "creds", None, None),
         build::mysql::headless_service(app),
         build::mysql::client_service(app),
-        build::backend::deployment(app, "creds"),
+        build::backend::deployment(app, "creds", None),
         build::backend::service(app),
         build::frontend::deployment(app),
         build::frontend::service(app),

@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use visitors_api::labels::names;
 
+use crate::build::tls::ServingTls;
 use crate::build::{self, secret::Credentials};
 use crate::context::Error;
 use crate::reconcile::Reconciler;
@@ -55,12 +56,13 @@ impl Reconciler<'_> {
     pub(crate) async fn apply_children(
         &self,
         credentials: Option<Credentials>,
+        tls: Option<&ServingTls>,
     ) -> Result<Result<(Observed, Vec<Error>), Invalid>, Error> {
         let mut failed = Vec::new();
         let secret = build::secret::secret_name(self.app);
         let existing_sts = self.cached(&self.ctx.stores.statefulsets, &names::mysql(&self.name));
         let claim = existing_sts.as_deref().and_then(build::mysql::data_claim_template);
-        let desired_sts = build::mysql::statefulset(self.app, &secret, claim);
+        let desired_sts = build::mysql::statefulset(self.app, &secret, claim, tls);
         let headless = build::mysql::headless_service(self.app);
         let client = build::mysql::client_service(self.app);
         let frontend_name = names::frontend(&self.name);
@@ -77,7 +79,7 @@ impl Reconciler<'_> {
         if claim.is_none()
             && let Ok(created) = &sts
         {
-            let settled = build::mysql::statefulset(self.app, &secret, build::mysql::data_claim_template(created));
+            let settled = build::mysql::statefulset(self.app, &secret, build::mysql::data_claim_template(created), tls);
             self.ctx.seen.record_settled_form(&desired_sts, &settled);
         }
         let sts = collect(sts, &mut failed).or_else(|| existing_sts.as_deref().cloned());
@@ -90,7 +92,7 @@ impl Reconciler<'_> {
         }
 
         let mysql = sts.as_ref().map(Workload::from_statefulset).unwrap_or_default();
-        let database = match self.check_database(&mysql, credentials).await? {
+        let database = match self.check_database(&mysql, credentials, tls).await? {
             Ok(database) => database,
             Err(invalid) => return Ok(Err(invalid)),
         };
@@ -100,7 +102,7 @@ impl Reconciler<'_> {
         let quiesced_by = self.ctx.stores.quiescing_restore(&self.namespace, &self.name);
         // A restore stops the backend even while the database is not ready.
         let (backend, backend_held) = if database.is_ready() || quiesced_by.is_some() {
-            let mut desired = build::backend::deployment(self.app, &secret);
+            let mut desired = build::backend::deployment(self.app, &secret, tls);
             if quiesced_by.is_some() {
                 desired = build::backend::quiesced(desired);
             }
@@ -120,6 +122,7 @@ impl Reconciler<'_> {
             backend_held,
             quiesced_by,
             frontend: frontend.as_ref().map(Workload::from_deployment).unwrap_or_default(),
+            tls: tls.cloned(),
             failed_children: failed.iter().map(ToString::to_string).collect(),
         };
         Ok(Ok((observed, failed)))
@@ -150,7 +153,7 @@ impl Reconciler<'_> {
         }
     }
 
-    fn cached<K>(&self, store: &Store<K>, name: &str) -> Option<Arc<K>>
+    pub(crate) fn cached<K>(&self, store: &Store<K>, name: &str) -> Option<Arc<K>>
     where
         K: Resource<DynamicType = ()> + Clone,
     {

@@ -206,7 +206,7 @@ mod tests {
     /// only (no new generation), which must still wake the app.
     fn became_ready() -> StatefulSet {
         let app = book_app();
-        let mut sts = build::mysql::statefulset(&app, "ex-mysql-credentials", None);
+        let mut sts = build::mysql::statefulset(&app, "ex-mysql-credentials", None, None);
         sts.metadata.generation = Some(1);
         sts.status = Some(StatefulSetStatus {
             observed_generation: Some(1),
@@ -233,7 +233,7 @@ mod tests {
     /// What the StatefulSet watch reports right after the reconcile created it: the apply
     /// response itself, and then the StatefulSet controller's first status.
     fn created() -> StatefulSet {
-        let mut sts = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None);
+        let mut sts = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None, None);
         sts.metadata.uid = Some("uid-sts".into());
         sts.metadata.generation = Some(1);
         sts.metadata.resource_version = Some("5".into());
@@ -307,7 +307,7 @@ mod tests {
     #[tokio::test]
     async fn the_echo_of_an_apply_still_on_its_way_does_not_wake_the_app() {
         let seen = Seen::default();
-        let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None);
+        let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None, None);
         let ticket = seen.ticket(&desired);
         let events = futures::stream::iter([Ok(watcher::Event::Apply(created()))]);
         let woken: Vec<StatefulSet> =

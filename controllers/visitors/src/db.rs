@@ -15,6 +15,8 @@ pub struct Target {
     pub port: u16,
     pub user: String,
     pub password: String,
+    /// The CA certificate (PEM) to verify the server with over TLS; `None`: plain text.
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for Target {
@@ -58,7 +60,11 @@ async fn query(target: &Target) -> Result<(), mysql_async::Error> {
         .prefer_socket(false)
         .user(Some(target.user.clone()))
         .pass(Some(target.password.clone()))
-        .db_name(Some(DATABASE_NAME));
+        .db_name(Some(DATABASE_NAME))
+        .ssl_opts(target.ca_pem.as_ref().map(|ca| {
+            // Only the app's CA is trusted, and the certificate must name the Service.
+            mysql_async::SslOpts::default().with_root_certs(vec![ca.clone().into()]).with_disable_built_in_roots(true)
+        }));
     let mut conn = mysql_async::Conn::new(opts).await?;
     let one: Option<i64> = conn.query_first("SELECT 1").await?;
     // The answer is in; a failed goodbye does not make the database unreachable.
@@ -94,7 +100,8 @@ mod tests {
 
     #[test]
     fn debug_hides_the_password() {
-        let target = Target { host: "h".into(), port: 3306, user: "u".into(), password: "hunter2".into() };
+        let target =
+            Target { host: "h".into(), port: 3306, user: "u".into(), password: "hunter2".into(), ca_pem: None };
         assert!(!format!("{target:?}").contains("hunter2"));
     }
 
@@ -110,7 +117,8 @@ mod tests {
     async fn unreachable_database_fails_within_the_timeout() {
         // Port 3306 of a reserved TEST-NET address: the connection never completes.
         let probe = MysqlProbe { timeout: Duration::from_millis(200) };
-        let target = Target { host: "192.0.2.1".into(), port: 3306, user: "u".into(), password: "p".into() };
+        let target =
+            Target { host: "192.0.2.1".into(), port: 3306, user: "u".into(), password: "p".into(), ca_pem: None };
         let result = probe.select_one(&target).await;
         assert!(result.is_err(), "{result:?}");
     }

@@ -4,6 +4,7 @@
 
 use tracing::Instrument;
 
+use crate::build::tls::ServingTls;
 use crate::build::{self, secret::Credentials};
 use crate::context::Error;
 use crate::db::Target;
@@ -16,6 +17,7 @@ impl Reconciler<'_> {
         &self,
         mysql: &Workload,
         credentials: Option<Credentials>,
+        tls: Option<&ServingTls>,
     ) -> Result<Result<Database, Invalid>, Error> {
         if mysql.ready < 1 {
             return Ok(Ok(Database::PodNotReady));
@@ -35,6 +37,7 @@ impl Reconciler<'_> {
             port: visitors_api::visitors_app::MYSQL_PORT as u16,
             user: credentials.username.clone(),
             password: credentials.password.clone(),
+            ca_pem: tls.map(|tls| tls.ca_pem.clone()),
         };
         // Host and port only: the target's credentials never reach a span.
         let span = tracing::info_span!(
@@ -43,6 +46,7 @@ impl Reconciler<'_> {
             "db.query.text" = "SELECT 1",
             "server.address" = %target.host,
             "server.port" = target.port,
+            "tls" = target.ca_pem.is_some(),
             "db.check.result" = tracing::field::Empty,
         );
         let result = probe.select_one(&target).instrument(span.clone()).await;

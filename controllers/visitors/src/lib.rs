@@ -2,7 +2,7 @@
 //! frontend) converged with its VisitorsApp.
 //!
 //! [`controller`] wires the watches to [`reconcile`], whose pipeline is: [`validate`] the spec
-//! and the [`credentials`], [`build`] the desired children (pure), [`apply`] them, check the
+//! and the [`credentials`], find or issue MySQL's certificate ([`tls`]), [`build`] the desired children (pure), [`apply`] them, check the
 //! database ([`db`]), then compute the [`status`]. A deleted app goes through [`cleanup`].
 //! [`seen`] and [`hold`] decide which watch events wake an app.
 
@@ -19,4 +19,5 @@ pub mod reconcile;
 pub mod repair;
 pub mod seen;
 pub mod status;
+pub mod tls;
 pub mod validate;

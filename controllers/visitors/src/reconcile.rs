@@ -83,7 +83,11 @@ impl<'a> Reconciler<'a> {
                 Err(invalid) => return self.reject(invalid).await,
             }
         };
-        let (observed, failed) = match self.apply_children(credentials).await? {
+        let tls = match self.serving_tls().await? {
+            Ok(tls) => tls,
+            Err(invalid) => return self.reject(invalid).await,
+        };
+        let (observed, failed) = match self.apply_children(credentials, tls.as_ref()).await? {
             Ok(applied) => applied,
             Err(invalid) => return self.reject(invalid).await,
         };
@@ -99,6 +103,10 @@ impl<'a> Reconciler<'a> {
         }
         let runtime = &self.ctx.runtime;
         let action = match (ready, observed.waits_for_the_query()) {
+            // The user's certificate Secret is not watched: a replaced one is seen here.
+            (true, _) if tls.is_some() && !crate::build::tls::is_generated(self.app) => {
+                Action::requeue(self.tls_recheck())
+            }
             (true, _) => runtime.converged(self.app),
             // No watch sees the database start answering: poll, backing off to about a minute.
             (false, true) => runtime.waiting(self.app),

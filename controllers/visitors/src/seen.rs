@@ -28,6 +28,7 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use visitors_api::VisitorsApp;
 
+use crate::build::tls::ServingTls;
 use crate::status::Workload;
 
 /// The part of an object a reconcile acts on, as hashes: two states with the same fingerprints
@@ -210,6 +211,9 @@ struct Records {
     /// When each app's credentials Secret was last read and found usable, and for which
     /// fingerprint of the app (a spec change can name another Secret).
     credentials_checked: HashMap<Key, (u64, Instant)>,
+    /// The TLS each app's MySQL serves, when it was last read, and for which fingerprint of
+    /// the app (a spec change can switch TLS or name another Secret).
+    tls_checked: HashMap<Key, (u64, Instant, Option<ServingTls>)>,
 }
 
 /// Taken before an apply: what the watches had reported of the object then.
@@ -379,6 +383,20 @@ impl Seen {
             .is_some_and(|(fingerprint, at)| *fingerprint == spec_fingerprint(app) && at.elapsed() < max_age)
     }
 
+    /// The reconcile of `app` found (or made) the TLS its MySQL serves: `None` for plain text.
+    pub fn record_tls(&self, app: &VisitorsApp, tls: Option<ServingTls>) {
+        self.lock().tls_checked.insert(key(app), (spec_fingerprint(app), Instant::now(), tls));
+    }
+
+    /// The TLS of `app` (as it is now) as a reconcile found it less than `max_age` ago: like
+    /// the credentials, a Secret is read again only after that (see
+    /// [`Self::credentials_checked_within`]).
+    pub fn tls_checked_within(&self, app: &VisitorsApp, max_age: Duration) -> Option<Option<ServingTls>> {
+        let records = self.lock();
+        let (fingerprint, at, tls) = records.tls_checked.get(&key(app))?;
+        (*fingerprint == spec_fingerprint(app) && at.elapsed() < max_age).then(|| tls.clone())
+    }
+
     /// The object is gone (deleted, or an app's reconciles are over).
     pub fn forget<K: Fingerprint>(&self, object: &K) {
         let key = key(object);
@@ -387,6 +405,7 @@ impl Seen {
         records.applied.remove(&key);
         records.in_flight.remove(&key);
         records.credentials_checked.remove(&key);
+        records.tls_checked.remove(&key);
         records.bump(&key);
     }
 
@@ -411,7 +430,7 @@ mod tests {
     use k8s_openapi::api::apps::v1::StatefulSetStatus;
 
     fn created_statefulset() -> StatefulSet {
-        let mut sts = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None);
+        let mut sts = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None, None);
         sts.metadata.uid = Some("uid-sts".into());
         sts.metadata.generation = Some(1);
         sts.metadata.resource_version = Some("10".into());
@@ -465,7 +484,7 @@ mod tests {
     fn an_apply_is_spared_only_while_the_child_is_as_it_left_it() {
         const RESYNC: Duration = Duration::from_secs(600);
         let seen = Seen::default();
-        let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None);
+        let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None, None);
         assert!(!seen.unchanged_since_applied(&desired, RESYNC), "never applied");
         let response = created_statefulset();
         seen.record_apply(&desired, &response, seen.ticket(&desired));
@@ -497,7 +516,7 @@ mod tests {
     fn an_apply_answered_after_its_echo_or_a_reported_edit_or_deletion_hides_only_the_echo() {
         const RESYNC: Duration = Duration::from_secs(600);
         let seen = Seen::default();
-        let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None);
+        let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None, None);
         let response = created_statefulset();
 
         let ticket = seen.ticket(&desired);

@@ -10,10 +10,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use visitors_api::conditions::{self, BACKEND_READY, DATABASE_READY, Desired, FRONTEND_READY, READY, Status};
 use visitors_api::labels::names;
-use visitors_api::visitors_app::{BACKEND_PORT, DATABASE_USER, Endpoints, FRONTEND_PORT, MYSQL_PORT, reason};
+use visitors_api::visitors_app::{
+    BACKEND_PORT, DATABASE_USER, Endpoints, FRONTEND_PORT, MYSQL_PORT, TlsMode, TlsStatus, reason,
+};
 use visitors_api::{VisitorsApp, VisitorsAppStatus};
 
 use crate::build::mysql::client_host;
+use crate::build::tls::ServingTls;
 use crate::validate::Invalid;
 
 /// What a workload's own status says.
@@ -130,6 +133,8 @@ pub struct Observed {
     pub frontend: Workload,
     /// Children that could not be applied or repaired: what was done and the API's answer.
     pub failed_children: Vec<String>,
+    /// The TLS MySQL serves; `None` for plain text.
+    pub tls: Option<ServingTls>,
 }
 
 impl Observed {
@@ -175,7 +180,19 @@ pub fn compute(app: &VisitorsApp, observed: &Observed, now: Time) -> VisitorsApp
     status.frontend_ready_replicas = Some(observed.frontend.ready);
     status.credentials_secret = Some(observed.secret.clone());
     status.endpoints = Some(endpoints(app));
+    status.tls = Some(tls_status(observed.tls.as_ref()));
     status
+}
+
+fn tls_status(tls: Option<&ServingTls>) -> TlsStatus {
+    match tls {
+        Some(tls) => TlsStatus {
+            mode: TlsMode::Required,
+            secret_name: Some(tls.secret_name.clone()),
+            not_after: Some(Time(tls.not_after)),
+        },
+        None => TlsStatus { mode: TlsMode::Disabled, secret_name: None, not_after: None },
+    }
 }
 
 /// The status when the app cannot be reconciled: `Ready=False` with the reason, and the other
@@ -331,6 +348,7 @@ mod tests {
             quiesced_by: None,
             frontend: ready(1, "jdob/visitors-webui:1.0.0"),
             failed_children: Vec::new(),
+            tls: None,
         }
     }
 
@@ -457,7 +475,7 @@ mod tests {
     fn workload_state_is_read_from_objects() {
         use k8s_openapi::api::apps::v1::DeploymentStatus;
         let app = book_app();
-        let mut deployment = crate::build::backend::deployment(&app, "c");
+        let mut deployment = crate::build::backend::deployment(&app, "c", None);
         deployment.metadata.generation = Some(2);
         deployment.status = Some(DeploymentStatus {
             observed_generation: Some(2),

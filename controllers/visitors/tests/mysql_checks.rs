@@ -80,13 +80,13 @@ fn probes() -> (Probe, Probe) {
     let mut app = VisitorsApp::new("ex", VisitorsAppSpec { size: 1, ..VisitorsAppSpec::default() });
     app.metadata.namespace = Some("shop".into());
     app.metadata.uid = Some("uid".into());
-    let sts = statefulset(&app, "creds", None);
+    let sts = statefulset(&app, "creds", None, None);
     let container = sts.spec.unwrap().template.spec.unwrap().containers.remove(0);
     (container.readiness_probe.unwrap(), container.liveness_probe.unwrap())
 }
 
 fn target(port: u16, password: &str) -> Target {
-    Target { host: "127.0.0.1".into(), port, user: USER.into(), password: password.into() }
+    Target { host: "127.0.0.1".into(), port, user: USER.into(), password: password.into(), ca_pem: None }
 }
 
 #[tokio::test]

@@ -395,7 +395,7 @@ async fn edited_list_items_of_every_child_kind_are_repaired() {
     let ports: Vec<i32> = mysql.ports.unwrap().iter().map(|p| p.container_port).collect();
     assert_eq!(ports, [3306]);
     let mounts: Vec<String> = mysql.volume_mounts.unwrap().into_iter().map(|m| m.mount_path).collect();
-    assert_eq!(mounts, ["/var/lib/mysql", "/tmp"]);
+    assert_eq!(mounts, ["/var/lib/mysql", "/tmp", "/etc/mysql/tls"]);
     let env: Vec<String> = mysql.env.unwrap().into_iter().map(|e| e.name).collect();
     assert_eq!(env, ["MYSQL_ROOT_PASSWORD", "MYSQL_DATABASE", "MYSQL_USER", "MYSQL_PASSWORD"]);
     assert_eq!(frontend_env(&h), Some(vec![("REACT_APP_TITLE".into(), Some("Custom Dashboard Title".into()))]));

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod frontend;
 pub mod mysql;
 pub mod secret;
+pub mod tls;
 
 use std::collections::BTreeMap;
 

@@ -7,8 +7,8 @@ use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
-    PodTemplateSpec, Probe, Service, ServicePort, ServiceSpec as K8sServiceSpec, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, Service, ServicePort, ServiceSpec as K8sServiceSpec, Volume, VolumeMount,
     VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -18,8 +18,9 @@ use kube::ResourceExt;
 use visitors_api::VisitorsApp;
 use visitors_api::labels::{Component, names, selector};
 use visitors_api::validation::quantity_bytes;
-use visitors_api::visitors_app::{DATABASE_NAME, DeletionPolicy, MYSQL_PORT, secret_keys};
+use visitors_api::visitors_app::{DATABASE_NAME, DeletionPolicy, MYSQL_PORT, TlsMode, secret_keys};
 
+use super::tls::{self, ServingTls};
 use super::{child_meta, container_port, env, env_from_secret, pod_labels};
 
 /// Name of the volume claim template; the claim of pod 0 is `data-<app>-mysql-0`.
@@ -60,6 +61,11 @@ pub const MYSQLD_ARGS: [&str; 10] = [
 /// the image's first-start initialisation runs (that server listens on the socket only), and
 /// proves that mysqld accepts connections with the credentials the backend uses.
 const READINESS_SCRIPT: &str = r#"MYSQL_PWD="$MYSQL_PASSWORD" exec mysql --protocol=TCP -h 127.0.0.1 -u "$MYSQL_USER" -D "$MYSQL_DATABASE" -e 'SELECT 1'"#;
+/// Readiness under TLS: the same login over mysqld's socket, which `require_secure_transport`
+/// allows. Client programs of MySQL and MariaDB images disagree on how to ask for TLS, and
+/// the controller checks the TLS path itself over TCP.
+const TLS_READINESS_SCRIPT: &str =
+    r#"MYSQL_PWD="$MYSQL_PASSWORD" exec mysql --protocol=SOCKET -u "$MYSQL_USER" -D "$MYSQL_DATABASE" -e 'SELECT 1'"#;
 /// Liveness: mysqld answers on its socket (`ping` succeeds even when access is denied, so a
 /// credentials problem never restarts the database).
 const LIVENESS_SCRIPT: &str = r#"MYSQL_PWD="$MYSQL_ROOT_PASSWORD" exec mysqladmin --protocol=SOCKET -u root ping"#;
@@ -78,11 +84,29 @@ pub fn client_host(app: &VisitorsApp) -> String {
 /// the cluster: claim templates are immutable, so it is kept verbatim (a size change goes
 /// through [`claim_resize`]); rebuilding it would fail the apply as soon as anything in it
 /// differed from creation time, labels included.
-pub fn statefulset(app: &VisitorsApp, secret: &str, existing_claim: Option<&PersistentVolumeClaim>) -> StatefulSet {
+///
+/// With `tls`, mysqld serves the certificate of its Secret and refuses plain text over TCP, and
+/// the pod restarts when the certificate changes; the StatefulSet records the mode it was built
+/// with ([`tls::MODE_ANNOTATION`]).
+pub fn statefulset(
+    app: &VisitorsApp,
+    secret: &str,
+    existing_claim: Option<&PersistentVolumeClaim>,
+    tls: Option<&ServingTls>,
+) -> StatefulSet {
     let name = app.name_any();
     let claims = vec![claim_template(app, existing_claim)];
+    let mode = if tls.is_some() { TlsMode::Required } else { TlsMode::Disabled };
+    let mut metadata = child_meta(app, names::mysql(&name), Component::Mysql);
+    metadata.annotations = Some(BTreeMap::from([(tls::MODE_ANNOTATION.to_string(), mode.as_str().to_string())]));
+    let mut volumes = vec![Volume {
+        name: TMP_VOLUME.to_string(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }];
+    volumes.extend(tls.map(tls::server_volume));
     StatefulSet {
-        metadata: child_meta(app, names::mysql(&name), Component::Mysql),
+        metadata,
         spec: Some(StatefulSetSpec {
             replicas: Some(1),
             service_name: Some(names::mysql_headless(&name)),
@@ -91,14 +115,21 @@ pub fn statefulset(app: &VisitorsApp, secret: &str, existing_claim: Option<&Pers
                 ..LabelSelector::default()
             },
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(pod_labels(app, Component::Mysql)), ..ObjectMeta::default() }),
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels(app, Component::Mysql)),
+                    annotations: tls.map(|tls| {
+                        BTreeMap::from([(tls::CERTIFICATE_ANNOTATION.to_string(), tls.server_fingerprint.clone())])
+                    }),
+                    ..ObjectMeta::default()
+                }),
                 spec: Some(PodSpec {
-                    containers: vec![container(app, secret)],
-                    volumes: Some(vec![Volume {
-                        name: TMP_VOLUME.to_string(),
-                        empty_dir: Some(EmptyDirVolumeSource::default()),
-                        ..Volume::default()
-                    }]),
+                    containers: vec![container(app, secret, tls.is_some())],
+                    volumes: Some(volumes),
+                    security_context: tls.map(|_| PodSecurityContext {
+                        fs_group: Some(tls::MYSQL_GROUP),
+                        fs_group_change_policy: Some("OnRootMismatch".to_string()),
+                        ..PodSecurityContext::default()
+                    }),
                     ..PodSpec::default()
                 }),
             },
@@ -126,11 +157,25 @@ pub fn retention_policy(policy: DeletionPolicy) -> StatefulSetPersistentVolumeCl
     }
 }
 
-fn container(app: &VisitorsApp, secret: &str) -> Container {
+fn container(app: &VisitorsApp, secret: &str, tls: bool) -> Container {
+    let mut args: Vec<String> = MYSQLD_ARGS.iter().map(ToString::to_string).collect();
+    let mut mounts = vec![
+        VolumeMount {
+            name: DATA_VOLUME.to_string(),
+            mount_path: "/var/lib/mysql".to_string(),
+            ..VolumeMount::default()
+        },
+        VolumeMount { name: TMP_VOLUME.to_string(), mount_path: "/tmp".to_string(), ..VolumeMount::default() },
+    ];
+    if tls {
+        args.extend(tls::server_args());
+        mounts.push(tls::mount(tls::SERVER_MOUNT));
+    }
+    let readiness = if tls { TLS_READINESS_SCRIPT } else { READINESS_SCRIPT };
     Container {
         name: CONTAINER.to_string(),
         image: Some(app.spec.mysql_image().to_string()),
-        args: Some(MYSQLD_ARGS.iter().map(ToString::to_string).collect()),
+        args: Some(args),
         ports: Some(vec![container_port("mysql", MYSQL_PORT)]),
         env: Some(vec![
             env_from_secret("MYSQL_ROOT_PASSWORD", secret, secret_keys::ROOT_PASSWORD),
@@ -138,15 +183,8 @@ fn container(app: &VisitorsApp, secret: &str) -> Container {
             env_from_secret("MYSQL_USER", secret, secret_keys::USERNAME),
             env_from_secret("MYSQL_PASSWORD", secret, secret_keys::PASSWORD),
         ]),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: DATA_VOLUME.to_string(),
-                mount_path: "/var/lib/mysql".to_string(),
-                ..VolumeMount::default()
-            },
-            VolumeMount { name: TMP_VOLUME.to_string(), mount_path: "/tmp".to_string(), ..VolumeMount::default() },
-        ]),
-        readiness_probe: Some(shell_probe(READINESS_SCRIPT, 10, 5, 3)),
+        volume_mounts: Some(mounts),
+        readiness_probe: Some(shell_probe(readiness, 10, 5, 3)),
         // Up to ten minutes to start (first initialisation, InnoDB crash recovery of a large
         // volume) before liveness may restart mysqld; after that, a minute of failed pings.
         startup_probe: Some(shell_probe(LIVENESS_SCRIPT, 10, 5, 60)),
@@ -300,7 +338,7 @@ mod tests {
 
     #[test]
     fn statefulset_runs_one_mysql_with_a_volume() {
-        let sts = statefulset(&book_app(), "ex-mysql-credentials", None);
+        let sts = statefulset(&book_app(), "ex-mysql-credentials", None, None);
         assert_eq!(sts.metadata.name.as_deref(), Some("ex-mysql"));
         let spec = sts.spec.as_ref().unwrap();
         assert_eq!(spec.replicas, Some(1));
@@ -317,8 +355,35 @@ mod tests {
     }
 
     #[test]
+    fn with_tls_mysql_serves_its_certificate_refuses_plain_text_and_restarts_for_a_new_one() {
+        let tls = crate::build::tls::tests::serving("ex-mysql-tls");
+        let sts = statefulset(&book_app(), "creds", None, Some(&tls));
+        assert_eq!(sts.metadata.annotations.as_ref().unwrap()[tls::MODE_ANNOTATION], "Required");
+        let container = only_container(&sts);
+        let args = container.args.as_ref().unwrap();
+        for arg in
+            ["--ssl-cert=/etc/mysql/tls/tls.crt", "--ssl-key=/etc/mysql/tls/tls.key", "--require-secure-transport=ON"]
+        {
+            assert!(args.contains(&arg.to_string()), "{arg}");
+        }
+        let mount =
+            container.volume_mounts.as_ref().unwrap().iter().find(|m| m.mount_path == "/etc/mysql/tls").unwrap();
+        assert_eq!(mount.read_only, Some(true));
+        let template = &sts.spec.as_ref().unwrap().template;
+        let annotations = template.metadata.as_ref().unwrap().annotations.as_ref().unwrap();
+        assert_eq!(annotations[tls::CERTIFICATE_ANNOTATION], "server-fingerprint");
+        let pod = template.spec.as_ref().unwrap();
+        assert_eq!(pod.security_context.as_ref().unwrap().fs_group, Some(tls::MYSQL_GROUP));
+
+        let plain = statefulset(&book_app(), "creds", None, None);
+        assert_eq!(plain.metadata.annotations.as_ref().unwrap()[tls::MODE_ANNOTATION], "Disabled");
+        assert!(!only_container(&plain).args.as_ref().unwrap().iter().any(|a| a.starts_with("--ssl")));
+        assert_eq!(plain.spec.unwrap().template.metadata.unwrap().annotations, None, "plain text rolls nothing");
+    }
+
+    #[test]
     fn credentials_come_from_the_secret_never_literals() {
-        let sts = statefulset(&book_app(), "creds", None);
+        let sts = statefulset(&book_app(), "creds", None, None);
         let container = only_container(&sts);
         assert_eq!(env_names(container), ["MYSQL_ROOT_PASSWORD", "MYSQL_DATABASE", "MYSQL_USER", "MYSQL_PASSWORD"]);
         for var in container.env.as_ref().unwrap() {
@@ -331,7 +396,7 @@ mod tests {
 
     #[test]
     fn slow_starts_are_covered_by_a_startup_probe() {
-        let sts = statefulset(&book_app(), "creds", None);
+        let sts = statefulset(&book_app(), "creds", None, None);
         let container = only_container(&sts);
         let startup = container.startup_probe.as_ref().expect("a startup probe");
         let budget = startup.period_seconds.unwrap() * startup.failure_threshold.unwrap();
@@ -341,7 +406,7 @@ mod tests {
 
     #[test]
     fn readiness_probe_runs_a_query_as_the_application_user() {
-        let sts = statefulset(&book_app(), "creds", None);
+        let sts = statefulset(&book_app(), "creds", None, None);
         let probe = only_container(&sts).readiness_probe.as_ref().unwrap();
         let command = probe.exec.as_ref().unwrap().command.as_ref().unwrap().join(" ");
         assert!(command.contains("SELECT 1") && command.contains("--protocol=TCP"), "{command}");
@@ -350,7 +415,7 @@ mod tests {
 
     #[test]
     fn native_password_is_enabled_loosely() {
-        let sts = statefulset(&book_app(), "creds", None);
+        let sts = statefulset(&book_app(), "creds", None, None);
         let args = only_container(&sts).args.clone().unwrap();
         assert!(args.iter().all(|a| a.starts_with("--loose-")), "{args:?}");
         assert!(args.iter().any(|a| a.contains("authentication-policy=mysql_native_password")));
@@ -368,7 +433,7 @@ mod tests {
             resources: Some(Default::default()),
             ..MysqlSpec::default()
         });
-        let sts = statefulset(&app, "creds", None);
+        let sts = statefulset(&app, "creds", None, None);
         let claim = &sts.spec.as_ref().unwrap().volume_claim_templates.as_ref().unwrap()[0];
         assert_eq!(requested_size(claim), Some("5Gi"));
         assert_eq!(claim.spec.as_ref().unwrap().storage_class_name.as_deref(), Some("fast"));
@@ -377,14 +442,14 @@ mod tests {
 
     #[test]
     fn existing_claim_templates_are_kept_and_a_resize_is_requested() {
-        let original = statefulset(&book_app(), "creds", None);
+        let original = statefulset(&book_app(), "creds", None, None);
         let claim = data_claim_template(&original).expect("a data claim template").clone();
         let mut app = book_app();
         app.spec.mysql = Some(MysqlSpec {
             storage: Some(StorageSpec { size: Some("5Gi".into()), storage_class_name: Some("other".into()) }),
             ..MysqlSpec::default()
         });
-        let sts = statefulset(&app, "creds", Some(&claim));
+        let sts = statefulset(&app, "creds", Some(&claim), None);
         assert_eq!(
             sts.spec.unwrap().volume_claim_templates.unwrap(),
             std::slice::from_ref(&claim),
@@ -410,7 +475,12 @@ mod tests {
     fn retention_follows_the_deletion_policy() {
         let mut app = book_app();
         let policy = |app: &VisitorsApp| {
-            statefulset(app, "c", None).spec.unwrap().persistent_volume_claim_retention_policy.unwrap().when_deleted
+            statefulset(app, "c", None, None)
+                .spec
+                .unwrap()
+                .persistent_volume_claim_retention_policy
+                .unwrap()
+                .when_deleted
         };
         assert_eq!(policy(&app).as_deref(), Some("Retain"));
         app.spec.deletion_policy = Some(DeletionPolicy::Delete);

@@ -548,6 +548,8 @@ fn status(code: StatusCode, reason: &str, message: &str) -> (StatusCode, Value, 
 pub struct FakeProbe {
     pub answer: Mutex<Option<String>>,
     pub calls: AtomicUsize,
+    /// The CA the last check was asked to verify the server with.
+    pub ca: Mutex<Option<Vec<u8>>>,
 }
 
 impl FakeProbe {
@@ -558,12 +560,17 @@ impl FakeProbe {
     pub fn succeed(&self) {
         *self.answer.lock().unwrap() = None;
     }
+
+    pub fn last_ca(&self) -> Option<Vec<u8>> {
+        self.ca.lock().unwrap().clone()
+    }
 }
 
 impl DatabaseProbe for FakeProbe {
     fn select_one<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<(), String>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         assert!(!target.password.is_empty(), "the check must use the Secret's password");
+        *self.ca.lock().unwrap() = target.ca_pem.clone();
         let answer = self.answer.lock().unwrap().clone();
         Box::pin(async move { answer.map_or(Ok(()), Err) })
     }
