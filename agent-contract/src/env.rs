@@ -9,6 +9,10 @@ pub const MYSQL_HOST: &str = "MYSQL_HOST";
 pub const MYSQL_TCP_PORT: &str = "MYSQL_TCP_PORT";
 /// The MySQL account (default root).
 pub const MYSQL_USER: &str = "MYSQL_USER";
+/// The CA certificate file (PEM) the server's certificate must chain to (`--ssl-ca`).
+pub const MYSQL_SSL_CA: &str = "MYSQL_SSL_CA";
+/// `disabled`, `required`, `verify-ca` or `verify-identity` (`--ssl-mode`).
+pub const MYSQL_SSL_MODE: &str = "MYSQL_SSL_MODE";
 /// The MySQL password: environment only, never a flag value.
 pub const MYSQL_PWD: &str = "MYSQL_PWD";
 /// The S3 access key id.
@@ -30,11 +34,13 @@ pub const POD_NAME: &str = "POD_NAME";
 pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
 
 /// Every variable the agent (or the archiver) reads.
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 19] = [
     MYSQL_HOST,
     MYSQL_TCP_PORT,
     MYSQL_USER,
     MYSQL_PWD,
+    MYSQL_SSL_CA,
+    MYSQL_SSL_MODE,
     AWS_ACCESS_KEY_ID,
     AWS_SECRET_ACCESS_KEY,
     AWS_SESSION_TOKEN,

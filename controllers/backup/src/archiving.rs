@@ -71,7 +71,7 @@ pub async fn reconcile(
         return Ok(None);
     }
     let op = DatabaseOperation::of(schedule, &ctx.runtime, namespace);
-    let credentials = match op.app_credentials("spec.source.visitorsApp").await? {
+    let credentials = match op.app_access("spec.source.visitorsApp").await? {
         Ok(credentials) => credentials,
         Err(wait) => {
             let waiting = Desired {

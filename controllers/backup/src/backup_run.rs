@@ -3,6 +3,7 @@
 //! summary, release the lock → its restore drills ([`crate::drill`]), once it succeeded. Every step reads the API, so a restarted controller picks a run
 //! up where it is; a finished run makes no request at all.
 
+use controller_common::agent_job::DatabaseAccess;
 use controller_common::agent_job::RunEnd;
 use controller_common::operation::{DatabaseOperation, JobSteps, Wait};
 use controller_common::reconcile::ApiError;
@@ -58,9 +59,9 @@ impl BackupRun<'_> {
     }
 
     /// Everything the Job needs that the run does not hold: the app, its credentials Secret,
-    /// and the storage's Secret or claim. Returns the credentials Secret's name.
-    async fn resolve(&self) -> Result<Result<String, Wait>, ApiError> {
-        let credentials = match self.op.app_credentials("spec.source.visitorsApp").await? {
+    /// and the storage's Secret or claim. Returns how the Job reaches the database.
+    async fn resolve(&self) -> Result<Result<DatabaseAccess, Wait>, ApiError> {
+        let credentials = match self.op.app_access("spec.source.visitorsApp").await? {
             Ok(credentials) => credentials,
             Err(wait) => return Ok(Err(wait)),
         };

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use controller_common::agent_job::{self, RunEnd};
+use controller_common::certificates;
 use controller_common::operation::DatabaseOperation;
 use controller_common::password::random_password;
 use controller_common::reconcile::{ApiError, api_err};
@@ -53,6 +54,19 @@ struct DrillSteps<'a> {
 }
 
 impl DrillSteps<'_> {
+    /// The drill's Secret: a new root password and a certificate from a CA made for this drill
+    /// alone, valid a day past the drill's deadline.
+    fn drill_secret(&self) -> Result<k8s_openapi::api::core::v1::Secret, certificates::CertificateError> {
+        let now = jiff::Timestamp::now();
+        let validity = jiff::SignedDuration::from_secs(self.settings().active_deadline_seconds() + 86_400);
+        let name = build::database_name(self.run);
+        let certificate = certificates::new_authority(&format!("{name} CA"), now).and_then(|ca| {
+            Ok((certificates::issue_server(&ca, &name, std::slice::from_ref(&name), now, validity)?, ca))
+        });
+        let (server, ca) = certificate?;
+        Ok(build::secret(self.run, &random_password(), &server, &ca.certificate_pem))
+    }
+
     fn settings(&self) -> Drill {
         self.run.spec.drill.clone().unwrap_or_default()
     }
@@ -87,10 +101,23 @@ impl DrillSteps<'_> {
         let image = self.database_image().await?;
         let settings = self.settings();
         let pending = status::drill_pending(Time(requested), &job_name(self.run), now());
+        let secret = match self.drill_secret() {
+            Ok(secret) => secret,
+            Err(problem) => {
+                let message = format!("generating the drill database's certificate failed: {problem}");
+                let failed = DrillStatus {
+                    job_name: None,
+                    ..status::drill_failed(pending, reason::DRILL_ERROR, message, now())
+                };
+                self.publish(failed.clone()).await?;
+                self.announce(&failed).await;
+                return Ok(self.ctx.runtime.converged(self.run));
+            }
+        };
         // A Secret of the drill's name that exists (left by an earlier attempt whose pod was
         // deleted above) is used as it is: the new pod reads its password from it.
         for created in [
-            self.op.create(&build::secret(self.run, &random_password()), "Secret").await,
+            self.op.create(&secret, "Secret").await,
             self.op.create(&build::database_pod(self.run, &settings, &image), "Pod").await,
         ] {
             if let Err(error) = created {

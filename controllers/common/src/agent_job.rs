@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource, Pod,
-    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector,
-    SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, KeyToPath, PersistentVolumeClaimVolumeSource,
+    Pod, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use visitors_agent_contract::command::{AgentCli, ArchiverCli, Command};
@@ -18,7 +18,7 @@ use visitors_agent_contract::summary::{AgentSummary, MAX_SUMMARY_BYTES, Operatio
 use visitors_api::conditions::reason;
 use visitors_api::labels::names;
 use visitors_api::storage::{BackupStorage, S3Storage, VOLUME_MOUNT};
-use visitors_api::visitors_app::{MYSQL_PORT, secret_keys};
+use visitors_api::visitors_app::{MYSQL_PORT, secret_keys, tls_keys};
 
 /// The agent binary inside the image; Jobs name it explicitly instead of relying on an
 /// entrypoint.
@@ -195,21 +195,40 @@ impl AgentJob {
         }
     }
 
-    /// Connects the agent to the MySQL of VisitorsApp `app` in `namespace`, as root, the
-    /// password only by reference to `credentials_secret`.
-    pub fn with_database(self, app: &str, namespace: &str, credentials_secret: &str) -> Self {
-        self.with_server(&mysql_host(app, namespace), credentials_secret)
+    /// Connects the agent to the MySQL of VisitorsApp `app` in `namespace` as `access` says.
+    pub fn with_database(self, app: &str, namespace: &str, access: &DatabaseAccess) -> Self {
+        self.with_server(&mysql_host(app, namespace), access)
     }
 
     /// Connects the agent to the MySQL at `host`, as root, the password only by reference to
-    /// the `root-password` key of `secret`.
-    pub fn with_server(mut self, host: &str, secret: &str) -> Self {
+    /// the `root-password` key of the credentials Secret, over TLS when `access` says so: the
+    /// CA certificate of its Secret mounted (that key only), the certificate verified.
+    pub fn with_server(mut self, host: &str, access: &DatabaseAccess) -> Self {
         self.env.extend([
             env(agent_env::MYSQL_HOST, host),
             env(agent_env::MYSQL_TCP_PORT, &MYSQL_PORT.to_string()),
             env(agent_env::MYSQL_USER, "root"),
-            env_from_secret(agent_env::MYSQL_PWD, secret, secret_keys::ROOT_PASSWORD),
+            env_from_secret(agent_env::MYSQL_PWD, &access.credentials_secret, secret_keys::ROOT_PASSWORD),
         ]);
+        match &access.tls {
+            ServerTls::Disabled => self.env.push(env(agent_env::MYSQL_SSL_MODE, "disabled")),
+            ServerTls::Verified { ca_secret, check_name } => {
+                let mode = if *check_name { "verify-identity" } else { "verify-ca" };
+                self.env.extend([
+                    env(agent_env::MYSQL_SSL_CA, &format!("{CA_MOUNT}/{}", tls_keys::CA)),
+                    env(agent_env::MYSQL_SSL_MODE, mode),
+                ]);
+                self.volumes.push(secret_items_volume(CA_VOLUME, ca_secret, &[tls_keys::CA]));
+                self.mounts.push(read_only_mount(CA_VOLUME, CA_MOUNT));
+            }
+        }
+        self
+    }
+
+    /// Mounts `keys` of Secret `secret` (only those) read-only at `path`.
+    pub fn with_secret_files(mut self, volume: &str, secret: &str, keys: &[&str], path: &str) -> Self {
+        self.volumes.push(secret_items_volume(volume, secret, keys));
+        self.mounts.push(read_only_mount(volume, path));
         self
     }
 
@@ -238,6 +257,46 @@ impl AgentJob {
         }
         self
     }
+}
+
+/// How an agent Job reaches its MySQL: the Secret of the root password, and TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatabaseAccess {
+    pub credentials_secret: String,
+    pub tls: ServerTls,
+}
+
+/// Whether the agent must use TLS, and what it verifies the server with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerTls {
+    /// Plain text (`--ssl-mode disabled`): the server does not serve TLS.
+    Disabled,
+    /// TLS, the certificate verified against the `ca.crt` of Secret `ca_secret`, and its name
+    /// against the host when `check_name` (a server reached by a name its certificate carries).
+    Verified { ca_secret: String, check_name: bool },
+}
+
+/// Where an agent Job mounts the CA certificate it verifies MySQL with.
+pub const CA_MOUNT: &str = "/etc/visitors/mysql-ca";
+const CA_VOLUME: &str = "mysql-ca";
+
+fn secret_items_volume(name: &str, secret: &str, keys: &[&str]) -> Volume {
+    Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            items: Some(
+                keys.iter().map(|key| KeyToPath { key: (*key).into(), path: (*key).into(), mode: None }).collect(),
+            ),
+            default_mode: Some(0o440),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+fn read_only_mount(volume: &str, path: &str) -> VolumeMount {
+    VolumeMount { name: volume.into(), mount_path: path.into(), read_only: Some(true), ..VolumeMount::default() }
 }
 
 /// The MySQL client Service of VisitorsApp `app` by its namespace-qualified name (what cluster

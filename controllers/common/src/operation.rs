@@ -22,9 +22,9 @@ use visitors_api::conditions::{PENDING, reason};
 use visitors_api::labels::names;
 use visitors_api::operation::{OperationKind, OperationStatus};
 use visitors_api::storage::BackupStorage;
-use visitors_api::visitors_app::secret_keys;
+use visitors_api::visitors_app::{TlsMode, secret_keys};
 
-use crate::agent_job::{self, AgentInputs, JobState, RunEnd};
+use crate::agent_job::{self, AgentInputs, DatabaseAccess, JobState, RunEnd, ServerTls};
 use crate::lock::{Acquired, DatabaseLock, Holder, HolderKind, REASON_WAITING_FOR_LOCK};
 use crate::reconcile::{ApiError, Runtime, api_err};
 
@@ -116,9 +116,10 @@ where
 
     // ----- what the Job needs -----
 
-    /// The name of the app's MySQL credentials Secret, once the app exists and the Secret holds
-    /// the root password. `app_field` names the spec field that names the app.
-    pub async fn app_credentials(&self, app_field: &str) -> Result<Result<String, Wait>, ApiError> {
+    /// How a Job reaches the app's MySQL, once the app exists, its credentials Secret holds the
+    /// root password and its status says whether MySQL serves TLS. `app_field` names the spec
+    /// field that names the app.
+    pub async fn app_access(&self, app_field: &str) -> Result<Result<DatabaseAccess, Wait>, ApiError> {
         let app_name = self.app;
         let app = self
             .api::<VisitorsApp>()
@@ -130,11 +131,16 @@ where
                 format!("VisitorsApp {app_name} ({app_field}) does not exist in namespace {}", self.namespace);
             return Ok(Err(Wait::new(reason::WAITING_FOR_VISITORS_APP, message)));
         };
+        let Some(tls) = app_tls(&app) else {
+            let message =
+                format!("VisitorsApp {app_name} ({app_field}) has not reported whether its MySQL serves TLS yet");
+            return Ok(Err(Wait::new(reason::WAITING_FOR_VISITORS_APP, message)));
+        };
         let secret = app.spec.credentials_secret.clone().unwrap_or_else(|| names::credentials_secret(app_name));
         let check = self
             .secret_has_keys(&secret, &[secret_keys::ROOT_PASSWORD], reason::WAITING_FOR_CREDENTIALS_SECRET)
             .await?;
-        Ok(check.map(|()| secret))
+        Ok(check.map(|()| DatabaseAccess { credentials_secret: secret, tls }))
     }
 
     /// The storage's Secret holds its keys, or its claim exists. `claim_field` says where the
@@ -370,5 +376,42 @@ where
         }
         tracing::info!(reason = wait.reason, why = %wait.message, "waiting");
         self.runtime.events.normal(self.object, wait.reason, "Start", wait.message.clone()).await;
+    }
+}
+
+/// The TLS an app's MySQL serves, as the app's status says; `None` until it says.
+pub fn app_tls(app: &VisitorsApp) -> Option<ServerTls> {
+    let tls = app.status.as_ref()?.tls.as_ref()?;
+    Some(match (tls.mode, &tls.secret_name) {
+        (TlsMode::Required, Some(secret)) => ServerTls::Verified { ca_secret: secret.clone(), check_name: true },
+        (TlsMode::Required, None) => return None,
+        (TlsMode::Disabled, _) => ServerTls::Disabled,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use visitors_api::VisitorsAppStatus;
+    use visitors_api::visitors_app::TlsStatus;
+
+    use super::*;
+
+    fn app_with(tls: Option<TlsStatus>) -> VisitorsApp {
+        let mut app = VisitorsApp::new("ex", Default::default());
+        app.status = Some(VisitorsAppStatus { tls, ..VisitorsAppStatus::default() });
+        app
+    }
+
+    #[test]
+    fn jobs_use_tls_exactly_as_the_apps_status_says_and_wait_while_it_does_not_say() {
+        assert_eq!(app_tls(&VisitorsApp::new("ex", Default::default())), None);
+        assert_eq!(app_tls(&app_with(None)), None);
+        let plain = TlsStatus { mode: TlsMode::Disabled, ..TlsStatus::default() };
+        assert_eq!(app_tls(&app_with(Some(plain))), Some(ServerTls::Disabled));
+        let required = TlsStatus { mode: TlsMode::Required, secret_name: Some("ex-mysql-tls".into()), not_after: None };
+        assert_eq!(
+            app_tls(&app_with(Some(required))),
+            Some(ServerTls::Verified { ca_secret: "ex-mysql-tls".into(), check_name: true })
+        );
     }
 }

@@ -230,10 +230,12 @@ pub mod shop {
     pub const JOBS_PATH: &str = "/apis/batch/v1/namespaces/shop/jobs";
     pub const PODS_PATH: &str = "/api/v1/namespaces/shop/pods";
 
-    /// VisitorsApp `ex` with `size` backend replicas.
+    /// VisitorsApp `ex` with `size` backend replicas, its MySQL serving TLS from the generated
+    /// Secret `ex-mysql-tls`.
     pub fn app(size: i32) -> Value {
         json!({"apiVersion": "example.com/v1", "kind": "VisitorsApp",
-               "metadata": {"name": "ex", "namespace": "shop", "uid": "app-1"}, "spec": {"size": size}})
+               "metadata": {"name": "ex", "namespace": "shop", "uid": "app-1"}, "spec": {"size": size},
+               "status": {"tls": {"mode": "Required", "secretName": "ex-mysql-tls"}}})
     }
 
     pub fn credentials_secret() -> Value {

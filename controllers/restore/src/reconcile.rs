@@ -302,7 +302,7 @@ impl JobSteps for Restore<'_> {
             Ok(backup) => backup,
             Err(blocked) => return self.blocked(blocked, None).await,
         };
-        let credentials = match self.op.app_credentials("spec.target.visitorsApp").await? {
+        let credentials = match self.op.app_access("spec.target.visitorsApp").await? {
             Ok(credentials) => credentials,
             Err(wait) => return self.blocked(wait.into(), Some(&backup)).await,
         };

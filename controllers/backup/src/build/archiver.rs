@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use controller_common::agent_job::{AgentInputs, AgentJob, StorageAccess};
+use controller_common::agent_job::{AgentInputs, AgentJob, DatabaseAccess, StorageAccess};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -91,12 +91,12 @@ pub struct Archiver {
     pub job: Job,
 }
 
-/// The archiver of `schedule`, connecting as root with the password of `credentials_secret`,
+/// The archiver of `schedule`, connecting to the app's MySQL as `access` says,
 /// told to prune what is before `prune` (when retention knows it).
 pub fn archiver(
     schedule: &MySQLBackup,
     inputs: &AgentInputs,
-    credentials_secret: &str,
+    access: &DatabaseAccess,
     prune: Option<&PruneBefore>,
 ) -> Archiver {
     let name = archiver_name(schedule);
@@ -128,7 +128,7 @@ pub fn archiver(
         lease_meta.annotations = Some(BTreeMap::from([(PRUNE_ANNOTATION.to_string(), text)]));
     }
     let lease = Lease { metadata: lease_meta, spec: None };
-    Archiver { service_account, role, role_binding, lease, job: job(schedule, inputs, credentials_secret) }
+    Archiver { service_account, role, role_binding, lease, job: job(schedule, inputs, access) }
 }
 
 /// The server id the archiver registers with: one per schedule (from its UID), so that the
@@ -142,7 +142,7 @@ fn replica_server_id(schedule: &MySQLBackup) -> u32 {
 
 /// The archiver's Job. Its pod template depends on the spec only (no trace context): it
 /// changes, and the archiver restarts, only when the spec does.
-fn job(schedule: &MySQLBackup, inputs: &AgentInputs, credentials_secret: &str) -> Job {
+fn job(schedule: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseAccess) -> Job {
     let name = archiver_name(schedule);
     let namespace = schedule.namespace().unwrap_or_default();
     let point_in_time = schedule.spec.point_in_time.clone().unwrap_or_default();
@@ -163,7 +163,7 @@ fn job(schedule: &MySQLBackup, inputs: &AgentInputs, credentials_secret: &str) -
         resources: point_in_time.resources.clone(),
         service_account: Some(name),
         ..AgentJob::archiver(&inputs, &cli)
-            .with_database(&schedule.spec.source.visitors_app, &namespace, credentials_secret)
+            .with_database(&schedule.spec.source.visitors_app, &namespace, access)
             .with_storage(&schedule.spec.storage, StorageAccess::ReadWrite)
     }
     .pod("Never");
@@ -208,9 +208,32 @@ mod tests {
         }
     }
 
+    fn access() -> DatabaseAccess {
+        DatabaseAccess {
+            credentials_secret: "ex-mysql-credentials".into(),
+            tls: controller_common::agent_job::ServerTls::Verified {
+                ca_secret: "ex-mysql-tls".into(),
+                check_name: true,
+            },
+        }
+    }
+
+    #[test]
+    fn the_archiver_streams_the_binary_log_over_tls_verifying_the_apps_ca() {
+        let job = archiver(&schedule(), &inputs(), &access(), None).job;
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let env = pod.containers[0].env.clone().unwrap();
+        let value = |name: &str| env.iter().find(|e| e.name == name).and_then(|e| e.value.clone());
+        assert_eq!(value("MYSQL_SSL_MODE").as_deref(), Some("verify-identity"));
+        assert_eq!(value("MYSQL_SSL_CA").as_deref(), Some("/etc/visitors/mysql-ca/ca.crt"));
+        let ca = pod.volumes.unwrap().into_iter().find_map(|v| v.secret).unwrap();
+        assert_eq!(ca.secret_name.as_deref(), Some("ex-mysql-tls"));
+        assert_eq!(ca.items.unwrap().iter().map(|i| i.key.as_str()).collect::<Vec<_>>(), ["ca.crt"]);
+    }
+
     #[test]
     fn the_archiver_runs_the_contracts_command_line_under_its_own_account() {
-        let archiver = archiver(&schedule(), &inputs(), "ex-mysql-credentials", None);
+        let archiver = archiver(&schedule(), &inputs(), &access(), None);
         let job = &archiver.job;
         assert_eq!(job.metadata.name.as_deref(), Some("nightly-pitr"));
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
@@ -244,7 +267,7 @@ mod tests {
 
     #[test]
     fn the_archivers_role_reaches_its_own_lease_only() {
-        let archiver = archiver(&schedule(), &inputs(), "ex-mysql-credentials", None);
+        let archiver = archiver(&schedule(), &inputs(), &access(), None);
         let rules = archiver.role.rules.unwrap();
         assert_eq!(rules.len(), 1);
         assert_eq!(rules[0].resource_names.as_deref(), Some(&["nightly-pitr".to_string()][..]));
@@ -262,12 +285,12 @@ mod tests {
     fn the_pod_template_depends_on_the_spec_only() {
         let mut other = inputs();
         other.traceparent = Some("00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-01".into());
-        let a = archiver(&schedule(), &inputs(), "s", None).job;
-        let b = archiver(&schedule(), &other, "s", None).job;
+        let a = archiver(&schedule(), &inputs(), &access(), None).job;
+        let b = archiver(&schedule(), &other, &access(), None).job;
         assert_eq!(a, b);
         let mut changed = schedule();
         changed.spec.point_in_time.as_mut().unwrap().flush_seconds = Some(3);
-        let c = archiver(&changed, &inputs(), "s", None).job;
+        let c = archiver(&changed, &inputs(), &access(), None).job;
         let digest = |job: &Job| job.metadata.annotations.as_ref().unwrap()[TEMPLATE_ANNOTATION].clone();
         assert_ne!(digest(&a), digest(&c), "a spec change gives a new template");
     }
@@ -281,7 +304,7 @@ mod tests {
             binlog_position: 1234,
             gtid: Some("0-1-77".into()),
         };
-        let lease = archiver(&schedule(), &inputs(), "s", Some(&prune)).lease;
+        let lease = archiver(&schedule(), &inputs(), &access(), Some(&prune)).lease;
         let text = &lease.metadata.annotations.unwrap()[PRUNE_ANNOTATION];
         assert_eq!(serde_json::from_str::<PruneBefore>(text).unwrap(), prune);
     }

@@ -1,7 +1,7 @@
 //! The Job that runs one backup: `visitors-agent backup --to <location>` against the app's
 //! MySQL Service, as root, with every credential from a Secret reference.
 
-use controller_common::agent_job::{AgentInputs, AgentJob, StorageAccess};
+use controller_common::agent_job::{AgentInputs, AgentJob, DatabaseAccess, StorageAccess};
 use k8s_openapi::api::batch::v1::Job;
 use kube::{Resource, ResourceExt};
 use visitors_agent_contract::command::{BackupArgs, Command, Compression, DeleteArgs};
@@ -43,8 +43,8 @@ fn compression(compression: SpecCompression) -> Compression {
     }
 }
 
-/// The Job of run `backup`, connecting as root with the password of `credentials_secret`.
-pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, credentials_secret: &str) -> Job {
+/// The Job of run `backup`, connecting to the app's MySQL as `access` says.
+pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseAccess) -> Job {
     let namespace = backup.namespace().unwrap_or_default();
     AgentJob {
         name: job_name(backup),
@@ -54,7 +54,7 @@ pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, credentials_secret
         active_deadline_seconds: backup.spec.active_deadline_seconds(),
         resources: backup.spec.resources.clone(),
         ..AgentJob::of(inputs, backup_command(backup))
-            .with_database(&backup.spec.source.visitors_app, &namespace, credentials_secret)
+            .with_database(&backup.spec.source.visitors_app, &namespace, access)
             .with_storage(&backup.spec.storage, StorageAccess::ReadWrite)
     }
     .build()
@@ -90,7 +90,12 @@ mod tests {
     use crate::build::fixtures::{run, s3_run};
     use k8s_openapi::api::core::v1::Container;
 
-    const CREDENTIALS: &str = "ex-mysql-credentials";
+    fn credentials() -> DatabaseAccess {
+        DatabaseAccess {
+            credentials_secret: "ex-mysql-credentials".into(),
+            tls: controller_common::agent_job::ServerTls::Disabled,
+        }
+    }
 
     fn inputs() -> AgentInputs {
         AgentInputs {
@@ -119,7 +124,7 @@ mod tests {
     fn pvc_backup_job() {
         let mut run = run();
         run.spec.resources = serde_json::from_value(serde_json::json!({"limits": {"memory": "512Mi"}})).unwrap();
-        let job = backup_job(&run, &inputs(), CREDENTIALS);
+        let job = backup_job(&run, &inputs(), &credentials());
         assert_eq!(job.metadata.name.as_deref(), Some("b1-backup"));
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("MySQLBackup", "b1", Some(true)));
@@ -150,7 +155,7 @@ mod tests {
     #[test]
     fn s3_backup_job_reads_keys_from_the_secret() {
         let job =
-            backup_job(&s3_run(), &AgentInputs { traceparent: None, otlp_endpoint: None, ..inputs() }, CREDENTIALS);
+            backup_job(&s3_run(), &AgentInputs { traceparent: None, otlp_endpoint: None, ..inputs() }, &credentials());
         let container = container(&job);
         let args = container.args.as_ref().unwrap().join(" ");
         assert!(args.contains("--to s3://backups/prod/shop/ex/b1"), "{args}");
@@ -184,7 +189,7 @@ mod tests {
         let pod = spec.template.spec.as_ref().unwrap();
         assert_eq!(
             pod.security_context,
-            backup_job(&run(), &inputs(), CREDENTIALS).spec.unwrap().template.spec.unwrap().security_context
+            backup_job(&run(), &inputs(), &credentials()).spec.unwrap().template.spec.unwrap().security_context
         );
         let volume = pod.volumes.as_ref().unwrap().iter().find(|v| v.name == "backup").unwrap();
         assert_eq!(volume.persistent_volume_claim.as_ref().unwrap().claim_name, "backups");
@@ -209,7 +214,7 @@ mod tests {
         use controller_common::testing::agent_contract_of;
         use visitors_agent_contract::summary::TERMINATION_MESSAGE_PATH;
         for run in [run(), s3_run()] {
-            let backup = agent_contract_of(&backup_job(&run, &inputs(), CREDENTIALS));
+            let backup = agent_contract_of(&backup_job(&run, &inputs(), &credentials()));
             let delete = agent_contract_of(&delete_job(&run, &inputs()));
             let expected_delete =
                 Command::Delete(DeleteArgs { break_lock: true, ..DeleteArgs::of(agent_location(&run)) });

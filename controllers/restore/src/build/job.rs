@@ -5,7 +5,7 @@
 //! agent container checks the staged copy against the manifest again and swaps it in
 //! (`--from-stage`): the restore's `Running` and `Verifying` phases.
 
-use controller_common::agent_job::{AgentInputs, AgentJob, StorageAccess, container_args};
+use controller_common::agent_job::{AgentInputs, AgentJob, DatabaseAccess, StorageAccess, container_args};
 use k8s_openapi::api::batch::v1::Job;
 use kube::{Resource, ResourceExt};
 use visitors_agent_contract::command::{Command, PointInTimeArgs, RestoreArgs};
@@ -22,11 +22,10 @@ pub fn job_name(restore: &MySQLRestore) -> String {
     names::restore_job(&restore.name_any())
 }
 
-/// The Job of `restore` from `backup`, connecting as root with the password of
-/// `credentials_secret`. The restore replaces what the app's database holds
+/// The Job of `restore` from `backup`, connecting to the app's MySQL as `access` says. The restore replaces what the app's database holds
 /// (`--drop-existing`: an in-place restore), all or nothing, after the agent checked the whole
 /// backup; the backup is mounted read-only.
-pub fn restore_job(restore: &MySQLRestore, backup: &Backup, inputs: &AgentInputs, credentials_secret: &str) -> Job {
+pub fn restore_job(restore: &MySQLRestore, backup: &Backup, inputs: &AgentInputs, access: &DatabaseAccess) -> Job {
     let namespace = restore.namespace().unwrap_or_default();
     let restore_args = RestoreArgs {
         drop_existing: true,
@@ -52,7 +51,7 @@ pub fn restore_job(restore: &MySQLRestore, backup: &Backup, inputs: &AgentInputs
         owner: restore.controller_owner_ref(&()),
         active_deadline_seconds: restore.spec.active_deadline_seconds(),
         ..AgentJob::of(inputs, from_stage)
-            .with_database(&restore.spec.target.visitors_app, &namespace, credentials_secret)
+            .with_database(&restore.spec.target.visitors_app, &namespace, access)
             .with_storage(&backup.storage, StorageAccess::ReadOnly)
     }
     .build();
@@ -94,7 +93,12 @@ mod tests {
         }
     }
 
-    const CREDENTIALS: &str = "ex-mysql-credentials";
+    fn credentials() -> DatabaseAccess {
+        DatabaseAccess {
+            credentials_secret: "ex-mysql-credentials".into(),
+            tls: controller_common::agent_job::ServerTls::Disabled,
+        }
+    }
 
     fn inputs() -> AgentInputs {
         AgentInputs {
@@ -119,7 +123,7 @@ mod tests {
     #[test]
     fn a_run_is_restored_in_place_with_its_manifest_checked() {
         let restore = from_run();
-        let job = restore_job(&restore, &pvc_backup(), &inputs(), CREDENTIALS);
+        let job = restore_job(&restore, &pvc_backup(), &inputs(), &credentials());
         assert_eq!(job.metadata.name.as_deref(), Some("r1-restore"));
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("MySQLRestore", "r1", Some(true)));
@@ -166,7 +170,7 @@ mod tests {
         let restore = from_s3();
         let storage = restore.spec.source.storage.clone().unwrap();
         let backup = Backup { agent_location: storage.agent_location("shop/ex/b1"), storage, ..Backup::default() };
-        let job = restore_job(&restore, &backup, &inputs(), CREDENTIALS);
+        let job = restore_job(&restore, &backup, &inputs(), &credentials());
         let container = container(&job);
         let args = container.args.as_ref().unwrap().join(" ");
         assert!(args.contains("--from s3://backups/prod/shop/ex/b1"), "{args}");
@@ -192,7 +196,7 @@ mod tests {
             ..pvc_backup()
         };
         for (restore, backup) in [(from_run(), pvc_backup()), (s3, s3_backup), (from_run(), to_a_point)] {
-            let parsed = agent_contract_of(&restore_job(&restore, &backup, &inputs(), CREDENTIALS));
+            let parsed = agent_contract_of(&restore_job(&restore, &backup, &inputs(), &credentials()));
             let steps: Vec<&RestoreArgs> = parsed
                 .iter()
                 .map(|cli| match &cli.command {
