@@ -3,6 +3,8 @@
 //! `#[ignore]`d with the reason, and runs only when asked: `e2e/run.sh`, which skips with a
 //! message when no cluster is configured, or `cargo test -p visitors-e2e -- --ignored`.
 
+pub mod moto;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -274,25 +276,57 @@ pub fn is_established(crd: &CustomResourceDefinition) -> bool {
     conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"))
 }
 
-/// A Job that runs one SQL script with the `mariadb` client, as root, on the database of
-/// VisitorsApp `app` (its client Service and generated credentials Secret).
+/// Where the test Jobs mount the CA certificate of an app's MySQL.
+pub const CA_FILE: &str = "/etc/visitors/mysql-ca/ca.crt";
+/// The `mariadb` client's options to connect over TLS, verifying the app's CA and the host
+/// name: every app of the suite requires TLS (the default for a new app).
+pub const TLS_OPTIONS: [&str; 2] = ["--ssl-ca=/etc/visitors/mysql-ca/ca.crt", "--ssl-verify-server-cert"];
+/// A shell prelude that makes `mariadb` in the rest of a script connect as [`TLS_OPTIONS`] say.
+pub const TLS_PRELUDE: &str =
+    "mariadb() { command mariadb --ssl-ca=/etc/visitors/mysql-ca/ca.crt --ssl-verify-server-cert \"$@\"; }\n";
+
+/// The volume (the `ca.crt` of the app's generated TLS Secret, only that) and mount of
+/// [`CA_FILE`].
+pub fn ca_volume(app: &str) -> (serde_json::Value, serde_json::Value) {
+    (
+        serde_json::json!({"name": "mysql-ca", "secret": {"secretName": format!("{app}-mysql-tls"), "items": [{"key": "ca.crt", "path": "ca.crt"}]}}),
+        serde_json::json!({"name": "mysql-ca", "mountPath": "/etc/visitors/mysql-ca", "readOnly": true}),
+    )
+}
+
+/// A Job that runs one SQL script with the `mariadb` client, as root, over TLS, on the
+/// database of VisitorsApp `app` (its client Service and generated credentials Secret).
 pub fn mariadb_job(app: &str, namespace: &str, name: &str, sql: &str) -> serde_json::Value {
+    let (volume, mount) = ca_volume(app);
+    let mut command = vec!["mariadb".to_string()];
+    command.extend(TLS_OPTIONS.iter().map(ToString::to_string));
+    command.extend([
+        "-h".into(),
+        format!("{app}-mysql.{namespace}.svc"),
+        "-uroot".into(),
+        "visitors".into(),
+        "-e".into(),
+        sql.into(),
+    ]);
     serde_json::json!({
         "metadata": {"name": name},
         "spec": {"backoffLimit": 0, "template": {"spec": {
             "restartPolicy": "Never",
             "containers": [{
                 "name": "sql", "image": "mariadb:11",
-                "command": ["mariadb", "-h", format!("{app}-mysql.{namespace}.svc"), "-uroot", "visitors", "-e", sql],
+                "command": command,
                 "env": [{"name": "MYSQL_PWD", "valueFrom": {"secretKeyRef": {"name": format!("{app}-mysql-credentials"), "key": "root-password"}}}],
+                "volumeMounts": [mount],
             }],
+            "volumes": [volume],
         }}},
     })
 }
 
 /// A Job that runs a shell script (in the `mariadb:11` image) against the database of
 /// VisitorsApp `app`: `$HOST` is its client Service and `MYSQL_PWD` root's password, so the
-/// script calls `mariadb -h "$HOST" -uroot ...`; `env` adds variables.
+/// script calls `mariadb -h "$HOST" -uroot ...` (over TLS: see [`TLS_PRELUDE`]); `env` adds
+/// variables.
 pub fn mariadb_shell_job(
     app: &str,
     namespace: &str,
@@ -305,11 +339,15 @@ pub fn mariadb_shell_job(
         serde_json::json!({"name": "MYSQL_PWD", "valueFrom": {"secretKeyRef": {"name": format!("{app}-mysql-credentials"), "key": "root-password"}}}),
     ];
     variables.extend(env.iter().map(|(name, value)| serde_json::json!({"name": name, "value": value})));
+    let (volume, mount) = ca_volume(app);
+    let script = format!("{TLS_PRELUDE}{script}");
     serde_json::json!({
         "metadata": {"name": name},
         "spec": {"backoffLimit": 0, "template": {"spec": {
             "restartPolicy": "Never",
-            "containers": [{"name": "sql", "image": "mariadb:11", "command": ["sh", "-c", script], "env": variables}],
+            "containers": [{"name": "sql", "image": "mariadb:11", "command": ["sh", "-c", script], "env": variables,
+                            "volumeMounts": [mount]}],
+            "volumes": [volume],
         }}},
     })
 }

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use visitors_api::MySQLBackup;
 use visitors_api::backup::{BackupPhase, condition};
 use visitors_api::conditions;
+use visitors_e2e::moto::Moto;
 use visitors_e2e::{
     TestNamespace, cluster, controller_metrics, controller_name, controller_selector, events_of, mariadb_job,
     metric_value, ready_app_with_claim_and_rows, release_namespace, run_job, wait_for,
@@ -301,57 +302,6 @@ async fn chaos_a_controller_restart_harms_no_backup_and_a_killed_pod_fails_the_r
     namespace.delete().await;
 }
 
-/// A moto S3 server on this host, where the emulated node's Jobs reach it (skips, saying why,
-/// without `moto_server`).
-struct Moto {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl Moto {
-    fn start() -> Option<Self> {
-        let program = visitors_test_support::programs_or_skip(&["moto_server"], "VISITORS_REQUIRE_S3")?.remove(0);
-        let port = visitors_test_support::free_port();
-        let child = std::process::Command::new(program)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("moto_server starts");
-        let moto = Self { child, port };
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while moto.request("GET", "/moto-api/").is_err() {
-            assert!(std::time::Instant::now() < deadline, "moto_server did not start");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Some(moto)
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn request(&self, method: &str, path: &str) -> std::io::Result<u16> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port))?;
-        write!(
-            stream,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.port
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| std::io::Error::other(response))
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test]
 #[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
 async fn on_demand_backup_to_s3_succeeds_and_verifies() {
@@ -629,42 +579,6 @@ async fn deletion_policy_delete_removes_the_stored_backup_from_the_volume_and_re
     let after = format!("test ! -e {} && test -f {}/manifest.json", files("deleted"), files("kept"));
     run_job(&client, &ns, "only-kept-left", check("only-kept-left", after)).await;
     namespace.delete().await;
-}
-
-impl Moto {
-    /// From now on moto checks request signatures, against keys it knows (the test's are not).
-    fn turn_on_authentication(&self) {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        write!(
-            stream,
-            "POST /moto-api/reset-auth HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 1\r\nConnection: close\r\n\r\n0",
-            self.port
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        assert!(response.starts_with("HTTP/1.1 200"), "moto's reset-auth: {response}");
-    }
-
-    /// The keys under `prefix` in `bucket` (moto's ListObjectsV2 answer, read for `<Key>`s).
-    fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        write!(
-            stream,
-            "GET /{bucket}?list-type=2&prefix={prefix} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
-            self.port
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        response
-            .split("<Key>")
-            .skip(1)
-            .filter_map(|rest| rest.split_once("</Key>").map(|(key, _)| key.to_string()))
-            .collect()
-    }
 }
 
 #[tokio::test]

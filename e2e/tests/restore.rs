@@ -19,9 +19,9 @@ use visitors_api::conditions;
 use visitors_api::restore::{MySQLRestoreStatus, RestorePhase};
 use visitors_api::{MySQLBackup, MySQLRestore, VisitorsApp};
 use visitors_e2e::{
-    TestNamespace, app_ready_at_generation, cluster, controller_name, controller_selector, create_ready_book_app,
-    events_of, flip_a_byte_script, job_completes, mariadb_job, ready_app_with_claim_and_rows, release_namespace,
-    run_job, storage_shell_job, wait_for,
+    TLS_PRELUDE, TestNamespace, app_ready_at_generation, cluster, controller_name, controller_selector,
+    create_ready_book_app, events_of, flip_a_byte_script, job_completes, mariadb_job, ready_app_with_claim_and_rows,
+    release_namespace, run_job, storage_shell_job, wait_for,
 };
 
 const APP: &str = "ex";
@@ -487,7 +487,8 @@ async fn staging_schema_appears(client: &Client, ns: &str, job: &str) {
          done; echo 'no staging schema in 600 s'; exit 1"
     );
     let mut spec = mariadb_job(APP, ns, job, "");
-    spec["spec"]["template"]["spec"]["containers"][0]["command"] = json!(["sh", "-c", script]);
+    spec["spec"]["template"]["spec"]["containers"][0]["command"] =
+        json!(["sh", "-c", format!("{TLS_PRELUDE}{script}")]);
     run_job(client, ns, job, spec).await;
 }
 
