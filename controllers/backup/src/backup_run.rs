@@ -65,6 +65,15 @@ impl BackupRun<'_> {
             Ok(credentials) => credentials,
             Err(wait) => return Ok(Err(wait)),
         };
+        if let Some(encryption) = &self.backup.spec.encryption {
+            let keys = self
+                .op
+                .encryption_keys_ready(&encryption.key_secret, Some(&encryption.key_id), "spec.encryption")
+                .await?;
+            if let Err(wait) = keys {
+                return Ok(Err(wait));
+            }
+        }
         let claim_field = "spec.storage.persistentVolumeClaim.claimName";
         Ok(self.op.storage_ready(&self.backup.spec.storage, claim_field).await?.map(|()| credentials))
     }
@@ -155,7 +164,7 @@ impl JobSteps for BackupRun<'_> {
         let job_name = job.name_any();
         let deadline = self.backup.spec.active_deadline_seconds();
         match self.op.end_of(job, Operation::Backup, deadline).await? {
-            Some(end) => self.finish(&job_name, end).await,
+            Some(end) => self.finish(&job_name, encrypted_as_asked(self.backup, end)).await,
             None => {
                 let started = controller_common::agent_job::started_at(job);
                 self.publish(status::running(self.backup, &job_name, self.location(), started, now())).await?;
@@ -172,4 +181,50 @@ impl JobSteps for BackupRun<'_> {
 
 fn now() -> Time {
     Time(jiff::Timestamp::now())
+}
+
+/// A run asked to encrypt succeeds only when the agent says it encrypted with the key asked
+/// for: a backup stored in the clear against the spec is a failure, never a silent success.
+pub fn encrypted_as_asked(backup: &MySQLBackup, end: RunEnd) -> RunEnd {
+    let (Some(encryption), RunEnd::Succeeded(summary)) = (&backup.spec.encryption, &end) else { return end };
+    if summary.encryption_key_id.as_deref() == Some(encryption.key_id.as_str()) {
+        return end;
+    }
+    let message = format!(
+        "spec.encryption asks for key {:?}, but the agent reported {}; the stored backup is not trusted",
+        encryption.key_id,
+        summary.encryption_key_id.as_deref().map_or("no encryption".to_string(), |id| format!("key {id:?}"))
+    );
+    RunEnd::Failed { reason: reason::AGENT_FAILED, message, summary: Some(summary.clone()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use visitors_agent_contract::summary::AgentSummary;
+    use visitors_api::encryption::BackupEncryption;
+
+    use super::*;
+    use crate::build::fixtures::run;
+
+    fn succeeded(key: Option<&str>) -> RunEnd {
+        let summary: AgentSummary = serde_json::from_value(serde_json::json!({
+            "ok": true, "operation": "backup", "encryptionKeyId": key,
+        }))
+        .unwrap();
+        RunEnd::Succeeded(summary)
+    }
+
+    #[test]
+    fn a_run_asked_to_encrypt_fails_unless_the_agent_encrypted_with_its_key() {
+        let mut encrypted = run();
+        encrypted.spec.encryption = Some(BackupEncryption { key_secret: "keys".into(), key_id: "k1".into() });
+        assert!(matches!(encrypted_as_asked(&encrypted, succeeded(Some("k1"))), RunEnd::Succeeded(_)));
+        for reported in [None, Some("k0")] {
+            let RunEnd::Failed { message, .. } = encrypted_as_asked(&encrypted, succeeded(reported)) else {
+                panic!("a backup not encrypted as asked must fail")
+            };
+            assert!(message.contains("spec.encryption asks for key \"k1\""), "{message}");
+        }
+        assert!(matches!(encrypted_as_asked(&run(), succeeded(None)), RunEnd::Succeeded(_)), "no encryption asked");
+    }
 }

@@ -72,6 +72,7 @@ fn fill_from_summary(status: &mut MySQLBackupStatus, summary: &AgentSummary) {
     status.tables = tables;
     status.rows = rows;
     status.manifest_sha256 = summary.manifest_sha256.clone();
+    status.encryption_key_id = summary.encryption_key_id.clone();
     status.server_version = summary.server_version.clone();
     status.snapshot = summary.snapshot.as_ref().map(|snapshot| SnapshotPosition {
         time: snapshot.time.as_deref().and_then(|t| t.parse::<jiff::Timestamp>().ok()).map(Time),

@@ -225,6 +225,21 @@ impl AgentJob {
         self
     }
 
+    /// Mounts every key of Secret `secret` read-only at `path`, one file per key.
+    pub fn with_secret_dir(mut self, volume: &str, secret: &str, path: &str) -> Self {
+        self.volumes.push(Volume {
+            name: volume.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.into()),
+                default_mode: Some(0o440),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        self.mounts.push(read_only_mount(volume, path));
+        self
+    }
+
     /// Mounts `keys` of Secret `secret` (only those) read-only at `path`.
     pub fn with_secret_files(mut self, volume: &str, secret: &str, keys: &[&str], path: &str) -> Self {
         self.volumes.push(secret_items_volume(volume, secret, keys));
@@ -275,6 +290,11 @@ pub enum ServerTls {
     /// against the host when `check_name` (a server reached by a name its certificate carries).
     Verified { ca_secret: String, check_name: bool },
 }
+
+/// Where an agent Job mounts the keys of an encrypted backup (one file per key id).
+pub const KEYS_MOUNT: &str = "/etc/visitors/backup-keys";
+/// The volume of [`KEYS_MOUNT`].
+pub const KEYS_VOLUME: &str = "backup-keys";
 
 /// Where an agent Job mounts the CA certificate it verifies MySQL with.
 pub const CA_MOUNT: &str = "/etc/visitors/mysql-ca";

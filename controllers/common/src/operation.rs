@@ -172,6 +172,19 @@ where
         Ok(Ok(()))
     }
 
+    /// The Secret of encryption keys `secret` exists and holds `key_id` (when given); `field`
+    /// names where the spec names the Secret.
+    pub async fn encryption_keys_ready(
+        &self,
+        secret: &str,
+        key_id: Option<&str>,
+        field: &str,
+    ) -> Result<Result<(), Wait>, ApiError> {
+        let keys: Vec<&str> = key_id.into_iter().collect();
+        let check = self.secret_has_keys(secret, &keys, reason::WAITING_FOR_ENCRYPTION_KEY).await?;
+        Ok(check.map_err(|wait| Wait::new(wait.reason, format!("{} ({field})", wait.message))))
+    }
+
     /// Checks that Secret `name` exists and holds non-empty `keys`; its values are never read
     /// into anything but this check.
     async fn secret_has_keys(

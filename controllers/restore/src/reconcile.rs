@@ -112,8 +112,7 @@ impl<'a> Restore<'a> {
                 Err(blocked) => return Ok(Err(blocked)),
             };
             let claim_field = format!("the storage of MySQLBackup {}", point_in_time.backup);
-            let ready = self.op.storage_ready(&backup.storage, &claim_field).await?;
-            return Ok(ready.map(|()| backup).map_err(Blocked::from));
+            return self.ready_to_read(backup, &claim_field).await;
         }
         let (backup, claim_field) = match &source.backup {
             None => {
@@ -147,7 +146,26 @@ impl<'a> Restore<'a> {
                 }
             }
         };
-        let ready = self.op.storage_ready(&backup.storage, &claim_field).await?;
+        self.ready_to_read(backup, &claim_field).await
+    }
+
+    /// The backup, once its storage's Secret or claim exists, and the Secret of its keys
+    /// (`spec.source.keySecret`, else its MySQLBackup's) when it has one.
+    async fn ready_to_read(&self, mut backup: Backup, claim_field: &str) -> Result<Result<Backup, Blocked>, ApiError> {
+        if let Some(secret) = &self.restore.spec.source.key_secret {
+            backup.key_secret = Some(secret.clone());
+        }
+        if let Some(secret) = &backup.key_secret {
+            let field = if self.restore.spec.source.key_secret.is_some() {
+                "spec.source.keySecret"
+            } else {
+                "spec.encryption.keySecret of the backup"
+            };
+            if let Err(wait) = self.op.encryption_keys_ready(secret, None, field).await? {
+                return Ok(Err(Blocked::from(wait)));
+            }
+        }
+        let ready = self.op.storage_ready(&backup.storage, claim_field).await?;
         Ok(ready.map(|()| backup).map_err(Blocked::from))
     }
 

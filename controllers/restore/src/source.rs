@@ -96,6 +96,7 @@ pub fn backup_of_run(run: &MySQLBackup) -> Result<Backup, Blocked> {
         tables: status.tables,
         rows: status.rows,
         point_in_time: None,
+        key_secret: run.spec.encryption.as_ref().map(|e| e.key_secret.clone()),
     })
 }
 

@@ -5,7 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use controller_common::agent_job::{AgentInputs, AgentJob, DatabaseAccess, ServerTls, StorageAccess};
+use controller_common::agent_job::{
+    AgentInputs, AgentJob, DatabaseAccess, KEYS_MOUNT, KEYS_VOLUME, ServerTls, StorageAccess,
+};
 use controller_common::certificates::KeyedCertificate;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
@@ -246,7 +248,7 @@ pub fn job(run: &MySQLBackup, drill: &Drill, inputs: &AgentInputs, database_host
         checksum: false,
         deep: true,
         parallelism: usize::try_from(run.spec.parallelism()).unwrap_or(1),
-        decrypt_keys_dir: None,
+        decrypt_keys_dir: run.spec.encryption.as_ref().map(|_| KEYS_MOUNT.into()),
     });
     AgentJob {
         name: job_name(run),
@@ -255,11 +257,23 @@ pub fn job(run: &MySQLBackup, drill: &Drill, inputs: &AgentInputs, database_host
         owner: run.controller_owner_ref(&()),
         active_deadline_seconds: drill.active_deadline_seconds(),
         resources: run.spec.resources.clone(),
-        ..AgentJob::of(inputs, command)
-            .with_server(database_host, &database_access(run))
-            .with_storage(&run.spec.storage, StorageAccess::ReadOnly)
+        ..with_run_key(
+            run,
+            AgentJob::of(inputs, command)
+                .with_server(database_host, &database_access(run))
+                .with_storage(&run.spec.storage, StorageAccess::ReadOnly),
+        )
     }
     .build()
+}
+
+/// An encrypted run's Job reads the key the run was encrypted with (the one its status names,
+/// else the spec's), and no other.
+pub fn with_run_key(run: &MySQLBackup, agent: AgentJob) -> AgentJob {
+    let Some(encryption) = &run.spec.encryption else { return agent };
+    let status = run.status.as_ref();
+    let key_id = status.and_then(|s| s.encryption_key_id.as_deref()).unwrap_or(&encryption.key_id);
+    agent.with_secret_files(KEYS_VOLUME, &encryption.key_secret, &[key_id], KEYS_MOUNT)
 }
 
 #[cfg(test)]

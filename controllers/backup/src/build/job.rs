@@ -1,7 +1,7 @@
 //! The Job that runs one backup: `visitors-agent backup --to <location>` against the app's
 //! MySQL Service, as root, with every credential from a Secret reference.
 
-use controller_common::agent_job::{AgentInputs, AgentJob, DatabaseAccess, StorageAccess};
+use controller_common::agent_job::{AgentInputs, AgentJob, DatabaseAccess, KEYS_MOUNT, KEYS_VOLUME, StorageAccess};
 use k8s_openapi::api::batch::v1::Job;
 use kube::{Resource, ResourceExt};
 use visitors_agent_contract::command::{BackupArgs, Command, Compression, DeleteArgs};
@@ -25,12 +25,16 @@ pub fn agent_location(backup: &MySQLBackup) -> String {
 /// Seconds between the progress lines of a Job's agent.
 pub const PROGRESS_INTERVAL: u64 = 30;
 
-/// What the agent of run `backup` does.
+/// What the agent of run `backup` does; an encrypted run encrypts to the key
+/// `spec.encryption.keyId`, mounted from its Secret (see [`backup_job`]).
 pub fn backup_command(backup: &MySQLBackup) -> Command {
+    let encryption = backup.spec.encryption.as_ref();
     Command::Backup(BackupArgs {
         compression: compression(backup.spec.compression()),
         parallelism: usize::try_from(backup.spec.parallelism()).unwrap_or(1),
         progress_interval: PROGRESS_INTERVAL,
+        encrypt_key_file: encryption.map(|e| format!("{KEYS_MOUNT}/{}", e.key_id).into()),
+        encrypt_key_id: encryption.map(|e| e.key_id.clone()),
         ..BackupArgs::to(agent_location(backup))
     })
 }
@@ -46,6 +50,13 @@ fn compression(compression: SpecCompression) -> Compression {
 /// The Job of run `backup`, connecting to the app's MySQL as `access` says.
 pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseAccess) -> Job {
     let namespace = backup.namespace().unwrap_or_default();
+    let mut agent = AgentJob::of(inputs, backup_command(backup))
+        .with_database(&backup.spec.source.visitors_app, &namespace, access)
+        .with_storage(&backup.spec.storage, StorageAccess::ReadWrite);
+    if let Some(encryption) = &backup.spec.encryption {
+        // The one key new runs use: a backup Job never sees the keys of older runs.
+        agent = agent.with_secret_files(KEYS_VOLUME, &encryption.key_secret, &[&encryption.key_id], KEYS_MOUNT);
+    }
     AgentJob {
         name: job_name(backup),
         namespace: namespace.clone(),
@@ -53,9 +64,7 @@ pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseA
         owner: backup.controller_owner_ref(&()),
         active_deadline_seconds: backup.spec.active_deadline_seconds(),
         resources: backup.spec.resources.clone(),
-        ..AgentJob::of(inputs, backup_command(backup))
-            .with_database(&backup.spec.source.visitors_app, &namespace, access)
-            .with_storage(&backup.spec.storage, StorageAccess::ReadWrite)
+        ..agent
     }
     .build()
 }
@@ -200,6 +209,29 @@ mod tests {
         assert_eq!(
             secret_ref(s3_container, "AWS_SECRET_ACCESS_KEY"),
             ("s3-keys".into(), "AWS_SECRET_ACCESS_KEY".into())
+        );
+    }
+
+    #[test]
+    fn an_encrypted_run_encrypts_to_its_key_id_and_mounts_that_key_only() {
+        use visitors_api::encryption::BackupEncryption;
+        let mut encrypted = run();
+        encrypted.spec.encryption = Some(BackupEncryption { key_secret: "backup-keys".into(), key_id: "k2".into() });
+        let job = backup_job(&encrypted, &inputs(), &credentials());
+        let args = container(&job).args.clone().unwrap().join(" ");
+        assert!(args.contains("--encrypt-key-file /etc/visitors/backup-keys/k2 --encrypt-key-id k2"), "{args}");
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let keys = pod.volumes.unwrap().into_iter().find(|v| v.name == "backup-keys").unwrap().secret.unwrap();
+        assert_eq!(keys.secret_name.as_deref(), Some("backup-keys"));
+        assert_eq!(keys.items.unwrap().iter().map(|i| i.key.as_str()).collect::<Vec<_>>(), ["k2"]);
+        let env = pod.containers[0].env.clone().unwrap();
+        assert!(
+            env.iter().all(|e| e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.secret_key_ref.as_ref())
+                .is_none_or(|r| r.name != "backup-keys")),
+            "the key is a file, never a variable"
         );
     }
 

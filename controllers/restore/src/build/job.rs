@@ -5,7 +5,9 @@
 //! agent container checks the staged copy against the manifest again and swaps it in
 //! (`--from-stage`): the restore's `Running` and `Verifying` phases.
 
-use controller_common::agent_job::{AgentInputs, AgentJob, DatabaseAccess, StorageAccess, container_args};
+use controller_common::agent_job::{
+    AgentInputs, AgentJob, DatabaseAccess, KEYS_MOUNT, KEYS_VOLUME, StorageAccess, container_args,
+};
 use k8s_openapi::api::batch::v1::Job;
 use kube::{Resource, ResourceExt};
 use visitors_agent_contract::command::{Command, PointInTimeArgs, RestoreArgs};
@@ -32,6 +34,7 @@ pub fn restore_job(restore: &MySQLRestore, backup: &Backup, inputs: &AgentInputs
         parallelism: usize::try_from(restore.spec.parallelism()).unwrap_or(1),
         progress_interval: PROGRESS_INTERVAL,
         expect_manifest_sha256: backup.manifest_sha256.clone(),
+        decrypt_keys_dir: backup.key_secret.as_ref().map(|_| KEYS_MOUNT.into()),
         point_in_time: backup
             .point_in_time
             .as_ref()
@@ -50,12 +53,24 @@ pub fn restore_job(restore: &MySQLRestore, backup: &Backup, inputs: &AgentInputs
         labels: restore_labels(restore),
         owner: restore.controller_owner_ref(&()),
         active_deadline_seconds: restore.spec.active_deadline_seconds(),
-        ..AgentJob::of(inputs, from_stage)
-            .with_database(&restore.spec.target.visitors_app, &namespace, access)
-            .with_storage(&backup.storage, StorageAccess::ReadOnly)
+        ..with_keys(
+            backup,
+            AgentJob::of(inputs, from_stage)
+                .with_database(&restore.spec.target.visitors_app, &namespace, access)
+                .with_storage(&backup.storage, StorageAccess::ReadOnly),
+        )
     }
     .build();
     in_two_steps(job, Command::Restore(RestoreArgs { stage_only: true, ..restore_args }))
+}
+
+/// The Secret of the backup's keys, mounted whole: the agent picks the key id the manifest
+/// names (older runs were encrypted with older keys).
+fn with_keys(backup: &Backup, agent: AgentJob) -> AgentJob {
+    match &backup.key_secret {
+        Some(secret) => agent.with_secret_dir(KEYS_VOLUME, secret, KEYS_MOUNT),
+        None => agent,
+    }
 }
 
 /// Seconds between the progress lines of a Job's agent.

@@ -39,6 +39,8 @@ pub struct Backup {
     pub rows: Option<i64>,
     /// A restore to a point in time: the archive replayed after the run, up to the target.
     pub point_in_time: Option<PointInTimePlan>,
+    /// The Secret of the keys an encrypted backup is decrypted with, mounted whole.
+    pub key_secret: Option<String>,
 }
 
 /// The replay of a restore to a point in time.
