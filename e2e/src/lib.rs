@@ -476,3 +476,42 @@ pub async fn ready_app_with_claim_and_rows(
     run_job(client, &namespace.name, "seed", mariadb_job(app, &namespace.name, "seed", seed_sql)).await;
     namespace
 }
+
+/// A resource's conditions on one line, for a test's failure message.
+pub fn conditions_text(conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]) -> String {
+    conditions
+        .iter()
+        .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Run `name` once it has succeeded or failed.
+pub async fn backup_finished(backups: &Api<visitors_api::MySQLBackup>, name: &str) -> visitors_api::MySQLBackup {
+    wait_for(&format!("backup {name} to finish"), || async {
+        let backup = backups.get(name).await.map_err(|e| e.to_string())?;
+        let status = backup.status.clone().unwrap_or_default();
+        match status.phase {
+            Some(visitors_api::backup::BackupPhase::Succeeded | visitors_api::backup::BackupPhase::Failed) => {
+                Ok(backup)
+            }
+            phase => Err(format!("phase {phase:?}, {}", conditions_text(&status.conditions))),
+        }
+    })
+    .await
+}
+
+/// Restore `name` once it has succeeded or failed.
+pub async fn restore_finished(restores: &Api<visitors_api::MySQLRestore>, name: &str) -> visitors_api::MySQLRestore {
+    wait_for(&format!("restore {name} to finish"), || async {
+        let restore = restores.get(name).await.map_err(|e| e.to_string())?;
+        let status = restore.status.clone().unwrap_or_default();
+        match status.phase {
+            Some(visitors_api::restore::RestorePhase::Succeeded | visitors_api::restore::RestorePhase::Failed) => {
+                Ok(restore)
+            }
+            phase => Err(format!("phase {phase:?}, {}", conditions_text(&status.conditions))),
+        }
+    })
+    .await
+}

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use visitors_api::MySQLBackup;
 use visitors_api::backup::{BackupPhase, condition};
 use visitors_api::conditions;
+use visitors_e2e::backup_finished as finished;
 use visitors_e2e::moto::Moto;
 use visitors_e2e::{
     TestNamespace, cluster, controller_metrics, controller_name, controller_selector, events_of, mariadb_job,
@@ -42,26 +43,6 @@ fn backup_object(name: &str, extra: Value) -> MySQLBackup {
         json!({"apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": name}, "spec": spec}),
     )
     .unwrap()
-}
-
-/// Waits for run `name` to end, and returns it.
-async fn finished(backups: &Api<MySQLBackup>, name: &str) -> MySQLBackup {
-    wait_for(&format!("run {name} to finish"), || async {
-        let backup = backups.get(name).await.map_err(|e| e.to_string())?;
-        let status = backup.status.clone().unwrap_or_default();
-        match status.phase {
-            Some(BackupPhase::Succeeded | BackupPhase::Failed) => Ok(backup),
-            phase => {
-                let conditions: Vec<String> = status
-                    .conditions
-                    .iter()
-                    .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
-                    .collect();
-                Err(format!("phase {phase:?}, {}", conditions.join("; ")))
-            }
-        }
-    })
-    .await
 }
 
 fn assert_succeeded(backup: &MySQLBackup) {

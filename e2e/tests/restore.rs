@@ -23,6 +23,7 @@ use visitors_e2e::{
     create_ready_book_app, events_of, flip_a_byte_script, job_completes, mariadb_job, ready_app_with_claim_and_rows,
     release_namespace, run_job, storage_shell_job, wait_for,
 };
+use visitors_e2e::{backup_finished, conditions_text, restore_finished};
 
 const APP: &str = "ex";
 const CLAIM: &str = "backups";
@@ -67,26 +68,6 @@ fn restore_object(name: &str, backup: &str) -> MySQLRestore {
     .unwrap()
 }
 
-fn conditions_text(conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]) -> String {
-    conditions
-        .iter()
-        .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-async fn backup_finished(backups: &Api<MySQLBackup>, name: &str) -> MySQLBackup {
-    wait_for(&format!("backup {name} to finish"), || async {
-        let backup = backups.get(name).await.map_err(|e| e.to_string())?;
-        let status = backup.status.clone().unwrap_or_default();
-        match status.phase {
-            Some(BackupPhase::Succeeded | BackupPhase::Failed) => Ok(backup),
-            phase => Err(format!("phase {phase:?}, {}", conditions_text(&status.conditions))),
-        }
-    })
-    .await
-}
-
 fn assert_restore_succeeded(status: &MySQLRestoreStatus) {
     assert_eq!(
         status.phase,
@@ -95,18 +76,6 @@ fn assert_restore_succeeded(status: &MySQLRestoreStatus) {
         status.error,
         conditions_text(&status.conditions)
     );
-}
-
-async fn restore_finished(restores: &Api<MySQLRestore>, name: &str) -> MySQLRestore {
-    wait_for(&format!("restore {name} to finish"), || async {
-        let restore = restores.get(name).await.map_err(|e| e.to_string())?;
-        let status = restore.status.clone().unwrap_or_default();
-        match status.phase {
-            Some(RestorePhase::Succeeded | RestorePhase::Failed) => Ok(restore),
-            phase => Err(format!("phase {phase:?}, {}", conditions_text(&status.conditions))),
-        }
-    })
-    .await
 }
 
 /// The phases restore `name` goes through, each once in the order a watch sees them, until it
