@@ -38,6 +38,9 @@ Environment:
   OTEL_EXPORTER_OTLP_ENDPOINT  export spans over OTLP/HTTP to this collector (optional)
   TRACEPARENT             W3C trace context the spans continue (optional)
 
+TLS to MySQL: encrypted by default (--ssl-mode=required); with --ssl-ca the server's certificate
+must chain to that CA and name --host (verify-identity); --ssl-mode=disabled for plain text.
+
 Exit status: 0 on full success, 1 on any failure (the summary's error says why), 2 on bad usage.";
 
 #[derive(Parser, Debug, Clone, PartialEq)]
@@ -122,6 +125,26 @@ pub struct ConnectionArgs {
     /// Database to include (repeatable); default: every non-system database.
     #[arg(long = "database", value_name = "NAME")]
     pub databases: Vec<String>,
+    /// PEM file of the CA the server's certificate must chain to (implies
+    /// --ssl-mode=verify-identity unless --ssl-mode says otherwise).
+    #[arg(long, value_name = "PATH")]
+    pub ssl_ca: Option<PathBuf>,
+    /// TLS to the server [default: verify-identity with --ssl-ca, otherwise required].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub ssl_mode: Option<SslMode>,
+}
+
+/// How the agent uses TLS to MySQL, as `mysql --ssl-mode` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SslMode {
+    /// Plain text.
+    Disabled,
+    /// Encrypted; any certificate is accepted.
+    Required,
+    /// Encrypted; the certificate must chain to --ssl-ca, whatever host it names.
+    VerifyCa,
+    /// Encrypted; the certificate must chain to --ssl-ca and name the host connected to.
+    VerifyIdentity,
 }
 
 #[derive(Args, Debug, Clone, Default, PartialEq)]
@@ -343,6 +366,29 @@ pub struct DeleteArgs {
     pub break_lock: bool,
 }
 
+impl SslMode {
+    /// The name `--ssl-mode` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disabled => "disabled",
+            SslMode::Required => "required",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyIdentity => "verify-identity",
+        }
+    }
+
+    /// Whether the server's certificate is checked against a CA.
+    pub fn verifies(self) -> bool {
+        matches!(self, SslMode::VerifyCa | SslMode::VerifyIdentity)
+    }
+}
+
+impl Display for SslMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Compression {
     /// The name `--compression` takes.
     pub fn as_str(self) -> &'static str {
@@ -500,6 +546,22 @@ impl ConnectionArgs {
         for database in &self.databases {
             args.value("--database", database);
         }
+        args.optional("--ssl-ca", self.ssl_ca.as_ref().map(|path| path.display()))
+            .optional("--ssl-mode", self.ssl_mode);
+    }
+
+    /// The TLS mode in effect: `--ssl-mode` when given, otherwise `verify-identity` with
+    /// `--ssl-ca` and `required` without; an error (for the user) when a verifying mode has no
+    /// CA to verify with.
+    pub fn effective_ssl_mode(&self) -> Result<SslMode, String> {
+        let mode =
+            self.ssl_mode.unwrap_or(if self.ssl_ca.is_some() { SslMode::VerifyIdentity } else { SslMode::Required });
+        if mode.verifies() && self.ssl_ca.is_none() {
+            return Err(format!(
+                "--ssl-mode={mode} checks the server's certificate against a CA: pass the CA's PEM file with --ssl-ca, or use --ssl-mode=required"
+            ));
+        }
+        Ok(mode)
     }
 
     /// The port to connect to.
@@ -596,6 +658,8 @@ mod tests {
             user: Some("backup".into()),
             password_file: Some("/run/password".into()),
             databases: vec!["visitors".into(), "other".into()],
+            ssl_ca: Some("/run/tls/ca.pem".into()),
+            ssl_mode: Some(SslMode::VerifyCa),
         };
         let storage = StorageArgs {
             aws_access_key_id: Some("AKIA".into()),
@@ -685,7 +749,36 @@ mod tests {
             }),
             Command::Delete(DeleteArgs { break_lock: true, storage, ..DeleteArgs::of("s3://b/p/run") }),
             Command::Delete(DeleteArgs::of("file:///backup/run")),
+            Command::Backup(BackupArgs { connection: tls_only(Some("/ca.pem"), None), ..BackupArgs::to("file:///b") }),
+            Command::Restore(RestoreArgs {
+                connection: tls_only(None, Some(SslMode::Disabled)),
+                ..RestoreArgs::from("file:///b")
+            }),
+            Command::Archive(ArchiveArgs {
+                connection: tls_only(Some("/ca.pem"), Some(SslMode::VerifyIdentity)),
+                ..ArchiveArgs::to("file:///b/_binlog/n")
+            }),
+            Command::Verify(VerifyArgs {
+                connection: tls_only(None, Some(SslMode::Required)),
+                ..verify_defaults("file:///b")
+            }),
         ]
+    }
+
+    fn tls_only(ssl_ca: Option<&str>, ssl_mode: Option<SslMode>) -> ConnectionArgs {
+        ConnectionArgs { ssl_ca: ssl_ca.map(PathBuf::from), ssl_mode, ..ConnectionArgs::default() }
+    }
+
+    fn verify_defaults(from: &str) -> VerifyArgs {
+        VerifyArgs {
+            from: from.into(),
+            connection: ConnectionArgs::default(),
+            storage: StorageArgs::default(),
+            expect_manifest_sha256: None,
+            checksum: false,
+            deep: false,
+            parallelism: DEFAULT_PARALLELISM,
+        }
     }
 
     #[test]
@@ -728,6 +821,31 @@ mod tests {
         assert_eq!(restore.command, Command::Restore(RestoreArgs::from("file:///b")));
         let delete = parse(&["delete".into(), "file:///b".into()]);
         assert_eq!(delete.command, Command::Delete(DeleteArgs::of("file:///b")));
+    }
+
+    #[test]
+    fn ssl_modes_render_as_the_mysql_client_names_them() {
+        let names: Vec<_> = SslMode::value_variants().iter().map(|mode| mode.as_str()).collect();
+        assert_eq!(names, ["disabled", "required", "verify-ca", "verify-identity"]);
+        for mode in SslMode::value_variants() {
+            let parsed = parse(&["backup".into(), "--to".into(), "file:///b".into(), format!("--ssl-mode={mode}")]);
+            let Command::Backup(backup) = parsed.command else { panic!("{parsed:?}") };
+            assert_eq!(backup.connection.ssl_mode, Some(*mode));
+        }
+    }
+
+    #[test]
+    fn the_ssl_mode_defaults_to_verifying_with_a_ca_and_to_encrypting_without() {
+        let mode = |ssl_ca: Option<&str>, ssl_mode| tls_only(ssl_ca, ssl_mode).effective_ssl_mode();
+        assert_eq!(mode(None, None), Ok(SslMode::Required));
+        assert_eq!(mode(Some("/ca.pem"), None), Ok(SslMode::VerifyIdentity));
+        assert_eq!(mode(Some("/ca.pem"), Some(SslMode::VerifyCa)), Ok(SslMode::VerifyCa));
+        assert_eq!(mode(Some("/ca.pem"), Some(SslMode::Disabled)), Ok(SslMode::Disabled));
+        assert_eq!(mode(None, Some(SslMode::Disabled)), Ok(SslMode::Disabled));
+        for verifying in [SslMode::VerifyCa, SslMode::VerifyIdentity] {
+            let error = mode(None, Some(verifying)).unwrap_err();
+            assert!(error.contains("--ssl-ca") && error.contains(verifying.as_str()), "{error}");
+        }
     }
 
     #[test]

@@ -16,5 +16,7 @@ pub mod gtid;
 pub mod summary;
 pub mod text;
 
-pub use command::{AgentCli, ArchiveArgs, ArchiverCli, BackupArgs, Command, Compression, DeleteArgs, RestoreArgs};
+pub use command::{
+    AgentCli, ArchiveArgs, ArchiverCli, BackupArgs, Command, Compression, DeleteArgs, RestoreArgs, SslMode,
+};
 pub use summary::{AgentSummary, Operation};

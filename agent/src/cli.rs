@@ -24,7 +24,7 @@ use crate::delete::{self, DeleteOptions};
 use crate::drill::{self, DrillOptions};
 use crate::error::{AgentError, Result};
 use crate::format::Manifest;
-use crate::mysql::ConnectionSettings;
+use crate::mysql::{ConnectionSettings, TlsSettings};
 use crate::restore::{self, PointInTimeOptions, RestoreOptions, RestoreStep};
 use crate::storage::{S3Settings, Storage};
 use crate::verify::{self, VerifyOptions};
@@ -51,7 +51,19 @@ fn connection_settings(connection: &ConnectionArgs) -> Result<Option<ConnectionS
         Some(path) => Some(read_password_file(path)?),
         None => non_empty_env(env::MYSQL_PWD),
     };
-    Ok(Some(ConnectionSettings { host, port: connection.port(), user: connection.user().to_string(), password }))
+    let tls = tls_settings(connection)?;
+    Ok(Some(ConnectionSettings { host, port: connection.port(), user: connection.user().to_string(), password, tls }))
+}
+
+/// The TLS of `--ssl-mode` and `--ssl-ca`; the CA is read once, here.
+pub fn tls_settings(connection: &ConnectionArgs) -> Result<TlsSettings> {
+    let mode = connection.effective_ssl_mode().map_err(AgentError::Usage)?;
+    let Some(path) = &connection.ssl_ca else {
+        return TlsSettings::new(mode, None).map_err(|e| AgentError::Usage(e.to_string()));
+    };
+    let ca_error = |reason: String| AgentError::SslCaFile { path: path.display().to_string(), reason };
+    let pem = std::fs::read(path).map_err(|e| ca_error(e.to_string()))?;
+    TlsSettings::new(mode, Some(pem)).map_err(|e| ca_error(e.to_string()))
 }
 
 pub fn required_connection(connection: &ConnectionArgs) -> Result<ConnectionSettings> {

@@ -24,6 +24,32 @@ pub enum AgentError {
     )]
     Unreachable { address: String, reason: String },
 
+    #[error("cannot use the CA file {path} of --ssl-ca: {reason}")]
+    SslCaFile { path: String, reason: String },
+
+    #[error(
+        "the server at {address} does not offer TLS; configure ssl-cert/ssl-key on it, or pass --ssl-mode=disabled to connect in plain text"
+    )]
+    TlsNotOffered { address: String },
+
+    #[error(
+        "the server at {address} requires TLS (require_secure_transport=ON, or the account's REQUIRE SSL) and --ssl-mode=disabled was given: drop --ssl-mode=disabled to connect over TLS"
+    )]
+    TlsRequiredByServer { address: String },
+
+    #[error(
+        "the certificate of the server at {address} is not trusted ({reason}): pass the CA that signed it with --ssl-ca"
+    )]
+    TlsUntrusted { address: String, reason: String },
+
+    #[error(
+        "the certificate of the server at {address} does not name the host {host} ({reason}): connect with a --host the certificate names, or pass --ssl-mode=verify-ca to check only that the CA signed it"
+    )]
+    TlsWrongHost { address: String, host: String, reason: String },
+
+    #[error("the TLS handshake with the server at {address} failed: {reason}")]
+    Tls { address: String, reason: String },
+
     #[error("database '{0}' does not exist on the server: check --database")]
     MissingDatabase(String),
 
@@ -198,6 +224,12 @@ impl AgentError {
             Self::PasswordFile { .. } => "passwordFile",
             Self::WrongCredentials { .. } => "wrongCredentials",
             Self::Unreachable { .. } => "unreachable",
+            Self::SslCaFile { .. } => "sslCaFile",
+            Self::TlsNotOffered { .. } => "tlsNotOffered",
+            Self::TlsRequiredByServer { .. } => "tlsRequiredByServer",
+            Self::TlsUntrusted { .. } => "tlsUntrusted",
+            Self::TlsWrongHost { .. } => "tlsWrongHost",
+            Self::Tls { .. } => "tls",
             Self::MissingDatabase(_) => "missingDatabase",
             Self::ConnectionLost { .. } => "connectionLost",
             Self::Server { .. } => "server",

@@ -1,9 +1,10 @@
 //! Real servers for tests, shared by every crate that talks to MySQL: a throwaway MariaDB
 //! (Debian's `mariadb-server`) started on a free port in a temporary directory and killed when
-//! dropped. Without the programs, tests skip with a line saying why, unless
-//! `VISITORS_REQUIRE_MARIADB=1` (CI) asks them to fail.
+//! dropped, offering TLS with a certificate of its own test CA ([`tls`]). Without the programs,
+//! tests skip with a line saying why, unless `VISITORS_REQUIRE_MARIADB=1` (CI) asks them to fail.
 
 pub mod otlp;
+pub mod tls;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -50,8 +51,8 @@ pub fn is_root() -> bool {
 }
 
 /// A MariaDB server in a temporary directory, on a free port of 127.0.0.1 and its own socket,
-/// with the binary log and `LOAD DATA LOCAL` on; root logs in over the socket. Killed when
-/// dropped.
+/// with the binary log and `LOAD DATA LOCAL` on; root logs in over the socket. It offers TLS
+/// unless started with [`ServerTls::Off`]. Killed when dropped.
 pub struct MariaDb {
     child: Option<Child>,
     dir: tempfile::TempDir,
@@ -60,7 +61,25 @@ pub struct MariaDb {
     server: PathBuf,
     /// Server options besides the harness's own.
     options: Vec<String>,
+    /// The CA of the server's certificate, when it offers TLS.
+    ca_pem: Option<PathBuf>,
 }
+
+/// Whether and how a test server offers TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerTls {
+    /// A certificate for `localhost` and `127.0.0.1`; plain text still accepted.
+    On,
+    /// TLS only: `--require-secure-transport=ON`.
+    Required,
+    /// A certificate for these names alone.
+    Names(Vec<String>),
+    /// No TLS at all.
+    Off,
+}
+
+/// The names of the test server's certificate.
+pub const SERVER_NAMES: [&str; 2] = ["localhost", "127.0.0.1"];
 
 impl MariaDb {
     pub fn start() -> Option<Self> {
@@ -69,6 +88,11 @@ impl MariaDb {
 
     /// A server started with `options` too (kept across [`MariaDb::restart`]).
     pub fn start_with(options: &[&str]) -> Option<Self> {
+        Self::start_configured(options, ServerTls::On)
+    }
+
+    /// A server started with `options` too, offering TLS as `tls` says.
+    pub fn start_configured(options: &[&str], tls: ServerTls) -> Option<Self> {
         let programs = programs_or_skip(&["mariadbd", "mariadb-install-db", "mariadb"], "VISITORS_REQUIRE_MARIADB")?;
         let (server, install, client) = (programs[0].clone(), programs[1].clone(), programs[2].clone());
         let dir = tempfile::tempdir().unwrap();
@@ -92,8 +116,9 @@ impl MariaDb {
             String::from_utf8_lossy(&installed.stderr)
         );
         let port = free_port();
-        let options = options.iter().map(ToString::to_string).collect();
-        let mut server = Self { child: None, dir, port, client, server, options };
+        let mut options: Vec<String> = options.iter().map(ToString::to_string).collect();
+        let ca_pem = tls_options(dir.path(), &tls, &mut options);
+        let mut server = Self { child: None, dir, port, client, server, options, ca_pem };
         server.spawn();
         server.wait_until_ready();
         Some(server)
@@ -159,6 +184,12 @@ impl MariaDb {
         std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
     }
 
+    /// The PEM file of the CA that signed the server's certificate (`--ssl-ca`), when the
+    /// server offers TLS.
+    pub fn ca_pem(&self) -> Option<&Path> {
+        self.ca_pem.as_deref()
+    }
+
     /// The server's Unix socket.
     pub fn socket(&self) -> PathBuf {
         self.dir.path().join("mysql.sock")
@@ -212,6 +243,26 @@ impl MariaDb {
             let _ = child.wait();
         }
     }
+}
+
+/// Writes the certificates `tls` asks for into `dir` and adds their server options; the CA's
+/// PEM file, if any.
+fn tls_options(dir: &Path, tls: &ServerTls, options: &mut Vec<String>) -> Option<PathBuf> {
+    let names: Vec<String> = match tls {
+        ServerTls::Off => return None,
+        ServerTls::Names(names) => names.clone(),
+        ServerTls::On | ServerTls::Required => SERVER_NAMES.iter().map(ToString::to_string).collect(),
+    };
+    let files = tls::write_server_files(&dir.join("tls"), &names);
+    options.extend([
+        format!("--ssl-ca={}", files.ca.display()),
+        format!("--ssl-cert={}", files.cert.display()),
+        format!("--ssl-key={}", files.key.display()),
+    ]);
+    if *tls == ServerTls::Required {
+        options.push("--require-secure-transport=ON".into());
+    }
+    Some(files.ca)
 }
 
 impl Drop for MariaDb {

@@ -3,7 +3,8 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder};
 
-use super::wire::{DataConn, WireError};
+use super::tls::{self, HandshakeFailure, TlsSettings};
+use super::wire::{DataConn, Login, WireError};
 use crate::error::{AgentError, Result};
 
 /// Server error codes the agent tells apart.
@@ -17,6 +18,7 @@ mod codes {
     pub const LOCAL_INFILE_DISABLED_MYSQL: u16 = 3948;
     pub const NOT_ALLOWED_COMMAND: u16 = 1148;
     pub const LOCAL_INFILE_DISABLED_MARIADB: u16 = 4166;
+    pub const SECURE_TRANSPORT_REQUIRED: u16 = 3159;
 }
 
 #[derive(Clone)]
@@ -26,6 +28,8 @@ pub struct ConnectionSettings {
     pub user: String,
     /// Never printed: `Debug` is implemented by hand below.
     pub password: Option<String>,
+    /// TLS: `--ssl-mode` and the CA of `--ssl-ca`.
+    pub tls: TlsSettings,
 }
 
 impl std::fmt::Debug for ConnectionSettings {
@@ -35,6 +39,7 @@ impl std::fmt::Debug for ConnectionSettings {
             .field("port", &self.port)
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "<hidden>"))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -65,23 +70,55 @@ impl Connector {
     }
 
     pub async fn connect(&self) -> Result<Conn> {
-        let opts = OptsBuilder::default()
+        match Conn::new(self.opts(&self.settings.tls)).await {
+            Ok(conn) => Ok(conn),
+            Err(error) => Err(self.explain_refusal(self.error("connecting", error)).await),
+        }
+    }
+
+    fn opts(&self, tls: &TlsSettings) -> OptsBuilder {
+        OptsBuilder::default()
             .ip_or_hostname(self.settings.host.clone())
             .tcp_port(self.settings.port)
             .user(Some(self.settings.user.clone()))
             .pass(self.settings.password.clone())
             .prefer_socket(false)
+            .ssl_opts(tls.ssl_opts())
             .stmt_cache_size(0)
-            .init(vec![SESSION_TIME_ZONE]);
-        Conn::new(opts).await.map_err(|e| self.error("connecting", e))
+            .init(vec![SESSION_TIME_ZONE])
+    }
+
+    /// A plain-text login refused as if the password were wrong may be refused for want of TLS:
+    /// MariaDB answers `require_secure_transport` (and an account's `REQUIRE SSL`) with error
+    /// 1045, as it answers a wrong password. The same login over TLS tells them apart.
+    async fn explain_refusal(&self, error: AgentError) -> AgentError {
+        if self.settings.tls.enabled() || !matches!(error, AgentError::WrongCredentials { .. }) {
+            return error;
+        }
+        match Conn::new(self.opts(&TlsSettings::required())).await {
+            Ok(conn) => {
+                let _ = conn.disconnect().await;
+                AgentError::TlsRequiredByServer { address: self.settings.address() }
+            }
+            Err(_) => error,
+        }
     }
 
     /// Opens a backup data session ([`super::wire`]) with the same session settings.
     pub async fn connect_data(&self) -> Result<DataConn> {
         let settings = &self.settings;
-        let mut conn = DataConn::connect(&settings.host, settings.port, &settings.user, settings.password.as_deref())
-            .await
-            .map_err(|e| self.wire_error("connecting", e))?;
+        let tls = settings.tls.client_config().map_err(|e| tls_failure(settings, &e))?;
+        let login = Login {
+            host: &settings.host,
+            port: settings.port,
+            user: &settings.user,
+            password: settings.password.as_deref(),
+            tls,
+        };
+        let mut conn = match DataConn::connect(login).await {
+            Ok(conn) => conn,
+            Err(error) => return Err(self.explain_refusal(self.wire_error("connecting", error)).await),
+        };
         self.execute_data(&mut conn, SESSION_TIME_ZONE, "preparing the session").await?;
         Ok(conn)
     }
@@ -106,7 +143,9 @@ impl Connector {
             WireError::Server { code, message } => server_error(settings, during, code, message),
             WireError::Io(io) => io_error(settings, during, io.to_string()),
             WireError::Closed => io_error(settings, during, "connection closed".into()),
-            other @ (WireError::UnsupportedAuthPlugin(_) | WireError::Protocol(_)) => {
+            WireError::TlsNotOffered => AgentError::TlsNotOffered { address: settings.address() },
+            WireError::Tls(error) => tls_failure(settings, &error),
+            other @ (WireError::UnsupportedAuthPlugin(_) | WireError::Protocol(_) | WireError::TlsServerName(_)) => {
                 AgentError::Client { during: during.into(), reason: other.to_string() }
             }
         }
@@ -116,7 +155,13 @@ impl Connector {
 /// The user-facing error for a driver error.
 pub fn map_error(settings: &ConnectionSettings, during: &str, error: mysql_async::Error) -> AgentError {
     use mysql_async::{DriverError, Error};
+    if let Some(tls) = tls::rustls_error(&error) {
+        return tls_failure(settings, tls);
+    }
     match error {
+        Error::Driver(DriverError::NoClientSslFlagFromServer) => {
+            AgentError::TlsNotOffered { address: settings.address() }
+        }
         Error::Server(server) => server_error(settings, during, server.code, server.message),
         Error::Io(io) => io_error(settings, during, io.to_string()),
         Error::Driver(DriverError::ConnectionClosed) => io_error(settings, during, "connection closed".into()),
@@ -140,7 +185,28 @@ fn server_error(settings: &ConnectionSettings, during: &str, code: u16, message:
         codes::SPECIFIC_ACCESS_DENIED => {
             AgentError::MissingPrivilege { user: settings.user.clone(), operation: during.into(), message }
         }
+        _ if requires_secure_transport(code, &message) => {
+            AgentError::TlsRequiredByServer { address: settings.address() }
+        }
         code => AgentError::Server { during: during.into(), code, message },
+    }
+}
+
+/// The server refuses plain text (`require_secure_transport=ON`): MySQL says so with its own
+/// code, MariaDB with its message.
+fn requires_secure_transport(code: u16, message: &str) -> bool {
+    code == codes::SECURE_TRANSPORT_REQUIRED || message.contains("insecure transport are prohibited")
+}
+
+/// The user-facing error for a failed TLS handshake.
+fn tls_failure(settings: &ConnectionSettings, error: &rustls::Error) -> AgentError {
+    let address = settings.address();
+    match HandshakeFailure::of(error) {
+        HandshakeFailure::Untrusted(reason) => AgentError::TlsUntrusted { address, reason },
+        HandshakeFailure::WrongHost(reason) => {
+            AgentError::TlsWrongHost { address, host: settings.host.clone(), reason }
+        }
+        HandshakeFailure::Other(reason) => AgentError::Tls { address, reason },
     }
 }
 

@@ -4,10 +4,12 @@
 pub mod catalog;
 pub mod connection;
 pub mod snapshot;
+pub mod tls;
 pub mod users;
 pub mod wire;
 
 pub use connection::{ConnectionSettings, Connector};
+pub use tls::{SslMode, TlsSettings};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};

@@ -1,4 +1,4 @@
-//! The backup's data sessions: a small MySQL client, over plain TCP, that reads a result set's
+//! The backup's data sessions: a small MySQL client, over TCP or TLS, that reads a result set's
 //! rows straight out of its read buffer.
 //!
 //! mysql_async turns every row into a `Row` with one allocation per field, and reads the socket
@@ -8,20 +8,26 @@
 //! password scrambles from mysql_common (mysql_async's own protocol crate). Everything else
 //! (the catalog, the snapshot's coordinator, restores) stays on mysql_async.
 //!
-//! What the sessions support is what the agent's mysql_async connections do: plain TCP, the
+//! What the sessions support is what the agent's mysql_async connections do: plain TCP or TLS
+//! (the SSLRequest after the server's greeting, then the rest of the login over TLS), the
 //! `mysql_native_password` and `caching_sha2_password` plugins (a full `caching_sha2_password`
-//! exchange encrypts the password with the server's RSA key), and an authentication switch
-//! between them.
+//! exchange sends the password over TLS as is, and encrypts it with the server's RSA key over
+//! plain TCP), and an authentication switch between them.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
 use mysql_common::constants::CapabilityFlags;
 use mysql_common::io::ParseBuf;
-use mysql_common::packets::{AuthPlugin, AuthSwitchRequest, ErrPacket, HandshakePacket, HandshakeResponse};
+use mysql_common::packets::{AuthPlugin, AuthSwitchRequest, ErrPacket, HandshakePacket, HandshakeResponse, SslRequest};
 use mysql_common::proto::MySerialize;
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
 
 /// What can go wrong in a data session.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +42,12 @@ pub enum WireError {
     UnsupportedAuthPlugin(String),
     #[error("unexpected reply from the server: {0}")]
     Protocol(String),
+    #[error("the server does not offer TLS")]
+    TlsNotOffered,
+    #[error("the TLS handshake failed: {0}")]
+    Tls(rustls::Error),
+    #[error("'{0}' is neither a DNS name nor an IP address, so no certificate can name it")]
+    TlsServerName(String),
 }
 
 type Result<T> = std::result::Result<T, WireError>;
@@ -62,9 +74,58 @@ fn client_capabilities() -> CapabilityFlags {
         | CapabilityFlags::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA
 }
 
+/// The connection under a session. TLS is boxed once per session, not per read.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+    /// Only while the plain stream is being upgraded.
+    Upgrading,
+}
+
+impl Stream {
+    async fn read_buf(&mut self, buffer: &mut BytesMut) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(stream) => stream.read_buf(buffer).await,
+            Stream::Tls(stream) => stream.read_buf(buffer).await,
+            Stream::Upgrading => Err(std::io::ErrorKind::NotConnected.into()),
+        }
+    }
+
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(stream) => stream.write_all(bytes).await,
+            // rustls may keep the last record until flushed.
+            Stream::Tls(stream) => {
+                stream.write_all(bytes).await?;
+                stream.flush().await
+            }
+            Stream::Upgrading => Err(std::io::ErrorKind::NotConnected.into()),
+        }
+    }
+
+    async fn shutdown(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(stream) => stream.shutdown().await,
+            Stream::Tls(stream) => stream.shutdown().await,
+            Stream::Upgrading => Ok(()),
+        }
+    }
+}
+
+/// Where and how a session logs in.
+pub struct Login<'a> {
+    pub host: &'a str,
+    pub port: u16,
+    pub user: &'a str,
+    /// `None` for an account without one.
+    pub password: Option<&'a str>,
+    /// TLS, or `None` for plain text.
+    pub tls: Option<Arc<ClientConfig>>,
+}
+
 /// One session.
 pub struct DataConn {
-    stream: TcpStream,
+    stream: Stream,
     buffer: BytesMut,
     /// Bytes at the front of `buffer` that belong to the packet last returned.
     consumed: usize,
@@ -76,23 +137,23 @@ pub struct DataConn {
 }
 
 impl DataConn {
-    /// Connects and logs in; `password` is `None` for an account without one.
-    pub async fn connect(host: &str, port: u16, user: &str, password: Option<&str>) -> Result<Self> {
-        let stream = TcpStream::connect((host, port)).await?;
+    /// Connects and logs in.
+    pub async fn connect(login: Login<'_>) -> Result<Self> {
+        let stream = TcpStream::connect((login.host, login.port)).await?;
         stream.set_nodelay(true)?;
         let mut conn = Self {
-            stream,
+            stream: Stream::Plain(stream),
             buffer: BytesMut::with_capacity(READ_BYTES),
             consumed: 0,
             joined: Vec::new(),
             sequence: 0,
             capabilities: CapabilityFlags::empty(),
         };
-        conn.log_in(user, password).await?;
+        conn.log_in(login).await?;
         Ok(conn)
     }
 
-    async fn log_in(&mut self, user: &str, password: Option<&str>) -> Result<()> {
+    async fn log_in(&mut self, login: Login<'_>) -> Result<()> {
         let greeting = self.packet().await?.to_vec();
         if greeting.first() == Some(&0xFF) {
             return Err(server_error(&greeting, CapabilityFlags::empty()));
@@ -102,6 +163,12 @@ impl DataConn {
             return Err(WireError::Protocol("the server predates MySQL 4.1's protocol".into()));
         }
         self.capabilities = handshake.capabilities() & client_capabilities();
+        if login.tls.is_some() {
+            if !handshake.capabilities().contains(CapabilityFlags::CLIENT_SSL) {
+                return Err(WireError::TlsNotOffered);
+            }
+            self.capabilities |= CapabilityFlags::CLIENT_SSL;
+        }
         let mut nonce = handshake.scramble_1_ref().to_vec();
         nonce.extend_from_slice(handshake.scramble_2_ref().unwrap_or_default());
         nonce.resize(20, 0);
@@ -113,21 +180,45 @@ impl DataConn {
             Some(AuthPlugin::CachingSha2Password) => AuthPlugin::CachingSha2Password,
             _ => AuthPlugin::MysqlNativePassword,
         };
-        let scramble = plugin.gen_data(password, &nonce);
+        let scramble = plugin.gen_data(login.password, &nonce);
         let response = HandshakeResponse::new(
             scramble.as_deref().map(Cow::Borrowed),
             version,
-            Some(user.as_bytes()),
+            Some(login.user.as_bytes()),
             None::<&[u8]>,
             Some(plugin.clone()),
             self.capabilities,
             None,
             MAX_PACKET,
         );
+        let secure = login.tls.is_some();
+        if let Some(config) = login.tls {
+            let request = SslRequest::new(self.capabilities, MAX_PACKET, response.collation());
+            let mut payload = Vec::new();
+            request.serialize(&mut payload);
+            self.write_packet(&payload).await?;
+            self.start_tls(login.host, config).await?;
+        }
         let mut payload = Vec::new();
         response.serialize(&mut payload);
         self.write_packet(&payload).await?;
-        Authentication { plugin, nonce, password, switched: false }.complete(self).await
+        Authentication { plugin, nonce, password: login.password, switched: false, secure }.complete(self).await
+    }
+
+    /// Upgrades the connection after the SSLRequest; the login goes on over TLS with the next
+    /// sequence number.
+    async fn start_tls(&mut self, host: &str, config: Arc<ClientConfig>) -> Result<()> {
+        self.buffer.advance(std::mem::take(&mut self.consumed));
+        if !self.buffer.is_empty() {
+            return Err(protocol("data before the TLS handshake"));
+        }
+        let name = ServerName::try_from(host).map_err(|_| WireError::TlsServerName(host.into()))?.to_owned();
+        let Stream::Plain(plain) = std::mem::replace(&mut self.stream, Stream::Upgrading) else {
+            return Err(protocol("TLS started twice"));
+        };
+        let secured = TlsConnector::from(config).connect(name, plain).await.map_err(tls_error)?;
+        self.stream = Stream::Tls(Box::new(secured));
+        Ok(())
     }
 
     /// Runs a statement and reads whatever it returns.
@@ -457,6 +548,14 @@ fn server_error(payload: &[u8], capabilities: CapabilityFlags) -> WireError {
     }
 }
 
+/// A handshake's error: rustls's own when it is one (tokio-rustls wraps them in `io::Error`).
+fn tls_error(error: std::io::Error) -> WireError {
+    match super::tls::rustls_error(&error) {
+        Some(tls) => WireError::Tls(tls.clone()),
+        None => WireError::Io(error),
+    }
+}
+
 fn protocol(what: impl std::fmt::Display) -> WireError {
     WireError::Protocol(what.to_string())
 }
@@ -467,6 +566,8 @@ struct Authentication<'p> {
     nonce: Vec<u8>,
     password: Option<&'p str>,
     switched: bool,
+    /// Over TLS, where a full `caching_sha2_password` login sends the password as is.
+    secure: bool,
 }
 
 /// `caching_sha2_password`'s replies after the scramble.
@@ -484,6 +585,7 @@ impl Authentication<'_> {
                 Some(0xFE) if !self.switched => self.switch(conn, &reply).await?,
                 Some(0x01) if matches!(self.plugin, AuthPlugin::CachingSha2Password) => match reply.get(1) {
                     Some(&FAST_AUTH_OK) => {}
+                    Some(&FULL_AUTH_NEEDED) if self.secure => self.send_password_in_tls(conn).await?,
                     Some(&FULL_AUTH_NEEDED) => self.send_password_encrypted(conn).await?,
                     _ => return Err(protocol("caching_sha2_password: unknown step")),
                 },
@@ -510,6 +612,12 @@ impl Authentication<'_> {
             data.serialize(&mut payload);
         }
         conn.write_packet(&payload).await
+    }
+
+    /// A full `caching_sha2_password` login over TLS: the password, NUL-terminated.
+    async fn send_password_in_tls(&self, conn: &mut DataConn) -> Result<()> {
+        let secret: Vec<u8> = self.password.unwrap_or_default().bytes().chain([0]).collect();
+        conn.write_packet(&secret).await
     }
 
     /// A full `caching_sha2_password` login over plain TCP: the password, XORed with the nonce,
@@ -705,7 +813,8 @@ mod tests {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let port = listener.local_addr().unwrap().port();
             let server = tokio::spawn(serve_caching_sha2(listener, full, private_key.clone()));
-            DataConn::connect("127.0.0.1", port, "app", Some(PASSWORD)).await.unwrap();
+            let login = Login { host: "127.0.0.1", port, user: "app", password: Some(PASSWORD), tls: None };
+            DataConn::connect(login).await.unwrap();
             let decrypted = server.await.unwrap();
             assert_eq!(decrypted.as_deref(), full.then_some(PASSWORD), "full exchange: {full}");
         }

@@ -1,15 +1,21 @@
 //! The backup's data sessions (agent/src/mysql/wire.rs) against a real MariaDB: every byte
 //! value, NULLs, a value longer than one protocol packet, statements without rows, server
-//! errors, and logins that succeed, fail, or ask for a plugin the agent does not speak.
+//! errors, and logins that succeed, fail, or ask for a plugin the agent does not speak. The rows
+//! are read over TLS (the agent's default), the logins tried over plain text too.
 
 use visitors_agent::AgentError;
-use visitors_agent::mysql::Connector;
-use visitors_agent::mysql::wire::{DataConn, WireError};
+use visitors_agent::mysql::wire::{DataConn, Login, WireError};
+use visitors_agent::mysql::{Connector, TlsSettings};
 
 use crate::support::{MariaDb, PASSWORD, USER};
 
 async fn connect(server: &MariaDb) -> DataConn {
-    DataConn::connect("127.0.0.1", server.port, USER, Some(PASSWORD)).await.expect("a data session logs in")
+    DataConn::connect(login(server, USER, Some(PASSWORD), true)).await.expect("a data session logs in")
+}
+
+fn login<'a>(server: &MariaDb, user: &'a str, password: Option<&'a str>, tls: bool) -> Login<'a> {
+    let tls = if tls { TlsSettings::required() } else { TlsSettings::disabled() };
+    Login { host: "127.0.0.1", port: server.port, user, password, tls: tls.client_config().unwrap() }
 }
 
 /// Every row of a query, each field as bytes.
@@ -112,17 +118,21 @@ async fn logins_are_told_apart_a_wrong_password_an_unreachable_server_and_an_unk
         return;
     }
     server.sql("CREATE USER 'edward'@'%' IDENTIFIED VIA ed25519 USING PASSWORD('secret')");
-    let unknown = DataConn::connect("127.0.0.1", server.port, "edward", Some("secret")).await.err();
-    assert!(
-        matches!(&unknown, Some(WireError::UnsupportedAuthPlugin(plugin)) if plugin == "client_ed25519"),
-        "{unknown:?}"
-    );
+    for tls in [false, true] {
+        let unknown = DataConn::connect(login(&server, "edward", Some("secret"), tls)).await.err();
+        assert!(
+            matches!(&unknown, Some(WireError::UnsupportedAuthPlugin(plugin)) if plugin == "client_ed25519"),
+            "{unknown:?}"
+        );
+    }
 }
 
 #[tokio::test]
 async fn an_account_without_a_password_logs_in() {
     let Some(server) = MariaDb::start() else { return };
     server.sql("CREATE USER 'open'@'%'; GRANT SELECT ON *.* TO 'open'@'%'");
-    let mut conn = DataConn::connect("127.0.0.1", server.port, "open", None).await.expect("an empty password logs in");
-    assert_eq!(conn.query_first("SELECT CURRENT_USER()").await.unwrap(), Some(vec![Some(b"open@%".to_vec())]));
+    for tls in [false, true] {
+        let mut conn = DataConn::connect(login(&server, "open", None, tls)).await.expect("an empty password logs in");
+        assert_eq!(conn.query_first("SELECT CURRENT_USER()").await.unwrap(), Some(vec![Some(b"open@%".to_vec())]));
+    }
 }

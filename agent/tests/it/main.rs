@@ -16,6 +16,7 @@ mod s3;
 mod safety;
 mod support;
 mod telemetry;
+mod tls;
 
 use std::path::Path;
 

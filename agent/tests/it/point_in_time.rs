@@ -17,7 +17,7 @@ use visitors_agent::restore::{self, PointInTimeOptions};
 use visitors_agent::storage::Storage;
 use visitors_agent_contract::archive::{ArchiveStatus, PruneBefore};
 
-use crate::support::MariaDb;
+use crate::support::{MariaDb, ServerTls};
 use crate::{back_up, file_location, restore_options, small_backup};
 
 /// The statuses an archiver reported, newest last.
@@ -61,7 +61,10 @@ fn archive_options(server: &MariaDb, to: &str) -> ArchiveOptions {
 
 impl Archiver {
     fn start(server: &MariaDb, to: &str) -> Self {
-        let options = archive_options(server, to);
+        Self::start_with(archive_options(server, to))
+    }
+
+    fn start_with(options: ArchiveOptions) -> Self {
         let stop = CancellationToken::new();
         let reports = Reports::default();
         let (token, mut observer) = (stop.clone(), reports.clone());
@@ -478,4 +481,33 @@ async fn statements_larger_than_one_binlog_statement_are_replayed_whole() {
     assert_eq!(report.replay.unwrap().transactions, 3);
     assert_eq!(server.sql("SELECT COUNT(*) FROM app.bulk").trim(), "600000");
     assert_eq!(server.sql("CHECKSUM TABLE app.bulk"), live);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_requiring_tls_is_archived_and_replayed_over_tls() {
+    let Some(server) = MariaDb::start_configured(&["--binlog-format=ROW"], ServerTls::Required) else { return };
+    server.sql(APP);
+    let tls = crate::tls::flags(server.ca_pem(), None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let archive = file_location(&dir.path().join("archive"));
+    let base = file_location(&dir.path().join("base"));
+    let archiver = Archiver::start_with(ArchiveOptions {
+        connection: server.settings_with(tls.clone()),
+        ..archive_options(&server, &archive)
+    });
+    let mut backup = small_backup(&server, &base);
+    backup.connection = server.settings_with(tls.clone());
+    back_up(&backup).await;
+    server.sql("INSERT INTO app.t VALUES (1, NOW(), NULL), (2, NOW(), NULL)");
+    let written: i64 = server.sql("SELECT UNIX_TIMESTAMP(MAX(written_at)) FROM app.t").trim().parse().unwrap();
+    archiver.wait_until_archived(written).await;
+    archiver.stop().await;
+
+    let mut options = restore_options(&server, &base);
+    options.connection = server.settings_with(tls);
+    options.drop_existing = true;
+    options.point_in_time = Some(PointInTimeOptions { archive, s3: Default::default(), target: Target::Time(written) });
+    let report = restore::run(&options).await.unwrap();
+    assert_eq!(report.replay.unwrap().transactions, 1);
+    assert_eq!(server.sql("SELECT COUNT(*) FROM app.t").trim(), "2");
 }

@@ -9,13 +9,14 @@ use std::ops::{Deref, DerefMut};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use visitors_agent::mysql::ConnectionSettings;
-pub use visitors_test_support::{free_port, programs_or_skip};
+use visitors_agent::mysql::{ConnectionSettings, TlsSettings};
+pub use visitors_test_support::{ServerTls, free_port, programs_or_skip};
 
 pub const USER: &str = "agent";
 pub const PASSWORD: &str = "Pa55-word-never-shown";
 
-/// The shared throwaway server, with an account for the agent that has every privilege.
+/// The shared throwaway server, with an account for the agent that has every privilege. It
+/// offers TLS, which the agent uses by default.
 pub struct MariaDb(visitors_test_support::MariaDb);
 
 impl MariaDb {
@@ -30,19 +31,32 @@ impl MariaDb {
     }
 
     fn start_with(options: &[&str]) -> Option<Self> {
-        let server = visitors_test_support::MariaDb::start_with(options)?;
+        Self::start_configured(options, ServerTls::On)
+    }
+
+    /// A server started with `options` too, offering TLS as `tls` says.
+    pub fn start_configured(options: &[&str], tls: ServerTls) -> Option<Self> {
+        // What the agent's binaries do first: mysql_async's TLS needs a process-wide provider.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let server = visitors_test_support::MariaDb::start_configured(options, tls)?;
         server.sql(&format!(
             "CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}'; GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'%' WITH GRANT OPTION;"
         ));
         Some(Self(server))
     }
 
+    /// The agent's settings by default: TLS without checking the certificate.
     pub fn settings(&self) -> ConnectionSettings {
+        self.settings_with(TlsSettings::required())
+    }
+
+    pub fn settings_with(&self, tls: TlsSettings) -> ConnectionSettings {
         ConnectionSettings {
             host: "127.0.0.1".into(),
             port: self.port,
             user: USER.into(),
             password: Some(PASSWORD.into()),
+            tls,
         }
     }
 }
