@@ -28,6 +28,8 @@ pub const DEFAULT_REGION: &str = "us-east-1";
 const ENVIRONMENT_HELP: &str = "\
 Environment:
   MYSQL_PWD               MySQL password (or --password-file; never a flag value)
+  MYSQL_SSL_CA            CA certificate file of the server (or --ssl-ca)
+  MYSQL_SSL_MODE          disabled, required, verify-ca or verify-identity (or --ssl-mode)
   AWS_ACCESS_KEY_ID       S3 access key id (or --aws-access-key-id)
   AWS_SECRET_ACCESS_KEY   S3 secret key (environment only)
   AWS_SESSION_TOKEN       S3 session token (environment only, optional)
@@ -127,10 +129,10 @@ pub struct ConnectionArgs {
     pub databases: Vec<String>,
     /// PEM file of the CA the server's certificate must chain to (implies
     /// --ssl-mode=verify-identity unless --ssl-mode says otherwise).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", env = env::MYSQL_SSL_CA)]
     pub ssl_ca: Option<PathBuf>,
     /// TLS to the server [default: verify-identity with --ssl-ca, otherwise required].
-    #[arg(long, value_enum, value_name = "MODE")]
+    #[arg(long, value_enum, value_name = "MODE", env = env::MYSQL_SSL_MODE)]
     pub ssl_mode: Option<SslMode>,
 }
 
