@@ -183,6 +183,14 @@ pub struct BackupArgs {
     /// Seconds between progress lines on stderr (0: none).
     #[arg(long, default_value_t = 10)]
     pub progress_interval: u64,
+    /// Encrypt every file of the backup with age, to the recipient of this file: an age
+    /// identity (`AGE-SECRET-KEY-1...`, as age-keygen writes it) or only its recipient (`age1...`).
+    #[arg(long, value_name = "PATH", requires = "encrypt_key_id")]
+    pub encrypt_key_file: Option<PathBuf>,
+    /// The name of the key, recorded in the manifest (never the key): the file a restore looks
+    /// for in its --decrypt-keys-dir. Letters, digits, '.', '_' and '-', at most 63.
+    #[arg(long, value_name = "ID", requires = "encrypt_key_file")]
+    pub encrypt_key_id: Option<String>,
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
@@ -220,6 +228,10 @@ pub struct RestoreArgs {
     /// counts, checksums) and swap it in; refused when there is none.
     #[arg(long)]
     pub from_stage: bool,
+    /// Decrypt an encrypted backup with the age identity in this directory's file named by the
+    /// backup's key id (a Kubernetes Secret mounted as a volume: one file per key id).
+    #[arg(long, value_name = "DIR")]
+    pub decrypt_keys_dir: Option<PathBuf>,
     #[command(flatten)]
     pub point_in_time: PointInTimeArgs,
 }
@@ -299,6 +311,10 @@ pub struct VerifyArgs {
     /// Tables counted (with --deep: loaded, then read back) at once.
     #[arg(long, default_value_t = DEFAULT_PARALLELISM)]
     pub parallelism: usize,
+    /// Decrypt an encrypted backup with the age identity in this directory's file named by the
+    /// backup's key id (a Kubernetes Secret mounted as a volume: one file per key id).
+    #[arg(long, value_name = "DIR")]
+    pub decrypt_keys_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
@@ -308,6 +324,10 @@ pub struct InspectArgs {
     pub from: String,
     #[command(flatten)]
     pub storage: StorageArgs,
+    /// Decrypt an encrypted backup with the age identity in this directory's file named by the
+    /// backup's key id (a Kubernetes Secret mounted as a volume: one file per key id).
+    #[arg(long, value_name = "DIR")]
+    pub decrypt_keys_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
@@ -393,7 +413,9 @@ impl Command {
                     .optional("--chunk-bytes", backup.chunk_bytes)
                     .flag("--table-checksums", backup.table_checksums)
                     .flag("--users", backup.users)
-                    .value("--progress-interval", backup.progress_interval);
+                    .value("--progress-interval", backup.progress_interval)
+                    .optional("--encrypt-key-file", backup.encrypt_key_file.as_ref().map(|path| path.display()))
+                    .optional("--encrypt-key-id", backup.encrypt_key_id.as_ref());
             }
             Command::Restore(restore) => {
                 args.word("restore").value("--from", &restore.from);
@@ -406,7 +428,8 @@ impl Command {
                     .flag("--users", restore.users)
                     .flag("--skip-binlog", restore.skip_binlog)
                     .flag("--stage-only", restore.stage_only)
-                    .flag("--from-stage", restore.from_stage);
+                    .flag("--from-stage", restore.from_stage)
+                    .optional("--decrypt-keys-dir", restore.decrypt_keys_dir.as_ref().map(|path| path.display()));
                 let pitr = &restore.point_in_time;
                 args.optional("--binlog-archive", pitr.binlog_archive.as_ref())
                     .optional("--until-time", pitr.until_time.as_ref())
@@ -419,11 +442,13 @@ impl Command {
                 args.optional("--expect-manifest-sha256", verify.expect_manifest_sha256.as_ref())
                     .flag("--checksum", verify.checksum)
                     .flag("--deep", verify.deep)
-                    .value("--parallelism", verify.parallelism);
+                    .value("--parallelism", verify.parallelism)
+                    .optional("--decrypt-keys-dir", verify.decrypt_keys_dir.as_ref().map(|path| path.display()));
             }
             Command::Inspect(inspect) => {
                 args.word("inspect").value("--from", &inspect.from);
                 inspect.storage.render(&mut args);
+                args.optional("--decrypt-keys-dir", inspect.decrypt_keys_dir.as_ref().map(|path| path.display()));
             }
             Command::Delete(delete) => {
                 args.word("delete").word(&delete.location);
@@ -521,6 +546,8 @@ impl BackupArgs {
             table_checksums: false,
             users: false,
             progress_interval: 10,
+            encrypt_key_file: None,
+            encrypt_key_id: None,
         }
     }
 }
@@ -540,6 +567,7 @@ impl RestoreArgs {
             progress_interval: 10,
             stage_only: false,
             from_stage: false,
+            decrypt_keys_dir: None,
             point_in_time: PointInTimeArgs::default(),
         }
     }
@@ -588,6 +616,8 @@ mod tests {
             table_checksums: true,
             users: true,
             progress_interval: 30,
+            encrypt_key_file: Some("/run/backup-key/key.txt".into()),
+            encrypt_key_id: Some("nightly-2026.k1".into()),
             ..BackupArgs::to("s3://bucket/prefix")
         };
         let point_in_time = PointInTimeArgs {
@@ -613,6 +643,7 @@ mod tests {
             skip_binlog: true,
             progress_interval: 0,
             stage_only: true,
+            decrypt_keys_dir: Some("/run/backup-keys".into()),
             ..RestoreArgs::from("file:///backup/x")
         };
         let verify = VerifyArgs {
@@ -623,6 +654,7 @@ mod tests {
             checksum: true,
             deep: false,
             parallelism: 5,
+            decrypt_keys_dir: Some("/run/backup-keys".into()),
         };
         vec![
             Command::Backup(BackupArgs::to("file:///backup/plain")),
@@ -643,8 +675,14 @@ mod tests {
                 storage: storage.clone(),
             }),
             Command::Verify(VerifyArgs { checksum: false, deep: true, ..verify.clone() }),
+            Command::Verify(VerifyArgs { decrypt_keys_dir: None, ..verify.clone() }),
             Command::Verify(verify),
-            Command::Inspect(InspectArgs { from: "s3://b/p".into(), storage: storage.clone() }),
+            Command::Inspect(InspectArgs { from: "s3://b/p".into(), storage: storage.clone(), decrypt_keys_dir: None }),
+            Command::Inspect(InspectArgs {
+                from: "s3://b/p".into(),
+                storage: storage.clone(),
+                decrypt_keys_dir: Some("/run/backup-keys".into()),
+            }),
             Command::Delete(DeleteArgs { break_lock: true, storage, ..DeleteArgs::of("s3://b/p/run") }),
             Command::Delete(DeleteArgs::of("file:///backup/run")),
         ]

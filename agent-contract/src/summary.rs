@@ -80,6 +80,9 @@ pub struct AgentSummary {
     /// `verify --deep` (a restore drill): wall time of the restore alone, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_seconds: Option<f64>,
+    /// The id of the key an encrypted backup was encrypted with (its name, never the key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_key_id: Option<String>,
 }
 
 /// The longest GTID text a summary carries; a longer set is left out rather than cut.
@@ -176,6 +179,7 @@ mod tests {
             consistent_position: Some("g".repeat(1024)),
             manifest_sha256: Some("f".repeat(64)),
             restore_seconds: Some(123456.789),
+            encryption_key_id: Some("k".repeat(63)),
             snapshot: Some(Snapshot {
                 time: Some("2026-11-21T13:45:00Z".into()),
                 binlog_file: Some("b".repeat(255)),

@@ -190,6 +190,7 @@ pub fn job(run: &MySQLBackup, drill: &Drill, inputs: &AgentInputs, database_host
         checksum: false,
         deep: true,
         parallelism: usize::try_from(run.spec.parallelism()).unwrap_or(1),
+        decrypt_keys_dir: None,
     });
     AgentJob {
         name: job_name(run),
