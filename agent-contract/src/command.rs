@@ -780,6 +780,7 @@ mod tests {
             checksum: false,
             deep: false,
             parallelism: DEFAULT_PARALLELISM,
+            decrypt_keys_dir: None,
         }
     }
 

@@ -14,10 +14,12 @@ use sha2::{Digest, Sha256};
 use tracing::Instrument;
 
 use crate::content::{ContentDigest, encode_row, select_sql};
+use crate::encryption::{self, SealKey};
 use crate::error::{AgentError, Result};
 use crate::format::{
-    ChunkEntry, Compression, DATA_FORMAT, DatabaseEntry, FORMAT_NAME, FORMAT_VERSION, FileEntry, LOCK_FILE,
-    MANIFEST_FILE, Manifest, ServerInfo, TableEntry, layout, load_data_sql, quote_ident, write_statements,
+    ChunkEntry, Compression, DATA_FORMAT, DatabaseEntry, ENCRYPTED_FORMAT_VERSION, Encryption, Envelope, FORMAT_NAME,
+    FORMAT_VERSION, FileEntry, LOCK_FILE, MANIFEST_FILE, Manifest, ServerInfo, TableEntry, layout, load_data_sql,
+    quote_ident, write_statements,
 };
 use crate::mysql::catalog::{self, Definitions, TableInfo};
 use crate::mysql::connection::describe_server;
@@ -46,6 +48,8 @@ pub struct BackupOptions {
     /// Also back up the accounts that hold privileges on the databases, with those grants.
     pub users: bool,
     pub progress_interval: Duration,
+    /// Encrypt every file but the manifest's envelope with age, to this key's recipient.
+    pub encrypt: Option<SealKey>,
     /// Called once the catalog is read, before the snapshot opens (tests use it to try DDL).
     #[doc(hidden)]
     pub after_catalog: Option<Hook>,
@@ -76,6 +80,7 @@ impl BackupOptions {
             table_checksums: false,
             users: false,
             progress_interval: Duration::from_secs(10),
+            encrypt: None,
             after_catalog: None,
         }
     }
@@ -212,7 +217,12 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
     let snapshot = snapshot::open(&connector, &mut coordinator, parallelism, mariadb, ddl).await?;
     let _ = coordinator.disconnect().await;
     tracing::info!("snapshot open for {parallelism} workers ({}, DDL blocked: {ddl:?})", snapshot.method);
-    let output = Output { storage: storage.clone(), written: written.clone(), syncer: Arc::new(storage.syncer()) };
+    let output = Output {
+        storage: storage.clone(),
+        written: written.clone(),
+        syncer: Arc::new(storage.syncer()),
+        seal: options.encrypt.clone(),
+    };
     let mut plans = Vec::with_capacity(catalogs.len());
     for catalog in catalogs {
         plans.push(store_database(&output, catalog).await?);
@@ -227,9 +237,14 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
     // Every file is durable before the manifest names it.
     output.syncer.finish().await?;
 
+    let encryption = options.encrypt.as_ref().map(|key| Encryption {
+        scheme: encryption::SCHEME.into(),
+        key_id: key.key_id().into(),
+        recipient: key.recipient(),
+    });
     let manifest = Manifest {
         format: FORMAT_NAME.into(),
-        format_version: FORMAT_VERSION,
+        format_version: if encryption.is_some() { ENCRYPTED_FORMAT_VERSION } else { FORMAT_VERSION },
         tool: format!("visitors-agent {}", env!("CARGO_PKG_VERSION")),
         server: ServerInfo { version, flavour },
         started_at: started_at.to_string(),
@@ -241,8 +256,9 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
         databases: assemble(plans, results),
         users,
         user_names,
+        encryption,
     };
-    write_manifest(storage, written, manifest).await
+    write_manifest(storage, written, manifest, options.encrypt.as_ref()).await
 }
 
 /// Where a backup's files go: the storage, the list of files written (removed if the backup
@@ -251,6 +267,7 @@ struct Output {
     storage: Storage,
     written: Written,
     syncer: Arc<Syncer>,
+    seal: Option<SealKey>,
 }
 
 impl Output {
@@ -297,8 +314,13 @@ async fn dump_all(
 /// Stores `manifest.json`, create-only: the last file of a backup, the one that makes it whole.
 /// If the write fails (a timeout after the store took it, say), the stored manifest is read
 /// back: ours, the backup is whole; another run's, the files it lists are left alone.
-async fn write_manifest(storage: &Storage, written: &Written, manifest: Manifest) -> Result<BackupReport> {
-    let text = serde_json::to_vec_pretty(&manifest).map_err(|e| AgentError::Internal(e.to_string()))?;
+async fn write_manifest(
+    storage: &Storage,
+    written: &Written,
+    manifest: Manifest,
+    seal: Option<&SealKey>,
+) -> Result<BackupReport> {
+    let text = manifest_text(&manifest, seal)?;
     let manifest_sha256 = hex::encode(Sha256::digest(&text));
     let manifest_bytes = text.len() as u64;
     match storage.create(MANIFEST_FILE, Bytes::from(text)).await {
@@ -400,11 +422,32 @@ async fn store_database(output: &Output, catalog: DatabaseCatalog) -> Result<Dat
 }
 
 async fn store_sql(output: &Output, path: &str, header: &str, statements: &[String]) -> Result<FileEntry> {
-    output.starting(path);
     let text = write_statements(header, statements);
-    let file = output.storage.put(path, Bytes::from(text)).await?;
-    output.syncer.add(path);
+    let (path, content) = match &output.seal {
+        Some(key) => (format!("{path}{}", encryption::SUFFIX), key.seal(text.as_bytes())?),
+        None => (path.to_string(), text.into_bytes()),
+    };
+    output.starting(&path);
+    let file = output.storage.put(&path, Bytes::from(content)).await?;
+    output.syncer.add(&path);
     Ok(file)
+}
+
+/// The text of `manifest.json`: the manifest, or for an encrypted backup its envelope.
+fn manifest_text(manifest: &Manifest, seal: Option<&SealKey>) -> Result<Vec<u8>> {
+    fn pretty(value: &impl serde::Serialize) -> Result<Vec<u8>> {
+        serde_json::to_vec_pretty(value).map_err(|e| AgentError::Internal(e.to_string()))
+    }
+    let text = pretty(manifest)?;
+    let (Some(key), Some(encryption)) = (seal, &manifest.encryption) else { return Ok(text) };
+    let sealed = key.seal(&text)?;
+    pretty(&Envelope {
+        format: manifest.format.clone(),
+        format_version: manifest.format_version,
+        encryption: encryption.clone(),
+        position: manifest.position.clone(),
+        sealed_manifest: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, sealed),
+    })
 }
 
 async fn store_optional(output: &Output, path: &str, header: &str, statements: &[String]) -> Result<Option<FileEntry>> {
@@ -692,9 +735,18 @@ impl<'a> ChunkSequence<'a> {
         if self.open.is_none() {
             let (database, table) = self.context.names(self.task.database, self.task.table);
             let options = &self.context.options;
-            let path = layout::chunk(&database, &table, self.task.range, self.done.len(), options.compression);
+            let mut path = layout::chunk(&database, &table, self.task.range, self.done.len(), options.compression);
+            if options.encrypt.is_some() {
+                path.push_str(encryption::SUFFIX);
+            }
             self.context.written.lock().unwrap().push(path.clone());
-            self.open = Some((self.context.storage.writer(&path, options.compression, options.level()), 0, 0));
+            let writer = self.context.storage.sealed_writer(
+                &path,
+                options.compression,
+                options.level(),
+                options.encrypt.as_ref(),
+            )?;
+            self.open = Some((writer, 0, 0));
         }
         let (writer, chunk_rows, chunk_bytes) = self.open.as_mut().expect("a chunk is open");
         if let Err(error) = writer.write(data).await {
@@ -867,9 +919,10 @@ mod tests {
             databases: Vec::new(),
             users: None,
             user_names: Vec::new(),
+            encryption: None,
         };
 
-        let outcome = write_manifest(&storage, &written, manifest).await;
+        let outcome = write_manifest(&storage, &written, manifest, None).await;
         assert!(matches!(outcome, Err(AgentError::Storage { .. })), "got {:?}", outcome.map(|r| r.manifest_sha256));
         assert_eq!(written.lock().unwrap().first().map(String::as_str), Some(MANIFEST_FILE));
         remove_written(&storage, &written).await;

@@ -22,6 +22,7 @@ use crate::binlog::prune::{self, PruneTarget};
 use crate::binlog::replay::Target;
 use crate::delete::{self, DeleteOptions};
 use crate::drill::{self, DrillOptions};
+use crate::encryption::SealKey;
 use crate::error::{AgentError, Result};
 use crate::format::Manifest;
 use crate::mysql::{ConnectionSettings, TlsSettings};
@@ -178,6 +179,11 @@ async fn run_backup(args: BackupArgs) -> Result<AgentSummary> {
     options.table_checksums = args.table_checksums;
     options.users = args.users;
     options.progress_interval = Duration::from_secs(args.progress_interval);
+    options.encrypt = match (&args.encrypt_key_file, &args.encrypt_key_id) {
+        (Some(path), Some(id)) => Some(SealKey::load(path, id)?),
+        (None, None) => None,
+        _ => return Err(AgentError::Usage("--encrypt-key-file and --encrypt-key-id go together".into())),
+    };
     let report = backup::run(&options).await?;
     let mut summary = manifest_summary(&report.manifest, &args.to);
     summary.stored_bytes = Some(report.manifest.stored_bytes() + report.manifest_bytes);
@@ -201,6 +207,7 @@ async fn run_restore(args: RestoreArgs) -> Result<AgentSummary> {
     options.users = args.users;
     options.skip_binlog = args.skip_binlog;
     options.progress_interval = Duration::from_secs(args.progress_interval);
+    options.decrypt_keys_dir = args.decrypt_keys_dir.clone();
     options.step = match (args.stage_only, args.from_stage) {
         (true, _) => RestoreStep::StageOnly,
         (_, true) => RestoreStep::FromStage,
@@ -231,6 +238,7 @@ async fn run_verify(args: VerifyArgs) -> Result<AgentSummary> {
         databases: args.connection.databases.clone(),
         checksum: args.checksum,
         parallelism: positive(args.parallelism, "--parallelism")?,
+        decrypt_keys_dir: args.decrypt_keys_dir.clone(),
     };
     let report = verify::run(&options).await?;
     Ok(manifest_summary(&report.manifest, &args.from))
@@ -249,6 +257,7 @@ async fn run_drill(args: VerifyArgs) -> Result<AgentSummary> {
         connection: required_connection(&args.connection)?,
         parallelism: positive(args.parallelism, "--parallelism")?,
         progress_interval: std::time::Duration::from_secs(10),
+        decrypt_keys_dir: args.decrypt_keys_dir.clone(),
     };
     let report = drill::run(&options).await?;
     let mut summary = manifest_summary(&report.manifest, &args.from);
@@ -270,7 +279,7 @@ async fn run_inspect(args: InspectArgs) -> Result<AgentSummary> {
             ..Default::default()
         });
     }
-    let manifest = verify::load_manifest(&storage, None).await?;
+    let manifest = verify::load_manifest(&storage, None, args.decrypt_keys_dir.as_deref()).await?;
     let _ = write!(std::io::stdout(), "{}", describe(&manifest));
     Ok(manifest_summary(&manifest, &args.from))
 }
@@ -342,8 +351,9 @@ impl archiver::Observer for LogObserver {
 async fn run_prune_archive(args: PruneArchiveArgs) -> Result<AgentSummary> {
     let s3 = s3_settings(&args.storage);
     let backup = Storage::open(&args.before_backup, &s3, false)?;
-    let manifest = verify::load_manifest(&backup, None).await?;
-    let target = PruneTarget::from_manifest(manifest.position.as_ref(), &args.before_backup)?;
+    // The position only: an encrypted backup has it in the clear, no key is needed.
+    let position = verify::load_position(&backup).await?;
+    let target = PruneTarget::from_manifest(position.as_ref(), &args.before_backup)?;
     let archive = Storage::open(&args.archive, &s3, false)?;
     let report = prune::prune(&archive, &target).await?;
     tracing::info!("{report}");
@@ -387,6 +397,7 @@ fn manifest_summary(manifest: &Manifest, location: &str) -> AgentSummary {
             .as_ref()
             .and_then(|p| p.describe())
             .map(|p| truncate_on_char_boundary(p, 1024)),
+        encryption_key_id: manifest.encryption.as_ref().map(|e| e.key_id.clone()),
         ..Default::default()
     }
 }
@@ -407,6 +418,12 @@ pub fn describe(manifest: &Manifest) -> String {
     );
     if let Some(position) = manifest.position.as_ref().and_then(|p| p.describe()) {
         out.push_str(&format!("position: {position}\n"));
+    }
+    if let Some(encryption) = &manifest.encryption {
+        out.push_str(&format!(
+            "encryption: {}, key id {}, recipient {}\n",
+            encryption.scheme, encryption.key_id, encryption.recipient
+        ));
     }
     for database in &manifest.databases {
         out.push_str(&format!("database {}\n", database.name));

@@ -337,8 +337,19 @@ fn is_layout_folder(parts: &[String]) -> bool {
     }
 }
 
-/// The kind of a file by its path relative to the backup's root (docs/backup-format.md).
+/// The kind of a file by its path relative to the backup's root (docs/backup-format.md). The
+/// files of an encrypted backup have the names of a plain one's, with `.age` appended.
 fn classify(relative: &str) -> Kind {
+    match relative.strip_suffix(crate::encryption::SUFFIX) {
+        Some(plain) => match classify_plain(plain) {
+            kind @ (Kind::Chunk | Kind::Other) => kind,
+            _ => Kind::Foreign,
+        },
+        None => classify_plain(relative),
+    }
+}
+
+fn classify_plain(relative: &str) -> Kind {
     let parts: Vec<&str> = relative.split('/').collect();
     match parts.as_slice() {
         [name] if *name == MANIFEST_FILE => Kind::Manifest,
@@ -383,6 +394,9 @@ mod tests {
         assert_eq!(classify("a@002eb/tables/t@00e9.sql"), Kind::Other);
         assert_eq!(classify("shop/data/numbers/00000-00001.tsv.zst"), Kind::Chunk);
         assert_eq!(classify("shop/data/numbers/123456-00001.tsv"), Kind::Chunk);
+        assert_eq!(classify("shop/data/numbers/00000-00001.tsv.zst.age"), Kind::Chunk);
+        assert_eq!(classify("shop/tables/t.sql.age"), Kind::Other);
+        assert_eq!(classify("users.sql.age"), Kind::Other);
         for foreign in [
             "notes.txt",
             "run/manifest.json",
@@ -392,6 +406,9 @@ mod tests {
             "shop/data/t/00000-00000.tsv.zst/x",
             "sh.op/database.sql",
             "shop/database.sql#1",
+            "manifest.json.age",
+            "shop/data/t/00000-00000.tsv.zst.age.age",
+            "notes.txt.age",
         ] {
             assert_eq!(classify(foreign), Kind::Foreign, "{foreign}");
         }

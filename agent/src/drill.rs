@@ -35,6 +35,8 @@ pub struct DrillOptions {
     /// Connections that load, then read back, tables at once.
     pub parallelism: usize,
     pub progress_interval: Duration,
+    /// Where the keys of encrypted backups are, one file per key id.
+    pub decrypt_keys_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug)]
@@ -50,7 +52,8 @@ pub struct DrillReport {
 
 pub async fn run(options: &DrillOptions) -> Result<DrillReport> {
     let storage = Storage::open(&options.from, &options.s3, false)?;
-    let manifest = load_manifest(&storage, options.expect_manifest_sha256.as_deref()).await?;
+    let manifest =
+        load_manifest(&storage, options.expect_manifest_sha256.as_deref(), options.decrypt_keys_dir.as_deref()).await?;
     let connector = Connector::new(options.connection.clone());
     refuse_a_server_that_is_not_scratch(&connector).await?;
 
@@ -78,6 +81,7 @@ fn restore_options(options: &DrillOptions, manifest: &Manifest) -> RestoreOption
     restore.parallelism = options.parallelism;
     restore.users = manifest.users.is_some();
     restore.progress_interval = options.progress_interval;
+    restore.decrypt_keys_dir = options.decrypt_keys_dir.clone();
     restore
 }
 

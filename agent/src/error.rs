@@ -123,6 +123,23 @@ pub enum AgentError {
     )]
     ChecksumMismatch { file: String, expected: String, actual: String },
 
+    #[error(
+        "the backup is corrupt: file {file} does not decrypt with the key that opens its manifest ({reason}); use another backup"
+    )]
+    Undecryptable { file: String, reason: String },
+
+    #[error("the backup was encrypted with key '{key_id}', {why}")]
+    EncryptionKeyMissing { key_id: String, why: String },
+
+    #[error("key '{key_id}' in the keys directory is not the key this backup was encrypted with")]
+    EncryptionKeyWrong { key_id: String },
+
+    #[error("key '{key_id}' in the keys directory cannot be used: {reason}")]
+    EncryptionKeyUnusable { key_id: String, reason: String },
+
+    #[error("cannot use the encryption key file {path}: {reason}")]
+    EncryptionKeyFile { path: String, reason: String },
+
     #[error("the backup file {file} cannot be loaded: {reason}")]
     BadChunk { file: String, reason: String },
 
@@ -249,6 +266,11 @@ impl AgentError {
             Self::FileMissing { .. } => "fileMissing",
             Self::SizeMismatch { .. } => "sizeMismatch",
             Self::ChecksumMismatch { .. } => "checksumMismatch",
+            // A ciphertext that fails its authentication is a corrupt file like any other.
+            Self::Undecryptable { .. } => "checksumMismatch",
+            Self::EncryptionKeyMissing { .. } => "encryptionKeyMissing",
+            Self::EncryptionKeyWrong { .. } | Self::EncryptionKeyUnusable { .. } => "encryptionKeyWrong",
+            Self::EncryptionKeyFile { .. } => "encryptionKeyFile",
             Self::BadChunk { .. } => "badChunk",
             Self::TableExists { .. } => "tableExists",
             Self::LocalInfileDisabled => "localInfileDisabled",

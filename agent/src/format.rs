@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 
 pub const FORMAT_NAME: &str = "visitors-backup";
 pub const FORMAT_VERSION: u32 = 1;
+/// The format version of an encrypted backup's manifest (its envelope and the sealed manifest):
+/// an agent that reads only version 1 refuses it by its version, not by a missing field.
+pub const ENCRYPTED_FORMAT_VERSION: u32 = 2;
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// Held (create-only) by a backup while it writes to a location; removed when it ends.
 pub const LOCK_FILE: &str = ".backup.lock";
@@ -84,6 +87,36 @@ pub struct Manifest {
     /// The accounts of `users`, as `'name'@'host'`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub user_names: Vec<String>,
+    /// An encrypted backup's key, as its envelope says it too (the sealed manifest only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<Encryption>,
+}
+
+/// How an encrypted backup's files are encrypted: public, in the clear part of its envelope.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Encryption {
+    /// `age-x25519` (`crate::encryption::SCHEME`).
+    pub scheme: String,
+    /// The name of the key (the file a restore looks for in its keys directory), never the key.
+    pub key_id: String,
+    /// The age recipient (`age1...`) every file is encrypted to: the public half of the key.
+    pub recipient: String,
+}
+
+/// `manifest.json` of an encrypted backup: in the clear only what commands without the key
+/// read (`delete` reads `format`, `prune-archive --before-backup` the position); the whole
+/// manifest (with `encryption` and `position` again, which must match) sealed with age.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Envelope {
+    pub format: String,
+    pub format_version: u32,
+    pub encryption: Encryption,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<Position>,
+    /// The manifest's JSON, encrypted with age to `encryption.recipient`, in base64.
+    pub sealed_manifest: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -488,6 +521,7 @@ mod tests {
             }],
             users: None,
             user_names: vec![],
+            encryption: None,
         }
     }
 

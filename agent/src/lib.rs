@@ -14,6 +14,7 @@ pub mod cli;
 pub mod content;
 pub mod delete;
 pub mod drill;
+pub mod encryption;
 pub mod error;
 pub mod format;
 pub mod mysql;

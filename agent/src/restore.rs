@@ -74,6 +74,8 @@ pub struct RestoreOptions {
     pub indexes_after_load_from_bytes: u64,
     /// Restore to a point in time: replay the archive after the backup, up to a target.
     pub point_in_time: Option<PointInTimeOptions>,
+    /// Where the keys of encrypted backups are, one file per key id.
+    pub decrypt_keys_dir: Option<std::path::PathBuf>,
 }
 
 impl RestoreOptions {
@@ -92,6 +94,7 @@ impl RestoreOptions {
             step: RestoreStep::All,
             indexes_after_load_from_bytes: INDEXES_AFTER_LOAD_FROM_BYTES,
             point_in_time: None,
+            decrypt_keys_dir: None,
         }
     }
 }
@@ -107,8 +110,12 @@ pub struct RestoreReport {
 
 pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
     let storage = Storage::open(&options.from, &options.s3, false)?;
-    let (manifest, manifest_sha256) =
-        load_manifest_and_sha256(&storage, options.expect_manifest_sha256.as_deref()).await?;
+    let (manifest, manifest_sha256) = load_manifest_and_sha256(
+        &storage,
+        options.expect_manifest_sha256.as_deref(),
+        options.decrypt_keys_dir.as_deref(),
+    )
+    .await?;
     let databases = select_databases(&manifest, &options.databases)?;
     if options.users && manifest.users.is_none() {
         return Err(AgentError::Usage("the backup holds no users: it was taken without --users".into()));
@@ -295,7 +302,7 @@ async fn run_file(
 }
 
 async fn file_statements(storage: &Storage, file: &FileEntry) -> Result<Vec<String>> {
-    let bytes = storage.read(&file.path).await?;
+    let bytes = storage.read_entry(file).await?;
     let text = String::from_utf8(bytes.to_vec())
         .map_err(|_| AgentError::BadChunk { file: file.path.clone(), reason: "not UTF-8 text".into() })?;
     Ok(read_statements(&text))

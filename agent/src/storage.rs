@@ -20,9 +20,10 @@ use object_store::{
     GetResult, GetResultPayload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
 };
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio_util::io::{ReaderStream, StreamReader};
 
+use crate::encryption::{OpenKey, SealKey, SealingWriter};
 use crate::error::{AgentError, Result};
 use crate::format::{Compression, FileEntry};
 
@@ -93,6 +94,9 @@ pub struct Storage {
     root: Path,
     location: String,
     bucket: Option<String>,
+    /// The key of an encrypted backup, once its manifest was opened with it: every file read
+    /// through [`Storage::read_entry`] and [`Storage::decompressed`] is then decrypted.
+    open_key: Arc<std::sync::OnceLock<OpenKey>>,
 }
 
 /// Part size of multipart uploads, and the most parts in flight per file: bounds memory.
@@ -114,6 +118,7 @@ impl Storage {
                     root: Path::from(prefix),
                     location: text.into(),
                     bucket: Some(bucket),
+                    open_key: Arc::default(),
                 })
             }
             Location::Directory(dir) => {
@@ -140,6 +145,7 @@ impl Storage {
                     root: Path::default(),
                     location: text.into(),
                     bucket: None,
+                    open_key: Arc::default(),
                 })
             }
         }
@@ -147,6 +153,20 @@ impl Storage {
 
     pub fn location(&self) -> &str {
         &self.location
+    }
+
+    /// From now on, files of the backup are decrypted with `key` (its manifest opened with it).
+    pub fn set_open_key(&self, key: OpenKey) {
+        let _ = self.open_key.set(key);
+    }
+
+    /// A file the manifest lists, whole, decrypted if the backup is encrypted.
+    pub async fn read_entry(&self, file: &FileEntry) -> Result<Bytes> {
+        let stored = self.read(&file.path).await?;
+        match self.open_key.get() {
+            Some(key) => key.open(&file.path, &stored).map(Bytes::from),
+            None => Ok(stored),
+        }
     }
 
     /// Makes the files given to it durable in the background (see [`Syncer`]).
@@ -269,6 +289,15 @@ impl Storage {
                 futures::future::ready(out)
             });
         let reader = BufReader::with_capacity(256 * 1024, StreamReader::new(raw));
+        // An encrypted chunk is decrypted before it is decompressed; age reads to the end of
+        // the file (its last STREAM chunk is marked), so the check above still runs.
+        let reader: Pin<Box<dyn AsyncBufRead + Send>> = match self.open_key.get() {
+            Some(key) => {
+                let decrypted = key.reader(relative, Box::pin(reader)).await?;
+                Box::pin(BufReader::with_capacity(256 * 1024, decrypted))
+            }
+            None => Box::pin(reader),
+        };
         // Decoders read every member to the end of the file, so the check above always runs.
         let decoded: Pin<Box<dyn AsyncRead + Send>> = match compression {
             Compression::Zstd => {
@@ -295,15 +324,31 @@ impl Storage {
 
     /// Starts writing a file through `compression`.
     pub fn writer(&self, relative: &str, compression: Compression, level: i32) -> FileWriter {
+        self.sealed_writer(relative, compression, level, None).expect("a plain writer cannot fail")
+    }
+
+    /// Starts writing a file through `compression`, then age encryption to `seal` if given:
+    /// compressor, encryption, hashing and upload, all streaming.
+    pub fn sealed_writer(
+        &self,
+        relative: &str,
+        compression: Compression,
+        level: i32,
+        seal: Option<&SealKey>,
+    ) -> Result<FileWriter> {
         let upload = BufWriter::with_capacity(self.store.clone(), self.path(relative), UPLOAD_PART_BYTES)
             .with_max_concurrency(UPLOAD_PARTS_IN_FLIGHT);
         let hashing = HashingWriter { inner: upload, hasher: Sha256::new(), bytes: 0 };
-        let encoder = match compression {
-            Compression::Zstd => Encoder::Zstd(ZstdFrames::new(hashing, level)),
-            Compression::Gzip => Encoder::Gzip(GzipEncoder::with_quality(hashing, Level::Precise(level))),
-            Compression::None => Encoder::Plain(hashing),
+        let sink = match seal {
+            Some(key) => Sink::Sealed(key.writer(hashing)?),
+            None => Sink::Plain(hashing),
         };
-        FileWriter { storage: self.clone(), relative: relative.into(), encoder }
+        let encoder = match compression {
+            Compression::Zstd => Encoder::Zstd(ZstdFrames::new(sink, level)),
+            Compression::Gzip => Encoder::Gzip(GzipEncoder::with_quality(sink, Level::Precise(level))),
+            Compression::None => Encoder::Plain(sink),
+        };
+        Ok(FileWriter { storage: self.clone(), relative: relative.into(), encoder })
     }
 
     fn read_error(&self, relative: &str, error: object_store::Error) -> AgentError {
@@ -458,8 +503,46 @@ pub struct FileWriter {
 
 enum Encoder {
     Zstd(ZstdFrames),
-    Gzip(GzipEncoder<HashingWriter>),
+    Gzip(GzipEncoder<Sink>),
+    Plain(Sink),
+}
+
+/// Where compressed bytes go: straight to hashing and upload, or through age first.
+enum Sink {
     Plain(HashingWriter),
+    Sealed(SealingWriter<HashingWriter>),
+}
+
+impl Sink {
+    fn into_hashing(self) -> HashingWriter {
+        match self {
+            Self::Plain(hashing) => hashing,
+            Self::Sealed(sealing) => sealing.into_inner(),
+        }
+    }
+}
+
+impl AsyncWrite for Sink {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(w) => Pin::new(w).poll_write(cx, buf),
+            Self::Sealed(w) => Pin::new(w).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(w) => Pin::new(w).poll_flush(cx),
+            Self::Sealed(w) => Pin::new(w).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(w) => Pin::new(w).poll_shutdown(cx),
+            Self::Sealed(w) => Pin::new(w).poll_shutdown(cx),
+        }
+    }
 }
 
 impl FileWriter {
@@ -498,12 +581,12 @@ impl FileWriter {
     }
 
     fn into_hashing(self) -> (String, HashingWriter) {
-        let hashing = match self.encoder {
+        let sink = match self.encoder {
             Encoder::Zstd(w) => w.into_inner(),
             Encoder::Gzip(w) => w.into_inner(),
             Encoder::Plain(w) => w,
         };
-        (self.relative, hashing)
+        (self.relative, sink.into_hashing())
     }
 
     fn write_error(&self, error: io::Error) -> AgentError {
@@ -533,7 +616,9 @@ struct ZstdFrames {
     compressor: zstd::bulk::Compressor<'static>,
     pending: Vec<u8>,
     frame: Vec<u8>,
-    writer: HashingWriter,
+    /// Whether a frame was written: a file with none gets an empty one.
+    framed: bool,
+    writer: Sink,
 }
 
 /// Input bytes per frame. With level 1's 512 KiB window, longer frames find no more matches.
@@ -544,7 +629,7 @@ const ZSTD_FRAME_BYTES: usize = 512 * 1024;
 const ZSTD_FRAME_MAX_BYTES: usize = ZSTD_FRAME_BYTES + ZSTD_FRAME_BYTES / 4;
 
 impl ZstdFrames {
-    fn new(writer: HashingWriter, level: i32) -> Self {
+    fn new(writer: Sink, level: i32) -> Self {
         let range = zstd::compression_level_range();
         let level = level.clamp(*range.start(), *range.end());
         let compressor = zstd::bulk::Compressor::new(level).expect("zstd accepts every level of its range");
@@ -552,6 +637,7 @@ impl ZstdFrames {
             compressor,
             pending: Vec::new(),
             frame: Vec::with_capacity(zstd::zstd_safe::compress_bound(ZSTD_FRAME_MAX_BYTES)),
+            framed: false,
             writer,
         }
     }
@@ -576,7 +662,7 @@ impl ZstdFrames {
     }
 
     async fn finish(&mut self) -> io::Result<()> {
-        if !self.pending.is_empty() || self.writer.bytes == 0 {
+        if !self.pending.is_empty() || !self.framed {
             self.flush_pending().await?;
         }
         self.writer.shutdown().await
@@ -593,10 +679,11 @@ impl ZstdFrames {
     async fn write_frame(&mut self, input: &[u8]) -> io::Result<()> {
         self.frame.clear();
         self.compressor.compress_to_buffer(input, &mut self.frame)?;
+        self.framed = true;
         self.writer.write_all(&self.frame).await
     }
 
-    fn into_inner(self) -> HashingWriter {
+    fn into_inner(self) -> Sink {
         self.writer
     }
 }

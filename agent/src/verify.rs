@@ -1,53 +1,125 @@
 //! Reading a backup's manifest, checking every file against it, and `verify`: comparing a
 //! database with the manifest (row counts, optionally `CHECKSUM TABLE`).
 
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 
+use crate::encryption::{self, OpenKey};
 use crate::error::{AgentError, Result};
-use crate::format::{FORMAT_NAME, FORMAT_VERSION, FileEntry, MANIFEST_FILE, Manifest};
+use crate::format::{ENCRYPTED_FORMAT_VERSION, Envelope, FORMAT_NAME, FileEntry, MANIFEST_FILE, Manifest, Position};
 use crate::mysql::{ConnectionSettings, Connector, catalog};
 use crate::storage::{S3Settings, Storage};
 
 /// Reads `manifest.json` (a missing one means an incomplete backup) and checks it before
 /// anything else: its SHA-256 against `expected_sha256` when given (the value the backup run
-/// reported), its format, and its own consistency ([`Manifest::inconsistency`]).
-pub async fn load_manifest(storage: &Storage, expected_sha256: Option<&str>) -> Result<Manifest> {
-    load_manifest_and_sha256(storage, expected_sha256).await.map(|(manifest, _)| manifest)
+/// reported), its format, and its own consistency ([`Manifest::inconsistency`]). The manifest
+/// of an encrypted backup is opened with its key from `keys_dir`, which `storage` then keeps
+/// to decrypt the backup's files; without the right key it is refused here, before anything
+/// else is done.
+pub async fn load_manifest(
+    storage: &Storage,
+    expected_sha256: Option<&str>,
+    keys_dir: Option<&Path>,
+) -> Result<Manifest> {
+    load_manifest_and_sha256(storage, expected_sha256, keys_dir).await.map(|(manifest, _)| manifest)
 }
 
 /// [`load_manifest`], with the SHA-256 of the manifest read (in lowercase hexadecimal).
-pub async fn load_manifest_and_sha256(storage: &Storage, expected_sha256: Option<&str>) -> Result<(Manifest, String)> {
+pub async fn load_manifest_and_sha256(
+    storage: &Storage,
+    expected_sha256: Option<&str>,
+    keys_dir: Option<&Path>,
+) -> Result<(Manifest, String)> {
     let location = storage.location().to_string();
-    let bytes = match storage.read(MANIFEST_FILE).await {
-        Ok(bytes) => bytes,
-        Err(AgentError::FileMissing { .. }) => return Err(AgentError::ManifestMissing { location }),
-        Err(error) => return Err(error),
-    };
+    let bytes = read_manifest_file(storage).await?;
     let actual = hex::encode(Sha256::digest(&bytes));
     if let Some(expected) = expected_sha256
         && !actual.eq_ignore_ascii_case(expected)
     {
         return Err(AgentError::ManifestChanged { location, expected: expected.to_ascii_lowercase(), actual });
     }
-    let manifest: Manifest = serde_json::from_slice(&bytes)
-        .map_err(|e| AgentError::ManifestInvalid { location: location.clone(), reason: e.to_string() })?;
-    if manifest.format != FORMAT_NAME || manifest.format_version > FORMAT_VERSION {
-        return Err(AgentError::ManifestInvalid {
-            location,
-            reason: format!(
-                "format {} version {} is not one this agent reads ({FORMAT_NAME} up to version {FORMAT_VERSION})",
-                manifest.format, manifest.format_version
-            ),
-        });
+    let invalid = |reason: String| AgentError::ManifestInvalid { location: location.clone(), reason };
+    let manifest = match parse_envelope(&bytes, &location)? {
+        Some(envelope) => {
+            let key = OpenKey::find(keys_dir, &envelope.encryption.key_id)?;
+            let sealed = base64::engine::general_purpose::STANDARD
+                .decode(envelope.sealed_manifest.as_bytes())
+                .map_err(|e| invalid(format!("sealedManifest is not base64: {e}")))?;
+            let plain = key.open(MANIFEST_FILE, &sealed)?;
+            let manifest: Manifest = serde_json::from_slice(&plain).map_err(|e| invalid(e.to_string()))?;
+            // The clear part is what commands without the key act on: it must be the manifest's.
+            if manifest.encryption.as_ref() != Some(&envelope.encryption) || manifest.position != envelope.position {
+                return Err(invalid(
+                    "the clear part of the envelope differs from the sealed manifest: the manifest was edited; use another backup"
+                        .into(),
+                ));
+            }
+            storage.set_open_key(key);
+            manifest
+        }
+        None => serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?,
+    };
+    if manifest.format != FORMAT_NAME || manifest.format_version > ENCRYPTED_FORMAT_VERSION {
+        return Err(invalid(format!(
+            "format {} version {} is not one this agent reads ({FORMAT_NAME} up to version {ENCRYPTED_FORMAT_VERSION})",
+            manifest.format, manifest.format_version
+        )));
+    }
+    if manifest.encryption.is_some() != (manifest.format_version == ENCRYPTED_FORMAT_VERSION) {
+        return Err(invalid(format!(
+            "a manifest of version {} is encrypted only in an envelope",
+            manifest.format_version
+        )));
     }
     if let Some(problem) = manifest.inconsistency() {
-        return Err(AgentError::ManifestInvalid {
-            location,
-            reason: format!("{problem}: the manifest was edited or is corrupt; use another backup"),
-        });
+        return Err(invalid(format!("{problem}: the manifest was edited or is corrupt; use another backup")));
     }
     Ok((manifest, actual))
+}
+
+async fn read_manifest_file(storage: &Storage) -> Result<bytes::Bytes> {
+    match storage.read(MANIFEST_FILE).await {
+        Ok(bytes) => Ok(bytes),
+        Err(AgentError::FileMissing { .. }) => Err(AgentError::ManifestMissing { location: storage.location().into() }),
+        Err(error) => Err(error),
+    }
+}
+
+/// The envelope of an encrypted backup's manifest; `None` for a plain manifest.
+fn parse_envelope(bytes: &[u8], location: &str) -> Result<Option<Envelope>> {
+    let invalid = |reason: String| AgentError::ManifestInvalid { location: location.into(), reason };
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
+    if value.get("encryption").is_none() {
+        return Ok(None);
+    }
+    let envelope: Envelope = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
+    if envelope.format != FORMAT_NAME || envelope.format_version != ENCRYPTED_FORMAT_VERSION {
+        return Err(invalid(format!(
+            "format {} version {} is not one this agent reads ({FORMAT_NAME} up to version {ENCRYPTED_FORMAT_VERSION})",
+            envelope.format, envelope.format_version
+        )));
+    }
+    if envelope.encryption.scheme != encryption::SCHEME {
+        return Err(invalid(format!(
+            "encryption scheme '{}' is not one this agent reads ({})",
+            visitors_agent_contract::text::truncate_on_char_boundary(envelope.encryption.scheme, 40),
+            encryption::SCHEME
+        )));
+    }
+    Ok(Some(envelope))
+}
+
+/// The snapshot position a backup records, read without its key: an encrypted backup's is in
+/// the clear part of its envelope (`prune-archive --before-backup`).
+pub async fn load_position(storage: &Storage) -> Result<Option<Position>> {
+    let bytes = read_manifest_file(storage).await?;
+    match parse_envelope(&bytes, storage.location())? {
+        Some(envelope) => Ok(envelope.position),
+        None => Ok(load_manifest(storage, None, None).await?.position),
+    }
 }
 
 /// Whether `value` can be a SHA-256 in hexadecimal, for `--expect-manifest-sha256`.
@@ -115,6 +187,8 @@ pub struct VerifyOptions {
     /// Also compare `CHECKSUM TABLE` with the values recorded at backup.
     pub checksum: bool,
     pub parallelism: usize,
+    /// Where the keys of encrypted backups are, one file per key id.
+    pub decrypt_keys_dir: Option<PathBuf>,
 }
 
 pub struct VerifyReport {
@@ -124,7 +198,8 @@ pub struct VerifyReport {
 
 pub async fn run(options: &VerifyOptions) -> Result<VerifyReport> {
     let storage = Storage::open(&options.from, &options.s3, false)?;
-    let manifest = load_manifest(&storage, options.expect_manifest_sha256.as_deref()).await?;
+    let manifest =
+        load_manifest(&storage, options.expect_manifest_sha256.as_deref(), options.decrypt_keys_dir.as_deref()).await?;
     verify_files(&storage, &manifest, options.parallelism).await?;
     let Some(settings) = &options.connection else {
         return Ok(VerifyReport { manifest, tables_checked: 0 });

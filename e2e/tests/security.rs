@@ -20,9 +20,9 @@ use visitors_api::visitors_app::TlsMode;
 use visitors_api::{MySQLBackup, MySQLRestore, VisitorsApp};
 use visitors_e2e::moto::Moto;
 use visitors_e2e::{
-    AppInitLock, TestNamespace, app_ready_at_generation, backup_finished, cluster, conditions_text,
-    job_completes, job_output, mariadb_shell_job, node_logs_dir, ready_app_with_claim_and_rows, restore_finished,
-    run_job, sql_value, wait_for,
+    AppInitLock, TestNamespace, app_ready_at_generation, backup_finished, cluster, conditions_text, job_completes,
+    job_output, mariadb_shell_job, node_logs_dir, ready_app_with_claim_and_rows, restore_finished, run_job, sql_value,
+    wait_for,
 };
 use visitors_test_support::otlp::OtlpReceiver;
 
@@ -58,7 +58,13 @@ fn restore(name: &str, source: Value) -> Value {
 async fn succeeded_backup(backups: &Api<MySQLBackup>, name: &str) -> MySQLBackup {
     let run = backup_finished(backups, name).await;
     let status = run.status.clone().unwrap_or_default();
-    assert_eq!(status.phase, Some(BackupPhase::Succeeded), "{:?} {}", status.error, conditions_text(&status.conditions));
+    assert_eq!(
+        status.phase,
+        Some(BackupPhase::Succeeded),
+        "{:?} {}",
+        status.error,
+        conditions_text(&status.conditions)
+    );
     run
 }
 
@@ -112,7 +118,8 @@ async fn a_new_app_requires_tls_plain_text_is_refused_and_the_backend_backup_and
     let container = &pod.containers[0];
     let mut env = serde_json::to_value(container.env.clone().unwrap()).unwrap();
     env.as_array_mut().unwrap().push(json!({"name": "NAMESPACE", "value": ns}));
-    let mode = container.env.as_ref().unwrap().iter().find(|e| e.name == "MYSQL_SSL_MODE").and_then(|e| e.value.clone());
+    let mode =
+        container.env.as_ref().unwrap().iter().find(|e| e.name == "MYSQL_SSL_MODE").and_then(|e| e.value.clone());
     assert_eq!(mode.as_deref(), Some("VERIFY_IDENTITY"));
     // Cluster DNS would resolve the bare Service name; the node's hosts file knows `<svc>.<ns>`.
     let script = r#"MYSQL_PWD="$MYSQL_PASSWORD" mariadb --ssl-ca="$MYSQL_SSL_CA" --ssl-verify-server-cert -h "$MYSQL_SERVICE_HOST.$NAMESPACE" -u "$MYSQL_USERNAME" -N -B "$MYSQL_DATABASE" -e "SHOW SESSION STATUS LIKE 'Ssl_version'" > /dev/termination-log"#;
@@ -133,7 +140,13 @@ async fn a_new_app_requires_tls_plain_text_is_refused_and_the_backend_backup_and
     let backups = Api::<MySQLBackup>::namespaced(client.clone(), &ns);
     create(&backups, backup("over-tls", json!({}))).await;
     succeeded_backup(&backups, "over-tls").await;
-    run_job(&client, &ns, "change", mariadb_shell_job(APP, &ns, "change", r#"mariadb -h "$HOST" -uroot -e "DELETE FROM visitors.e2e_rows""#, &[])).await;
+    run_job(
+        &client,
+        &ns,
+        "change",
+        mariadb_shell_job(APP, &ns, "change", r#"mariadb -h "$HOST" -uroot -e "DELETE FROM visitors.e2e_rows""#, &[]),
+    )
+    .await;
     let restores = Api::<MySQLRestore>::namespaced(client.clone(), &ns);
     create(&restores, restore("back", json!({"backup": "over-tls"}))).await;
     restore_ended(&restores, "back", RestorePhase::Succeeded).await;
@@ -150,11 +163,41 @@ fn openssl_certificate(dir: &Path, ns: &str) -> (String, String, String) {
         let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
         assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     };
-    run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "30", "-subj", "/CN=e2e user CA"]);
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "30",
+        "-subj",
+        "/CN=e2e user CA",
+    ]);
     run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=ex-mysql"]);
     let names = format!("subjectAltName=DNS:ex-mysql.{ns}.svc,DNS:ex-mysql.{ns},DNS:ex-mysql\n");
     std::fs::write(dir.join("ext.cnf"), names).unwrap();
-    run(&["x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "tls.crt", "-days", "30", "-extfile", "ext.cnf"]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "tls.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "tls.crt",
+        "-days",
+        "30",
+        "-extfile",
+        "ext.cnf",
+    ]);
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
     (read("ca.crt"), read("tls.crt"), read("tls.key"))
 }
@@ -195,12 +238,16 @@ async fn a_users_certificate_made_with_openssl_is_served_and_replacing_it_restar
     let apps = Api::<VisitorsApp>::namespaced(client.clone(), &ns);
     {
         let _one_at_a_time = AppInitLock::take().await;
-        create(&apps, json!({"apiVersion": "example.com/v1", "kind": "VisitorsApp", "metadata": {"name": APP},
-                             "spec": {"size": 1, "tls": {"secretName": "mine"}}}))
+        create(
+            &apps,
+            json!({"apiVersion": "example.com/v1", "kind": "VisitorsApp", "metadata": {"name": APP},
+                             "spec": {"size": 1, "tls": {"secretName": "mine"}}}),
+        )
         .await;
         wait_for("the app to become Ready", || app_ready_at_generation(&apps, APP, 1)).await;
     }
-    let names: Vec<String> = secrets.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|s| s.metadata.name).collect();
+    let names: Vec<String> =
+        secrets.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|s| s.metadata.name).collect();
     assert!(!names.iter().any(|n| n == "ex-mysql-ca" || n == "ex-mysql-tls"), "nothing generated: {names:?}");
     run_job(&client, &ns, "trust-first", trusting_only(&ns, "trust-first", &ca)).await;
     let (first_pod, first_revision) = (mysql_pod_uid(&client, &ns).await, update_revision(&client, &ns).await);
@@ -223,7 +270,10 @@ async fn a_users_certificate_made_with_openssl_is_served_and_replacing_it_restar
     let second_revision = update_revision(&client, &ns).await;
     assert_ne!(second_revision, first_revision);
     run_job(&client, &ns, "trust-new", trusting_only(&ns, "trust-new", &new_ca)).await;
-    assert!(!job_completes(&client, &ns, "trust-old", trusting_only(&ns, "trust-old", &ca)).await, "the old CA's certificate is still served");
+    assert!(
+        !job_completes(&client, &ns, "trust-old", trusting_only(&ns, "trust-old", &ca)).await,
+        "the old CA's certificate is still served"
+    );
 
     // Once: another minute (the controller's next look at the Secret) changes nothing.
     tokio::time::sleep(Duration::from_secs(70)).await;
@@ -242,14 +292,24 @@ async fn an_encrypted_backup_to_s3_holds_no_row_in_the_clear_restores_with_its_k
     let client = cluster().await;
     let namespace = ready_app_with_claim_and_rows(&client, "e2e-encrypted", APP, CLAIM, SEED).await;
     let ns = namespace.name.clone();
-    secret(&client, &ns, "s3-keys", &[("AWS_ACCESS_KEY_ID", "e2e-access-key"), ("AWS_SECRET_ACCESS_KEY", "e2e-secret-key")]).await;
+    secret(
+        &client,
+        &ns,
+        "s3-keys",
+        &[("AWS_ACCESS_KEY_ID", "e2e-access-key"), ("AWS_SECRET_ACCESS_KEY", "e2e-secret-key")],
+    )
+    .await;
     secret(&client, &ns, "backup-keys", &[("k1", &age_identity())]).await;
     secret(&client, &ns, "wrong-keys", &[("k1", &age_identity())]).await;
 
     let backups = Api::<MySQLBackup>::namespaced(client.clone(), &ns);
     let storage = json!({"s3": {"bucket": "e2e-encrypted", "prefix": "prod", "endpoint": moto.endpoint(),
                                 "forcePathStyle": true, "credentialsSecret": {"name": "s3-keys"}}});
-    create(&backups, backup("sealed", json!({"storage": storage, "encryption": {"keySecret": "backup-keys", "keyId": "k1"}}))).await;
+    create(
+        &backups,
+        backup("sealed", json!({"storage": storage, "encryption": {"keySecret": "backup-keys", "keyId": "k1"}})),
+    )
+    .await;
     let run = succeeded_backup(&backups, "sealed").await;
     assert_eq!(run.status.unwrap().encryption_key_id.as_deref(), Some("k1"));
 
@@ -263,14 +323,27 @@ async fn an_encrypted_backup_to_s3_holds_no_row_in_the_clear_restores_with_its_k
     }
 
     // A row added after the backup tells whether a restore touched the database.
-    run_job(&client, &ns, "later", mariadb_shell_job(APP, &ns, "later", r#"mariadb -h "$HOST" -uroot -e "INSERT INTO visitors.e2e_rows VALUES (4, 'after the backup')""#, &[])).await;
+    run_job(
+        &client,
+        &ns,
+        "later",
+        mariadb_shell_job(
+            APP,
+            &ns,
+            "later",
+            r#"mariadb -h "$HOST" -uroot -e "INSERT INTO visitors.e2e_rows VALUES (4, 'after the backup')""#,
+            &[],
+        ),
+    )
+    .await;
     let restores = Api::<MySQLRestore>::namespaced(client.clone(), &ns);
     create(&restores, restore("wrong-key", json!({"backup": "sealed", "keySecret": "wrong-keys"}))).await;
     let refused = restore_ended(&restores, "wrong-key", RestorePhase::Failed).await;
     let error = refused.status.unwrap().error.unwrap_or_default();
     assert!(error.contains("k1") && error.contains("not the key"), "{error}");
     assert_eq!(notes(&client, &ns, "untouched").await, format!("{MARKER},two,three,after the backup"));
-    let staging = "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE 'visitors\\\\_restore\\\\_%'";
+    let staging =
+        "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE 'visitors\\\\_restore\\\\_%'";
     assert_eq!(sql_value(&client, &ns, APP, "no-staging", staging).await, "0");
 
     create(&restores, restore("right-key", json!({"backup": "sealed"}))).await;
@@ -295,7 +368,19 @@ async fn two_runs_under_two_keys_both_restore_while_the_secret_lists_both() {
     let backups = Api::<MySQLBackup>::namespaced(client.clone(), &ns);
     create(&backups, backup("october", json!({"encryption": {"keySecret": "backup-keys", "keyId": "2026-10"}}))).await;
     succeeded_backup(&backups, "october").await;
-    run_job(&client, &ns, "more", mariadb_shell_job(APP, &ns, "more", r#"mariadb -h "$HOST" -uroot -e "INSERT INTO visitors.e2e_rows VALUES (4, 'november')""#, &[])).await;
+    run_job(
+        &client,
+        &ns,
+        "more",
+        mariadb_shell_job(
+            APP,
+            &ns,
+            "more",
+            r#"mariadb -h "$HOST" -uroot -e "INSERT INTO visitors.e2e_rows VALUES (4, 'november')""#,
+            &[],
+        ),
+    )
+    .await;
     // The key rotates: new runs use the new entry; the old one stays for the older runs.
     create(&backups, backup("november", json!({"encryption": {"keySecret": "backup-keys", "keyId": "2026-11"}}))).await;
     let november = succeeded_backup(&backups, "november").await;
@@ -361,22 +446,30 @@ fn tell_tales(value: &str) -> Vec<String> {
 #[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
 async fn no_log_event_status_trace_or_job_of_a_run_holds_a_secret_it_generated_or_used() {
     let Ok(listen) = std::env::var("E2E_OTLP_LISTEN") else {
-        eprintln!("skipped: E2E_OTLP_LISTEN is unset; set it to the address the controllers' tracing.otlpEndpoint points at (e2e/run.sh --local does)");
+        eprintln!(
+            "skipped: E2E_OTLP_LISTEN is unset; set it to the address the controllers' tracing.otlpEndpoint points at (e2e/run.sh --local does)"
+        );
         return;
     };
     // One receiver at a time: the tracing scenario may hold the address for a while.
-    let receiver = wait_for("the OTLP address to be free", || async {
-        OtlpReceiver::start(&listen).map_err(|e| e.to_string())
-    })
-    .await;
+    let receiver =
+        wait_for("the OTLP address to be free", || async { OtlpReceiver::start(&listen).map_err(|e| e.to_string()) })
+            .await;
     let client = cluster().await;
     let namespace = ready_app_with_claim_and_rows(&client, "e2e-sweep", APP, CLAIM, SEED).await;
     let ns = namespace.name.clone();
     let identity = age_identity();
     secret(&client, &ns, "backup-keys", &[("k1", &identity)]).await;
     let backups = Api::<MySQLBackup>::namespaced(client.clone(), &ns);
-    create(&backups, backup("swept", json!({"encryption": {"keySecret": "backup-keys", "keyId": "k1"},
-                                             "drill": {"enabled": true}}))).await;
+    create(
+        &backups,
+        backup(
+            "swept",
+            json!({"encryption": {"keySecret": "backup-keys", "keyId": "k1"},
+                                             "drill": {"enabled": true}}),
+        ),
+    )
+    .await;
     succeeded_backup(&backups, "swept").await;
     // The drill's Secret lives only while the drill runs: read it then.
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns);

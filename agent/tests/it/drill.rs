@@ -22,6 +22,7 @@ fn drill_options(server: &MariaDb, from: &str, expect_manifest_sha256: Option<St
         connection: server.settings(),
         parallelism: 2,
         progress_interval: Duration::ZERO,
+        decrypt_keys_dir: None,
     }
 }
 

@@ -7,6 +7,7 @@ mod data_sessions;
 mod ddl_users;
 mod delete;
 mod drill;
+mod encryption;
 mod failures;
 mod manifest;
 mod point_in_time;
@@ -87,6 +88,7 @@ pub async fn verify_with_checksums(server: &MariaDb, from: &str) -> visitors_age
         databases: vec![],
         checksum: true,
         parallelism: 2,
+        decrypt_keys_dir: None,
     };
     verify::run(&options).await.map(|_| ())
 }

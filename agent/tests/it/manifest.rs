@@ -55,6 +55,7 @@ fn verify_options(location: &str, expected: Option<String>) -> VerifyOptions {
         databases: vec![],
         checksum: false,
         parallelism: 2,
+        decrypt_keys_dir: None,
     }
 }
 
