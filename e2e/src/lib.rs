@@ -515,3 +515,12 @@ pub async fn restore_finished(restores: &Api<visitors_api::MySQLRestore>, name: 
     })
     .await
 }
+
+/// The tests' OTLP receiver on `listen` (where the chart points the controllers' spans). One
+/// scenario at a time can hold the address: a second waits until the first lets it go.
+pub async fn otlp_receiver(listen: &str) -> visitors_test_support::otlp::OtlpReceiver {
+    wait_for(&format!("the OTLP address {listen} to be free"), || async {
+        visitors_test_support::otlp::OtlpReceiver::start(listen).map_err(|e| e.to_string())
+    })
+    .await
+}

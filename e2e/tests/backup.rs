@@ -333,14 +333,14 @@ async fn on_demand_backup_to_s3_succeeds_and_verifies() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
 async fn the_backup_trace_runs_from_the_reconcile_into_the_agent_and_metrics_count_the_run() {
-    use visitors_test_support::otlp::{OtlpReceiver, ReceivedSpan};
+    use visitors_test_support::otlp::ReceivedSpan;
     let Ok(listen) = std::env::var("E2E_OTLP_LISTEN") else {
         eprintln!(
             "skipped: E2E_OTLP_LISTEN is unset; set it to where the controllers' tracing.otlpEndpoint points (e2e/run.sh --local does)"
         );
         return;
     };
-    let receiver = OtlpReceiver::start(&listen).unwrap_or_else(|e| panic!("cannot listen on {listen}: {e}"));
+    let receiver = visitors_e2e::otlp_receiver(&listen).await;
     let client = cluster().await;
     let namespace = ready_app_with_rows(&client, "e2e-backup-trace").await;
     let ns = namespace.name.clone();

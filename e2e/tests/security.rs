@@ -21,10 +21,9 @@ use visitors_api::{MySQLBackup, MySQLRestore, VisitorsApp};
 use visitors_e2e::moto::Moto;
 use visitors_e2e::{
     AppInitLock, TestNamespace, app_ready_at_generation, backup_finished, cluster, conditions_text, job_completes,
-    job_output, mariadb_shell_job, node_logs_dir, ready_app_with_claim_and_rows, restore_finished, run_job, sql_value,
-    wait_for,
+    job_output, mariadb_shell_job, node_logs_dir, otlp_receiver, ready_app_with_claim_and_rows, restore_finished,
+    run_job, sql_value, wait_for,
 };
-use visitors_test_support::otlp::OtlpReceiver;
 
 const APP: &str = "ex";
 const CLAIM: &str = "backups";
@@ -451,10 +450,7 @@ async fn no_log_event_status_trace_or_job_of_a_run_holds_a_secret_it_generated_o
         );
         return;
     };
-    // One receiver at a time: the tracing scenario may hold the address for a while.
-    let receiver =
-        wait_for("the OTLP address to be free", || async { OtlpReceiver::start(&listen).map_err(|e| e.to_string()) })
-            .await;
+    let receiver = otlp_receiver(&listen).await;
     let client = cluster().await;
     let namespace = ready_app_with_claim_and_rows(&client, "e2e-sweep", APP, CLAIM, SEED).await;
     let ns = namespace.name.clone();

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use kube::Api;
 use visitors_api::VisitorsApp;
-use visitors_e2e::{TestNamespace, cluster, create_book_app};
-use visitors_test_support::otlp::{OtlpReceiver, ReceivedSpan};
+use visitors_e2e::{TestNamespace, cluster, create_book_app, otlp_receiver};
+use visitors_test_support::otlp::ReceivedSpan;
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
@@ -18,7 +18,7 @@ async fn a_reconcile_is_a_trace_with_a_span_per_api_request() {
         );
         return;
     };
-    let receiver = OtlpReceiver::start(&listen).unwrap_or_else(|e| panic!("cannot listen on {listen}: {e}"));
+    let receiver = otlp_receiver(&listen).await;
     let client = cluster().await;
     let namespace = TestNamespace::create(&client, "e2e-tracing").await;
     let apps: Api<VisitorsApp> = Api::namespaced(client.clone(), &namespace.name);

@@ -97,7 +97,8 @@ Verbs are exactly what the controller uses; no wildcards.
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# The credentials Secret is read, created once, and re-owned by patch; Secrets are not
+# The credentials Secret is read, created once, and re-owned by patch; the TLS CA and
+# certificate Secrets are read, created and applied (renewal). Secrets are not
 # listed or watched, so the controller never reads Secrets it did not ask for by name.
 - apiGroups: [""]
   resources: ["secrets"]
