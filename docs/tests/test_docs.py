@@ -40,7 +40,8 @@ NOT_REASONS = {
     # kinds and type names (in CRD attributes and lock holders)
     **dict.fromkeys(["VisitorsApp", "VisitorsAppStatus", "MySQLBackup", "MySQLBackupStatus", "MySQLRestore",
                      "MySQLRestoreStatus", "PartialEq", "Default", "StatefulSet", "Deployment", "Service", "Job",
-                     "Lease", "Role", "RoleBinding", "ServiceAccount", "Pod", "Secret"],
+                     "Lease", "Role", "RoleBinding", "ServiceAccount", "Pod", "Secret", "KeyedCertificate",
+                     "ServingTls"],
                     "a kind or a Rust type name"),
     # condition types that are never a reason (Ready and Quiesced are both)
     **dict.fromkeys(["BackendReady", "DatabaseReady", "FrontendReady", "LastBackupSucceeded", "ScheduleValid",
@@ -52,11 +53,12 @@ NOT_REASONS = {
     # the `action` of an Event (its reason is another argument)
     **dict.fromkeys(["Apply", "Backup", "Create", "CreateJob", "Delete", "GrowClaim", "Quiesce", "Reconcile",
                      "Recreate", "RepairLists", "Restore", "Retention", "Schedule", "Start", "Validate", "DeleteStorage",
-                     "Verify", "Drill"], "an Event action"),
+                     "Verify", "Drill", "RenewCertificate"], "an Event action"),
     # values of Kubernetes objects the controllers read or write
     **dict.fromkeys(["Complete", "DeletionByPodGC", "DeletionByTaintManager", "DisruptionTarget", "Evicted", "OOMKilled",
                      "PreemptionByScheduler", "Never", "RuntimeDefault", "File", "Opaque", "ClusterIP", "NodePort",
-                     "ReadWriteOnce", "RollingUpdate", "Retain", "None", "Credentials", "Target"],
+                     "ReadWriteOnce", "RollingUpdate", "Retain", "None", "Credentials", "Target", "OnRootMismatch",
+                     "Required", "Disabled"],
                     "a Kubernetes field value, label or enum value"),
     **dict.fromkeys(["Ei", "Gi", "Ki", "Mi", "Pi", "Ti"], "a quantity suffix"),
 }
