@@ -15,7 +15,7 @@
 #
 # Usage: bench/agent/run.sh [--size-mib N] [--threads N] [--levels "1 3"] [--datasets "compressible realistic"]
 #                           [--work-dir DIR] [--agent PATH] [--other-agent PATH] [--repeat N] [--no-mydumper]
-#                           [--backups-only] [--no-dump] [--drill] [--keep]
+#                           [--backups-only] [--no-dump] [--drill] [--secure] [--keep]
 # --work-dir: where the server's data and the backups go (default /tmp); a tmpfs such as /dev/shm
 # takes the disk (and fsync) out of the measurement.
 # --repeat N: every backup and restore N times, interleaved (agent, dump, ..., agent, dump, ...), so a
@@ -27,6 +27,10 @@
 # --no-dump: leave out mariadb-dump (an A/B of two agent builds only).
 # --drill: after the agent's restore, also a restore drill (`verify --deep`) of the same backup
 # into the emptied server: what a drill costs beside a plain restore.
+# --secure: the server also serves TLS (a certificate made here with openssl), and every round
+# also runs the agent over TLS, verifying the CA, with its backup encrypted with age (a key
+# made by age-keygen) and restored from it: "visitors-agent (TLS + age)" beside the agent in
+# plain text, what TLS and encryption cost. Needs openssl and age (Debian packages).
 # Backups run at each zstd level of --levels (agent and mariadb-dump at the same level);
 # restores use the backups of the first level.
 # Needs: mariadb-server mariadb-client zstd mydumper time (Debian packages), and a release
@@ -45,6 +49,7 @@ MYDUMPER=1
 RESTORES=1
 DUMP=1
 DRILL=0
+SECURE=0
 KEEP=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -60,6 +65,7 @@ while [[ $# -gt 0 ]]; do
     --backups-only) RESTORES=0; shift ;;
     --no-dump) DUMP=0; shift ;;
     --drill) DRILL=1; shift ;;
+    --secure) SECURE=1; shift ;;
     --keep) KEEP=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -71,6 +77,7 @@ if [[ -z "$AGENT" ]]; then
 fi
 TOOLS=(mariadbd mariadb-install-db mariadb mariadb-dump zstd /usr/bin/time "$AGENT" ${OTHER_AGENT:+"$OTHER_AGENT"})
 [[ "$MYDUMPER" == 0 ]] || TOOLS+=(mydumper myloader)
+[[ "$SECURE" == 0 ]] || TOOLS+=(openssl age-keygen)
 for program in "${TOOLS[@]}"; do
   command -v "$program" >/dev/null || [[ -x "$program" ]] || { echo "missing: $program" >&2; exit 1; }
 done
@@ -89,12 +96,24 @@ export MYSQL_PWD="bench-password"
 USER_ARGS=()
 [[ "$(id -u)" == 0 ]] && USER_ARGS=(--user=root)
 mkdir -p "$WORK/tmp"
+TLS_ARGS=()
+if [[ "$SECURE" == 1 ]]; then
+  mkdir -p "$WORK/tls" "$WORK/keys"
+  (cd "$WORK/tls" &&
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=bench-ca 2>/dev/null &&
+    openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 2>/dev/null &&
+    printf 'subjectAltName=IP:127.0.0.1\n' > ext.cnf &&
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 \
+      -extfile ext.cnf 2>/dev/null)
+  age-keygen -o "$WORK/keys/bench" 2>/dev/null
+  TLS_ARGS=(--ssl-ca="$WORK/tls/ca.pem" --ssl-cert="$WORK/tls/server.pem" --ssl-key="$WORK/tls/server.key")
+fi
 mariadb-install-db --no-defaults --datadir="$WORK/data" --tmpdir="$WORK/tmp" --auth-root-authentication-method=socket \
   --skip-test-db "${USER_ARGS[@]}" >/dev/null
 mariadbd --no-defaults --datadir="$WORK/data" --socket="$SOCKET" --port="$PORT" --bind-address=127.0.0.1 \
   --tmpdir="$WORK/tmp" --log-error="$WORK/error.log" --skip-log-bin --local-infile=1 --skip-name-resolve \
   --innodb-buffer-pool-size=2G --innodb-log-file-size=512M --innodb-flush-log-at-trx-commit=2 \
-  --max-allowed-packet=256M "${USER_ARGS[@]}" &
+  --max-allowed-packet=256M "${TLS_ARGS[@]}" "${USER_ARGS[@]}" &
 SERVER_PID=$!
 for _ in $(seq 1 120); do
   mariadb --no-defaults --socket="$SOCKET" -uroot -e "SELECT 1" >/dev/null 2>&1 && break
@@ -195,20 +214,28 @@ run_dataset() {
   best_of "$1"
 }
 
-# agent_builds: "label|path|backup folder" lines, the agent under test first.
+# agent_builds: "label|path|backup folder|restored folder|backup options|restore options"
+# lines, the agent under test first. Every build but the secure one restores the backup of the
+# agent under test; plain builds connect in plain text.
 agent_builds() {
-  echo "visitors-agent|$AGENT|agent"
-  [[ -z "$OTHER_AGENT" ]] || echo "visitors-agent (other build)|$OTHER_AGENT|other-agent"
+  local plain="--ssl-mode disabled"
+  echo "visitors-agent|$AGENT|agent|agent|$plain|$plain"
+  [[ -z "$OTHER_AGENT" ]] || echo "visitors-agent (other build)|$OTHER_AGENT|other-agent|agent|$plain|$plain"
+  if [[ "$SECURE" == 1 ]]; then
+    local tls="--ssl-ca $WORK/tls/ca.pem"
+    echo "visitors-agent (TLS + age)|$AGENT|secure|secure|$tls --encrypt-key-file $WORK/keys/bench --encrypt-key-id bench|$tls --decrypt-keys-dir $WORK/keys"
+  fi
 }
 
 run_round() {
   local label path
   # ---- backups ---------------------------------------------------------------------------
   for LEVEL in $LEVELS; do
-    while IFS='|' read -r label path dir; do
+    while IFS='|' read -r label path dir _ options _; do
+      # shellcheck disable=SC2086 # the options are words
       measure backup "$label (zstd -$LEVEL, $THREADS workers)" "$WORK/$dir-$LEVEL" \
         "$path" backup --to "file://$WORK/$dir-$LEVEL" "${AGENT_TCP[@]}" --database bench --parallelism "$THREADS" \
-        --compression zstd --compression-level "$LEVEL" --progress-interval 0
+        --compression zstd --compression-level "$LEVEL" --progress-interval 0 $options
     done < <(agent_builds)
     [[ "$DUMP" == 1 ]] || continue
     measure backup "mariadb-dump --single-transaction --quick | zstd -$LEVEL" "$WORK/dump-$LEVEL.sql.zst" \
@@ -220,20 +247,21 @@ run_round() {
       mydumper "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -c --rows 500000 -B bench -o "$WORK/mydumper"
   fi
   [[ "$RESTORES" == 1 ]] || return 0
-  # Every build restores the backup of the agent under test.
   local from="$WORK/agent-$FIRST_LEVEL"
 
   # ---- restores --------------------------------------------------------------------------
-  while IFS='|' read -r label path _; do
+  while IFS='|' read -r label path _ restored _ options; do
     drop_bench
+    # shellcheck disable=SC2086 # the options are words
     measure restore "$label ($THREADS workers)" "" \
-      "$path" restore --from "file://$from" "${AGENT_TCP[@]}" --parallelism "$THREADS" --progress-interval 0
+      "$path" restore --from "file://$WORK/$restored-$FIRST_LEVEL" "${AGENT_TCP[@]}" --parallelism "$THREADS" \
+      --progress-interval 0 $options
     check_restored "$label restore"
   done < <(agent_builds)
   if [[ "$DRILL" == 1 ]]; then
     drop_bench
     measure restore "visitors-agent verify --deep (drill, $THREADS workers)" "" \
-      "$AGENT" verify --deep --from "file://$from" "${AGENT_TCP[@]}" --parallelism "$THREADS"
+      "$AGENT" verify --deep --from "file://$from" "${AGENT_TCP[@]}" --parallelism "$THREADS" --ssl-mode disabled
     check_restored "the drill"
   fi
   if [[ "$DUMP" == 1 ]]; then

@@ -7,19 +7,22 @@ use std::time::Duration;
 pub struct Moto {
     child: std::process::Child,
     pub port: u16,
+    /// The Python beside `moto_server`, which has boto3 (moto's own dependency).
+    python: std::path::PathBuf,
 }
 
 impl Moto {
     pub fn start() -> Option<Self> {
         let program = visitors_test_support::programs_or_skip(&["moto_server"], "VISITORS_REQUIRE_S3")?.remove(0);
         let port = visitors_test_support::free_port();
-        let child = std::process::Command::new(program)
+        let python = program.with_file_name("python");
+        let child = std::process::Command::new(&program)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("moto_server starts");
-        let moto = Self { child, port };
+        let moto = Self { child, port, python };
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while moto.request("GET", "/moto-api/").is_err() {
             assert!(std::time::Instant::now() < deadline, "moto_server did not start");
@@ -90,34 +93,18 @@ impl Moto {
 }
 
 impl Moto {
-    /// The bytes of object `key` in `bucket`.
-    pub fn get(&self, bucket: &str, key: &str) -> Vec<u8> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        write!(stream, "GET /{bucket}/{key} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n", self.port)
-            .unwrap();
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).unwrap();
-        let end = response.windows(4).position(|w| w == b"\r\n\r\n").expect("an HTTP response") + 4;
-        assert!(response.starts_with(b"HTTP/1.1 200"), "GET {key}: {}", String::from_utf8_lossy(&response[..end]));
-        let head = String::from_utf8_lossy(&response[..end]).to_ascii_lowercase();
-        let body = response[end..].to_vec();
-        if head.contains("transfer-encoding: chunked") {
-            return dechunk(&body);
-        }
-        body
-    }
-}
-
-fn dechunk(mut body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = body.windows(2).position(|w| w == b"\r\n").expect("a chunk size line");
-        let size = usize::from_str_radix(String::from_utf8_lossy(&body[..line_end]).trim(), 16).expect("a chunk size");
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&body[line_end + 2..line_end + 2 + size]);
-        body = &body[line_end + 2 + size + 2..];
+    /// The bytes of object `key` in `bucket`, read with the keys that wrote it (moto keeps an
+    /// object private to the account that stored it), through boto3.
+    pub fn get(&self, bucket: &str, key: &str, access_key_id: &str, secret_access_key: &str) -> Vec<u8> {
+        let script = "import sys, boto3\n\
+            s3 = boto3.client('s3', endpoint_url=sys.argv[1], aws_access_key_id=sys.argv[2],\n\
+                              aws_secret_access_key=sys.argv[3], region_name='us-east-1')\n\
+            sys.stdout.buffer.write(s3.get_object(Bucket=sys.argv[4], Key=sys.argv[5])['Body'].read())\n";
+        let out = std::process::Command::new(&self.python)
+            .args(["-c", script, &self.endpoint(), access_key_id, secret_access_key, bucket, key])
+            .output()
+            .expect("moto's python runs");
+        assert!(out.status.success(), "GET {key}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
     }
 }

@@ -79,6 +79,12 @@ async fn notes(client: &Client, ns: &str, job: &str) -> String {
     sql_value(client, ns, APP, job, "SELECT GROUP_CONCAT(note ORDER BY id) FROM visitors.e2e_rows").await
 }
 
+/// Runs `sql` as root on the app's database, by Job `name`.
+async fn run_sql(client: &Client, ns: &str, name: &str, sql: &str) {
+    let script = r#"mariadb -h "$HOST" -uroot -e "$SQL""#;
+    run_job(client, ns, name, mariadb_shell_job(APP, ns, name, script, &[("SQL", sql)])).await;
+}
+
 /// A Secret `name` whose entries are `data` (as `stringData`).
 async fn secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) {
     let data: BTreeMap<&str, &str> = data.iter().copied().collect();
@@ -104,11 +110,17 @@ async fn a_new_app_requires_tls_plain_text_is_refused_and_the_backend_backup_and
     assert_eq!(tls.mode, TlsMode::Required);
     assert_eq!(tls.secret_name.as_deref(), Some("ex-mysql-tls"));
 
-    // A client in plain text is refused by the server itself.
-    let plain = r#"out=$(command mariadb --skip-ssl -h "$HOST" -uroot -e 'SELECT 1' 2>&1) && { echo "plain text accepted: $out" > /dev/termination-log; exit 1; }; echo "$out" > /dev/termination-log"#;
+    // A client in plain text is refused by the server itself (MariaDB answers "access denied"),
+    // while the same account gets in over TLS.
+    let plain = r#"out=$(command mariadb --skip-ssl -h "$HOST" -uroot -e 'SELECT 1' 2>&1) && { echo "plain text accepted" > /dev/termination-log; exit 1; }
+tls=$(mariadb -h "$HOST" -uroot -N -B -e "SHOW SESSION STATUS LIKE 'Ssl_version'") || exit 1
+echo "plain text refused: $out; over TLS: $tls" > /dev/termination-log"#;
     run_job(&client, &ns, "plain-text", mariadb_shell_job(APP, &ns, "plain-text", plain, &[])).await;
     let refusal = job_output(&client, &ns, "plain-text").await;
-    assert!(refusal.contains("insecure transport"), "{refusal}");
+    assert!(
+        refusal.starts_with("plain text refused: ERROR") && refusal.contains("over TLS: Ssl_version\tTLSv1"),
+        "{refusal}"
+    );
 
     // The backend's connection, with what its Deployment gives it (the backend image itself is
     // not run by the test cluster's node: a client with the same environment and mounts is).
@@ -139,13 +151,7 @@ async fn a_new_app_requires_tls_plain_text_is_refused_and_the_backend_backup_and
     let backups = Api::<MySQLBackup>::namespaced(client.clone(), &ns);
     create(&backups, backup("over-tls", json!({}))).await;
     succeeded_backup(&backups, "over-tls").await;
-    run_job(
-        &client,
-        &ns,
-        "change",
-        mariadb_shell_job(APP, &ns, "change", r#"mariadb -h "$HOST" -uroot -e "DELETE FROM visitors.e2e_rows""#, &[]),
-    )
-    .await;
+    run_sql(&client, &ns, "change", "DELETE FROM visitors.e2e_rows").await;
     let restores = Api::<MySQLRestore>::namespaced(client.clone(), &ns);
     create(&restores, restore("back", json!({"backup": "over-tls"}))).await;
     restore_ended(&restores, "back", RestorePhase::Succeeded).await;
@@ -207,12 +213,20 @@ fn certificate_secret(ca: &str, crt: &str, key: &str) -> Value {
 }
 
 /// A `SELECT 1` over TLS that trusts only `ca`: it succeeds only if MySQL serves a certificate
-/// `ca` signed.
+/// `ca` signed. (The app has no generated TLS Secret to mount: the CA comes in a variable.)
 fn trusting_only(ns: &str, name: &str, ca: &str) -> Value {
     let script = format!(
-        "printf '%s' \"$CA\" > /tmp/ca.crt && command mariadb --ssl-ca=/tmp/ca.crt --ssl-verify-server-cert -h ex-mysql.{ns}.svc -uroot -e 'SELECT 1'"
+        "file=$(mktemp) && printf '%s' \"$CA\" > \"$file\" && mariadb --ssl-ca=\"$file\" --ssl-verify-server-cert -h ex-mysql.{ns}.svc -uroot -e 'SELECT 1'"
     );
-    mariadb_shell_job(APP, ns, name, &script, &[("CA", ca)])
+    json!({
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "sql", "image": "mariadb:11", "command": ["sh", "-c", script],
+                            "env": [{"name": "CA", "value": ca},
+                                    {"name": "MYSQL_PWD", "valueFrom": {"secretKeyRef": {"name": "ex-mysql-credentials", "key": "root-password"}}}]}],
+        }}},
+    })
 }
 
 async fn mysql_pod_uid(client: &Client, ns: &str) -> Option<String> {
@@ -316,25 +330,13 @@ async fn an_encrypted_backup_to_s3_holds_no_row_in_the_clear_restores_with_its_k
     assert!(keys.iter().any(|k| k.ends_with("manifest.json")), "{keys:?}");
     assert!(keys.len() > 2, "{keys:?}");
     for key in &keys {
-        let stored = moto.get("e2e-encrypted", key);
+        let stored = moto.get("e2e-encrypted", key, "e2e-access-key", "e2e-secret-key");
         assert!(!contains(&stored, MARKER.as_bytes()), "{key} holds a row in the clear");
         assert!(!contains(&stored, b"e2e_rows"), "{key} names the table in the clear");
     }
 
     // A row added after the backup tells whether a restore touched the database.
-    run_job(
-        &client,
-        &ns,
-        "later",
-        mariadb_shell_job(
-            APP,
-            &ns,
-            "later",
-            r#"mariadb -h "$HOST" -uroot -e "INSERT INTO visitors.e2e_rows VALUES (4, 'after the backup')""#,
-            &[],
-        ),
-    )
-    .await;
+    run_sql(&client, &ns, "later", "INSERT INTO visitors.e2e_rows VALUES (4, 'after the backup')").await;
     let restores = Api::<MySQLRestore>::namespaced(client.clone(), &ns);
     create(&restores, restore("wrong-key", json!({"backup": "sealed", "keySecret": "wrong-keys"}))).await;
     let refused = restore_ended(&restores, "wrong-key", RestorePhase::Failed).await;
@@ -367,19 +369,7 @@ async fn two_runs_under_two_keys_both_restore_while_the_secret_lists_both() {
     let backups = Api::<MySQLBackup>::namespaced(client.clone(), &ns);
     create(&backups, backup("october", json!({"encryption": {"keySecret": "backup-keys", "keyId": "2026-10"}}))).await;
     succeeded_backup(&backups, "october").await;
-    run_job(
-        &client,
-        &ns,
-        "more",
-        mariadb_shell_job(
-            APP,
-            &ns,
-            "more",
-            r#"mariadb -h "$HOST" -uroot -e "INSERT INTO visitors.e2e_rows VALUES (4, 'november')""#,
-            &[],
-        ),
-    )
-    .await;
+    run_sql(&client, &ns, "more", "INSERT INTO visitors.e2e_rows VALUES (4, 'november')").await;
     // The key rotates: new runs use the new entry; the old one stays for the older runs.
     create(&backups, backup("november", json!({"encryption": {"keySecret": "backup-keys", "keyId": "2026-11"}}))).await;
     let november = succeeded_backup(&backups, "november").await;
@@ -489,8 +479,8 @@ async fn no_log_event_status_trace_or_job_of_a_run_holds_a_secret_it_generated_o
     for name in ["ex-mysql-credentials", "ex-mysql-tls", "ex-mysql-ca", "backup-keys"] {
         let secret = secrets.get(name).await.unwrap();
         for (key, value) in secret.data.unwrap_or_default() {
-            if key.ends_with(".crt") {
-                continue; // certificates are public
+            if key.ends_with(".crt") || key == "username" {
+                continue; // certificates are public, and so is the account's name
             }
             secret_values.push((format!("{name}/{key}"), String::from_utf8_lossy(&value.0).into_owned()));
         }

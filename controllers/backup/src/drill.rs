@@ -54,6 +54,15 @@ struct DrillSteps<'a> {
 }
 
 impl DrillSteps<'_> {
+    /// The drill failed before anything of it was created: there is nothing to clean up.
+    async fn failed_before_start(&self, pending: DrillStatus, message: String) -> Result<Action, Error> {
+        let failed =
+            DrillStatus { job_name: None, ..status::drill_failed(pending, reason::DRILL_ERROR, message, now()) };
+        self.publish(failed.clone()).await?;
+        self.announce(&failed).await;
+        Ok(self.ctx.runtime.converged(self.run))
+    }
+
     /// The drill's Secret: a new root password and a certificate from a CA made for this drill
     /// alone, valid a day past the drill's deadline.
     fn drill_secret(&self) -> Result<k8s_openapi::api::core::v1::Secret, certificates::CertificateError> {
@@ -88,14 +97,7 @@ impl DrillSteps<'_> {
             Leftover::Foreign(left) => {
                 let message = format!("{left} exists but does not belong to this run; delete or rename it");
                 let pending = status::drill_pending(Time(requested), &job_name(self.run), now());
-                // Nothing of this drill was created: there is nothing to clean up.
-                let failed = DrillStatus {
-                    job_name: None,
-                    ..status::drill_failed(pending, reason::DRILL_ERROR, message, now())
-                };
-                self.publish(failed.clone()).await?;
-                self.announce(&failed).await;
-                return Ok(self.ctx.runtime.converged(self.run));
+                return self.failed_before_start(pending, message).await;
             }
         }
         let image = self.database_image().await?;
@@ -105,13 +107,7 @@ impl DrillSteps<'_> {
             Ok(secret) => secret,
             Err(problem) => {
                 let message = format!("generating the drill database's certificate failed: {problem}");
-                let failed = DrillStatus {
-                    job_name: None,
-                    ..status::drill_failed(pending, reason::DRILL_ERROR, message, now())
-                };
-                self.publish(failed.clone()).await?;
-                self.announce(&failed).await;
-                return Ok(self.ctx.runtime.converged(self.run));
+                return self.failed_before_start(pending, message).await;
             }
         };
         // A Secret of the drill's name that exists (left by an earlier attempt whose pod was
