@@ -162,7 +162,7 @@ step "building the scenarios"
 # those of SIDE_BY_SIDE in the background, their scenarios in parallel, while the others run
 # one file after another. Apps of every scenario take turns to initialise their database
 # (visitors_e2e::AppInitLock), which is what kept the suite sequential.
-SIDE_BY_SIDE=" point_in_time drill "
+SIDE_BY_SIDE=" point_in_time drill security "
 binaries=$(cargo test --locked --no-run -p visitors-e2e "${test_files[@]}" --message-format=json 2>/dev/null |
     jq -r 'select(.reason == "compiler-artifact" and .profile.test and (.target.kind | index("test"))) | "\(.target.name) \(.executable)"')
 [ -n "$binaries" ] || { echo "e2e: no scenario binaries were built" >&2; exit 1; }

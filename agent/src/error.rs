@@ -19,6 +19,14 @@ pub enum AgentError {
     )]
     WrongCredentials { user: String, address: String },
 
+    /// MariaDB refuses a plain-text login to a server that requires TLS exactly as it refuses
+    /// a wrong password (error 1045), so the two cannot be told apart without logging in again
+    /// over TLS, which would hand the password to a server nobody verified.
+    #[error(
+        "MySQL at {address} rejected user '{user}' in plain text (--ssl-mode=disabled): either the user name or password is wrong (check MYSQL_PWD or --password-file), or the server requires TLS (drop --ssl-mode=disabled and pass its CA with --ssl-ca)"
+    )]
+    WrongCredentialsInPlainText { user: String, address: String },
+
     #[error(
         "cannot reach the MySQL server at {address} ({reason}): check --host and --port and that the server is running"
     )]
@@ -239,7 +247,7 @@ impl AgentError {
         match self {
             Self::Usage(_) => "usage",
             Self::PasswordFile { .. } => "passwordFile",
-            Self::WrongCredentials { .. } => "wrongCredentials",
+            Self::WrongCredentials { .. } | Self::WrongCredentialsInPlainText { .. } => "wrongCredentials",
             Self::Unreachable { .. } => "unreachable",
             Self::SslCaFile { .. } => "sslCaFile",
             Self::TlsNotOffered { .. } => "tlsNotOffered",

@@ -72,7 +72,7 @@ impl Connector {
     pub async fn connect(&self) -> Result<Conn> {
         match Conn::new(self.opts(&self.settings.tls)).await {
             Ok(conn) => Ok(conn),
-            Err(error) => Err(self.explain_refusal(self.error("connecting", error)).await),
+            Err(error) => Err(self.explain_refusal(self.error("connecting", error))),
         }
     }
 
@@ -88,19 +88,14 @@ impl Connector {
             .init(vec![SESSION_TIME_ZONE])
     }
 
-    /// A plain-text login refused as if the password were wrong may be refused for want of TLS:
-    /// MariaDB answers `require_secure_transport` (and an account's `REQUIRE SSL`) with error
-    /// 1045, as it answers a wrong password. The same login over TLS tells them apart.
-    async fn explain_refusal(&self, error: AgentError) -> AgentError {
-        if self.settings.tls.enabled() || !matches!(error, AgentError::WrongCredentials { .. }) {
-            return error;
-        }
-        match Conn::new(self.opts(&TlsSettings::required())).await {
-            Ok(conn) => {
-                let _ = conn.disconnect().await;
-                AgentError::TlsRequiredByServer { address: self.settings.address() }
+    /// A plain-text login refused as if the password were wrong may be refused for want of TLS
+    /// (see [`AgentError::WrongCredentialsInPlainText`]): the error says both.
+    fn explain_refusal(&self, error: AgentError) -> AgentError {
+        match error {
+            AgentError::WrongCredentials { user, address } if !self.settings.tls.enabled() => {
+                AgentError::WrongCredentialsInPlainText { user, address }
             }
-            Err(_) => error,
+            other => other,
         }
     }
 
@@ -117,7 +112,7 @@ impl Connector {
         };
         let mut conn = match DataConn::connect(login).await {
             Ok(conn) => conn,
-            Err(error) => return Err(self.explain_refusal(self.wire_error("connecting", error)).await),
+            Err(error) => return Err(self.explain_refusal(self.wire_error("connecting", error))),
         };
         self.execute_data(&mut conn, SESSION_TIME_ZONE, "preparing the session").await?;
         Ok(conn)
