@@ -83,6 +83,12 @@ fn describe(error: &mysql_async::Error, user: &str) -> String {
         }
         mysql_async::Error::Server(e) if e.code == 1049 => format!("database {DATABASE_NAME} does not exist"),
         mysql_async::Error::Server(e) => format!("MySQL error {}", e.code),
+        // rustls reports a refused certificate as an I/O error wrapping its own.
+        mysql_async::Error::Io(mysql_async::IoError::Io(e))
+            if e.get_ref().is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()) =>
+        {
+            "TLS error: MySQL's certificate is not signed by the app's CA or does not name its Service".to_string()
+        }
         mysql_async::Error::Io(mysql_async::IoError::Io(e)) => match e.kind() {
             std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
             std::io::ErrorKind::TimedOut => "connection timed out".to_string(),

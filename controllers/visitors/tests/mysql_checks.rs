@@ -124,3 +124,30 @@ fn liveness_probe_follows_the_server_process() {
     server.db.kill();
     assert!(!server.run_probe(&liveness, PASSWORD), "a dead server fails liveness");
 }
+
+/// The controller's check over TLS against a server that requires it: with the server's CA it
+/// connects (and the host name, `localhost`, is checked against the certificate); plain text
+/// and a CA that signed nothing are refused.
+#[tokio::test]
+async fn controller_select_one_over_tls_verifies_the_ca() {
+    let Some(db) = MariaDb::start_configured(&[], visitors_test_support::ServerTls::Required) else { return };
+    db.sql(&format!(
+        "CREATE DATABASE visitors; CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}'; GRANT ALL ON visitors.* TO '{USER}'@'%';"
+    ));
+    let probe = MysqlProbe { timeout: Duration::from_secs(5) };
+    let ca = std::fs::read(db.ca_pem().expect("the server's CA")).unwrap();
+    let target = |ca_pem: Option<Vec<u8>>| Target {
+        host: "localhost".into(),
+        port: db.port,
+        user: USER.into(),
+        password: PASSWORD.into(),
+        ca_pem,
+    };
+    assert_eq!(probe.select_one(&target(Some(ca))).await, Ok(()));
+    assert!(probe.select_one(&target(None)).await.is_err(), "plain text got in");
+    let dir = tempfile::tempdir().unwrap();
+    let other = visitors_test_support::tls::write_unrelated_ca(&dir.path().join("other.pem"));
+    let refused = probe.select_one(&target(Some(std::fs::read(other).unwrap()))).await;
+    let why = refused.expect_err("a CA that signed nothing is trusted");
+    assert!(why.starts_with("TLS error: MySQL's certificate is not signed by the app's CA"), "{why}");
+}
