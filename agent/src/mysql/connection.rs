@@ -70,20 +70,20 @@ impl Connector {
     }
 
     pub async fn connect(&self) -> Result<Conn> {
-        match Conn::new(self.opts(&self.settings.tls)).await {
+        match Conn::new(self.opts()).await {
             Ok(conn) => Ok(conn),
             Err(error) => Err(self.explain_refusal(self.error("connecting", error))),
         }
     }
 
-    fn opts(&self, tls: &TlsSettings) -> OptsBuilder {
+    fn opts(&self) -> OptsBuilder {
         OptsBuilder::default()
             .ip_or_hostname(self.settings.host.clone())
             .tcp_port(self.settings.port)
             .user(Some(self.settings.user.clone()))
             .pass(self.settings.password.clone())
             .prefer_socket(false)
-            .ssl_opts(tls.ssl_opts())
+            .ssl_opts(self.settings.tls.ssl_opts())
             .stmt_cache_size(0)
             .init(vec![SESSION_TIME_ZONE])
     }

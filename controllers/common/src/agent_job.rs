@@ -301,6 +301,12 @@ pub const CA_MOUNT: &str = "/etc/visitors/mysql-ca";
 const CA_VOLUME: &str = "mysql-ca";
 
 fn secret_items_volume(name: &str, secret: &str, keys: &[&str]) -> Volume {
+    secret_keys_volume(name, secret, keys, 0o440)
+}
+
+/// A volume `name` of Secret `secret` holding `keys` only (one file each, named as the key), in
+/// file `mode`.
+pub fn secret_keys_volume(name: &str, secret: &str, keys: &[&str], mode: i32) -> Volume {
     Volume {
         name: name.into(),
         secret: Some(SecretVolumeSource {
@@ -308,7 +314,7 @@ fn secret_items_volume(name: &str, secret: &str, keys: &[&str]) -> Volume {
             items: Some(
                 keys.iter().map(|key| KeyToPath { key: (*key).into(), path: (*key).into(), mode: None }).collect(),
             ),
-            default_mode: Some(0o440),
+            default_mode: Some(mode),
             ..SecretVolumeSource::default()
         }),
         ..Volume::default()

@@ -116,10 +116,16 @@ impl CertificateFacts {
         })
     }
 
-    /// Whether it should be renewed at `now`: less than [`RENEW_BEFORE`] left.
+    /// Whether it should be renewed at `now` (see [`due_for_renewal`]).
     pub fn due_for_renewal(&self, now: Timestamp) -> bool {
-        self.not_after.duration_since(now) < RENEW_BEFORE
+        due_for_renewal(self.not_after, now)
     }
+}
+
+/// Whether a certificate expiring at `not_after` should be renewed at `now`: less than
+/// [`RENEW_BEFORE`] left.
+pub fn due_for_renewal(not_after: Timestamp, now: Timestamp) -> bool {
+    not_after.duration_since(now) < RENEW_BEFORE
 }
 
 /// The SHA-256 of `parts` (hex): what a pod template carries so that new certificates roll it.

@@ -3,7 +3,7 @@
 //! renewed before it expires.
 
 use controller_common::apply::apply;
-use controller_common::certificates::{KeyedCertificate, SERVER_VALIDITY, issue_server, new_authority};
+use controller_common::certificates::{self, KeyedCertificate, SERVER_VALIDITY, issue_server, new_authority};
 use controller_common::reconcile::{ApiError, api_err};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
@@ -66,7 +66,7 @@ impl Reconciler<'_> {
                 return Ok(Err(Invalid::ForeignTlsSecret { name }));
             }
             if let Ok(tls) = validate::tls_secret(&name, Some(secret), &host, now)
-                && !tls_due_for_renewal(&tls, now)
+                && !certificates::due_for_renewal(tls.not_after, now)
             {
                 return Ok(Ok(Some(tls)));
             }
@@ -148,8 +148,4 @@ impl Reconciler<'_> {
             Err(source) => Err(ApiError { action: format!("creating Secret {name}"), source }.into()),
         }
     }
-}
-
-fn tls_due_for_renewal(tls: &ServingTls, now: jiff::Timestamp) -> bool {
-    tls.not_after.duration_since(now) < controller_common::certificates::RENEW_BEFORE
 }

@@ -12,9 +12,9 @@ use controller_common::certificates::KeyedCertificate;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, EphemeralVolumeSource, ExecAction, KeyToPath,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate, Pod, PodSecurityContext, PodSpec, Probe, Secret,
-    SecretVolumeSource, Volume, VolumeMount, VolumeResourceRequirements,
+    Container, ContainerPort, EmptyDirVolumeSource, EphemeralVolumeSource, ExecAction, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimTemplate, Pod, PodSecurityContext, PodSpec, Probe, Secret, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -187,17 +187,7 @@ pub fn database_pod(run: &MySQLBackup, drill: &Drill, image: &str) -> Pod {
 
 /// The server's certificate, key and CA from the drill's Secret (not its password).
 fn tls_volume(run: &MySQLBackup) -> Volume {
-    let items = tls_keys::REQUIRED.iter().map(|key| KeyToPath { key: (*key).into(), path: (*key).into(), mode: None });
-    Volume {
-        name: TLS_VOLUME.into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(secret_name(run)),
-            items: Some(items.collect()),
-            default_mode: Some(0o440),
-            ..SecretVolumeSource::default()
-        }),
-        ..Volume::default()
-    }
+    controller_common::agent_job::secret_keys_volume(TLS_VOLUME, &secret_name(run), &tls_keys::REQUIRED, 0o440)
 }
 
 /// A generic ephemeral volume: created and deleted with the pod.

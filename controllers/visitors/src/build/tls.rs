@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use controller_common::certificates::{KeyedCertificate, service_names};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{KeyToPath, Secret, SecretVolumeSource, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{Secret, Volume, VolumeMount};
 use kube::ResourceExt;
 use visitors_api::VisitorsApp;
 use visitors_api::labels::{Component, names};
@@ -140,18 +140,7 @@ pub fn ca_volume(tls: &ServingTls) -> Volume {
 }
 
 fn secret_volume(secret: &str, keys: &[&str], mode: i32) -> Volume {
-    Volume {
-        name: VOLUME.to_string(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(secret.to_string()),
-            items: Some(
-                keys.iter().map(|key| KeyToPath { key: key.to_string(), path: key.to_string(), mode: None }).collect(),
-            ),
-            default_mode: Some(mode),
-            ..SecretVolumeSource::default()
-        }),
-        ..Volume::default()
-    }
+    controller_common::agent_job::secret_keys_volume(VOLUME, secret, keys, mode)
 }
 
 pub fn mount(path: &str) -> VolumeMount {
