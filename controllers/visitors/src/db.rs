@@ -54,6 +54,9 @@ impl DatabaseProbe for MysqlProbe {
 }
 
 async fn query(target: &Target) -> Result<(), mysql_async::Error> {
+    // mysql_async asks rustls for the process's provider; without one chosen, a build that
+    // links both ring and aws-lc-rs panics on the first TLS handshake.
+    controller_common::startup::install_crypto_provider();
     let opts = mysql_async::OptsBuilder::default()
         .ip_or_hostname(target.host.clone())
         .tcp_port(target.port)
