@@ -3,6 +3,7 @@
 //! `#[ignore]`d with the reason, and runs only when asked: `e2e/run.sh`, which skips with a
 //! message when no cluster is configured, or `cargo test -p visitors-e2e -- --ignored`.
 
+pub mod archive;
 pub mod moto;
 
 use std::path::PathBuf;

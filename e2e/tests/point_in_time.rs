@@ -21,10 +21,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use visitors_api::backup::{BackupPhase, condition as backup_condition};
 use visitors_api::conditions;
 use visitors_api::restore::RestorePhase;
 use visitors_api::{MySQLBackup, MySQLRestore};
+use visitors_e2e::archive::{self, rfc3339};
 use visitors_e2e::{
     TestNamespace, cluster, controller_metrics, create_backup_claim, job_completes, mariadb_job, mariadb_shell_job,
     metric_value, namespace_with_ready_app, run_job, sql_value, wait_for,
@@ -58,59 +58,20 @@ async fn archiving_app(client: &Client, prefix: &str) -> TestNamespace {
     namespace
 }
 
-/// `Ok` once the schedule's `Archiving` condition has `status` and `reason`.
 async fn archiving_is(backups: &Api<MySQLBackup>, status: &str, reason: &str) -> Result<MySQLBackup, String> {
-    let schedule = backups.get(SCHEDULE).await.map_err(|e| e.to_string())?;
-    let conditions = schedule.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
-    match conditions::find(&conditions, backup_condition::ARCHIVING) {
-        Some(c) if c.status == status && c.reason == reason => Ok(schedule),
-        Some(c) => Err(format!("Archiving={} {}: {}", c.status, c.reason, c.message)),
-        None => Err("no Archiving condition yet".into()),
-    }
+    archive::archiving_is(backups, SCHEDULE, status, reason).await
 }
 
-/// The successful runs of the schedule, with their snapshot times (Unix seconds), oldest first.
 async fn successful_runs(backups: &Api<MySQLBackup>) -> Vec<(String, i64)> {
-    let listed = backups
-        .list(&ListParams::default().labels(&format!("example.com/backup-schedule={SCHEDULE}")))
-        .await
-        .expect("list the runs");
-    let mut runs: Vec<(String, i64)> = listed
-        .items
-        .iter()
-        .filter_map(|run| {
-            let status = run.status.as_ref()?;
-            (status.phase == Some(BackupPhase::Succeeded)).then_some(())?;
-            let time = status.snapshot.as_ref()?.time.as_ref()?.0.as_second();
-            Some((run.name_any(), time))
-        })
-        .collect();
-    runs.sort_by_key(|(_, time)| *time);
-    runs
+    archive::successful_runs(backups, SCHEDULE).await
 }
 
 async fn a_successful_run(backups: &Api<MySQLBackup>) -> (String, i64) {
-    wait_for("a successful run of the schedule", || async {
-        successful_runs(backups).await.into_iter().next_back().ok_or_else(|| "none yet".to_string())
-    })
-    .await
+    archive::a_successful_run(backups, SCHEDULE).await
 }
 
-/// Waits until the archive holds everything committed up to `unix_seconds`.
 async fn archived_until(backups: &Api<MySQLBackup>, unix_seconds: i64) {
-    wait_for(&format!("the archive to reach {unix_seconds}"), || async {
-        let schedule = backups.get(SCHEDULE).await.map_err(|e| e.to_string())?;
-        let archive = schedule.status.and_then(|s| s.point_in_time).unwrap_or_default();
-        match archive.last_recoverable_time {
-            Some(t) if t.0.as_second() >= unix_seconds => Ok(()),
-            other => Err(format!("last recoverable time {other:?}")),
-        }
-    })
-    .await;
-}
-
-fn rfc3339(unix_seconds: i64) -> String {
-    jiff::Timestamp::from_second(unix_seconds).unwrap().to_string()
+    archive::archived_until(backups, SCHEDULE, unix_seconds).await
 }
 
 fn restore_to(name: &str, target: serde_json::Value) -> MySQLRestore {
