@@ -60,6 +60,9 @@ pub struct ArchiveStatus {
     /// The server archived: `mariadb` or `mysql`, its version and server id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<ServerIdentity>,
+    /// The key id new segments are encrypted with; none: they are stored unencrypted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_key_id: Option<String>,
     /// When this status was written (RFC 3339).
     pub updated_time: String,
 }

@@ -208,14 +208,28 @@ pub struct BackupArgs {
     /// Seconds between progress lines on stderr (0: none).
     #[arg(long, default_value_t = 10)]
     pub progress_interval: u64,
-    /// Encrypt every file of the backup with age, to the recipient of this file: an age
-    /// identity (`AGE-SECRET-KEY-1...`, as age-keygen writes it) or only its recipient (`age1...`).
+    #[command(flatten)]
+    pub encryption: EncryptArgs,
+}
+
+/// Client-side encryption of what a backup or an archiver stores.
+#[derive(Args, Debug, Clone, Default, PartialEq)]
+pub struct EncryptArgs {
+    /// Encrypt every stored file with age, to the recipient of this file: an age identity
+    /// (`AGE-SECRET-KEY-1...`, as age-keygen writes it) or only its recipient (`age1...`).
     #[arg(long, value_name = "PATH", requires = "encrypt_key_id")]
     pub encrypt_key_file: Option<PathBuf>,
-    /// The name of the key, recorded in the manifest (never the key): the file a restore looks
-    /// for in its --decrypt-keys-dir. Letters, digits, '.', '_' and '-', at most 63.
+    /// The name of the key, recorded beside what it encrypted (never the key): the file a
+    /// restore looks for in its --decrypt-keys-dir. Letters, digits, '.', '_' and '-', at most 63.
     #[arg(long, value_name = "ID", requires = "encrypt_key_file")]
     pub encrypt_key_id: Option<String>,
+}
+
+impl EncryptArgs {
+    fn render(&self, args: &mut Rendered) {
+        args.optional("--encrypt-key-file", self.encrypt_key_file.as_ref().map(|path| path.display()))
+            .optional("--encrypt-key-id", self.encrypt_key_id.as_ref());
+    }
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
@@ -253,8 +267,9 @@ pub struct RestoreArgs {
     /// counts, checksums) and swap it in; refused when there is none.
     #[arg(long)]
     pub from_stage: bool,
-    /// Decrypt an encrypted backup with the age identity in this directory's file named by the
-    /// backup's key id (a Kubernetes Secret mounted as a volume: one file per key id).
+    /// Decrypt an encrypted backup, and the encrypted segments of its --binlog-archive, with the
+    /// age identities in this directory's files named by their key ids (a Kubernetes Secret
+    /// mounted as a volume: one file per key id).
     #[arg(long, value_name = "DIR")]
     pub decrypt_keys_dir: Option<PathBuf>,
     #[command(flatten)]
@@ -299,6 +314,9 @@ pub struct ArchiveArgs {
     /// server).
     #[arg(long, default_value_t = DEFAULT_REPLICA_SERVER_ID)]
     pub replica_server_id: u32,
+    /// Segments are encrypted like a backup's files; each segment's record names its key id.
+    #[command(flatten)]
+    pub encryption: EncryptArgs,
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
@@ -461,9 +479,8 @@ impl Command {
                     .optional("--chunk-bytes", backup.chunk_bytes)
                     .flag("--table-checksums", backup.table_checksums)
                     .flag("--users", backup.users)
-                    .value("--progress-interval", backup.progress_interval)
-                    .optional("--encrypt-key-file", backup.encrypt_key_file.as_ref().map(|path| path.display()))
-                    .optional("--encrypt-key-id", backup.encrypt_key_id.as_ref());
+                    .value("--progress-interval", backup.progress_interval);
+                backup.encryption.render(&mut args);
             }
             Command::Restore(restore) => {
                 args.word("restore").value("--from", &restore.from);
@@ -526,6 +543,7 @@ impl ArchiveArgs {
             flush_seconds: DEFAULT_FLUSH_SECONDS,
             segment_mib: DEFAULT_SEGMENT_MIB,
             replica_server_id: DEFAULT_REPLICA_SERVER_ID,
+            encryption: EncryptArgs::default(),
         }
     }
 
@@ -536,6 +554,7 @@ impl ArchiveArgs {
         args.value("--flush-seconds", self.flush_seconds)
             .value("--segment-mib", self.segment_mib)
             .value("--replica-server-id", self.replica_server_id);
+        self.encryption.render(args);
     }
 }
 
@@ -610,8 +629,7 @@ impl BackupArgs {
             table_checksums: false,
             users: false,
             progress_interval: 10,
-            encrypt_key_file: None,
-            encrypt_key_id: None,
+            encryption: EncryptArgs::default(),
         }
     }
 }
@@ -682,8 +700,10 @@ mod tests {
             table_checksums: true,
             users: true,
             progress_interval: 30,
-            encrypt_key_file: Some("/run/backup-key/key.txt".into()),
-            encrypt_key_id: Some("nightly-2026.k1".into()),
+            encryption: EncryptArgs {
+                encrypt_key_file: Some("/run/backup-key/key.txt".into()),
+                encrypt_key_id: Some("nightly-2026.k1".into()),
+            },
             ..BackupArgs::to("s3://bucket/prefix")
         };
         let point_in_time = PointInTimeArgs {
@@ -697,6 +717,10 @@ mod tests {
             flush_seconds: 2,
             segment_mib: 8,
             replica_server_id: 77,
+            encryption: EncryptArgs {
+                encrypt_key_file: Some("/run/backup-key/k2".into()),
+                encrypt_key_id: Some("k2".into()),
+            },
             ..ArchiveArgs::to("s3://bucket/prefix/_binlog/nightly")
         };
         let restore = RestoreArgs {

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use tracing::Instrument;
 use visitors_agent_contract::command::{
-    AgentCli, ArchiveArgs, BackupArgs, Command, ConnectionArgs, DeleteArgs, InspectArgs, PruneArchiveArgs, RestoreArgs,
-    StorageArgs, VerifyArgs,
+    AgentCli, ArchiveArgs, BackupArgs, Command, ConnectionArgs, DeleteArgs, EncryptArgs, InspectArgs, PruneArchiveArgs,
+    RestoreArgs, StorageArgs, VerifyArgs,
 };
 use visitors_agent_contract::env;
 use visitors_agent_contract::summary::{AgentSummary, Operation, Snapshot, bounded_gtid};
@@ -179,11 +179,7 @@ async fn run_backup(args: BackupArgs) -> Result<AgentSummary> {
     options.table_checksums = args.table_checksums;
     options.users = args.users;
     options.progress_interval = Duration::from_secs(args.progress_interval);
-    options.encrypt = match (&args.encrypt_key_file, &args.encrypt_key_id) {
-        (Some(path), Some(id)) => Some(SealKey::load(path, id)?),
-        (None, None) => None,
-        _ => return Err(AgentError::Usage("--encrypt-key-file and --encrypt-key-id go together".into())),
-    };
+    options.encrypt = seal_key(&args.encryption)?;
     let report = backup::run(&options).await?;
     let mut summary = manifest_summary(&report.manifest, &args.to);
     summary.stored_bytes = Some(report.manifest.stored_bytes() + report.manifest_bytes);
@@ -315,7 +311,16 @@ pub fn archive_options(args: &ArchiveArgs) -> Result<ArchiveOptions> {
         flush: Duration::from_secs(positive(args.flush_seconds as usize, "--flush-seconds")? as u64),
         segment_bytes: positive(args.segment_mib as usize, "--segment-mib")? as u64 * 1024 * 1024,
         replica_server_id: args.replica_server_id,
+        seal: seal_key(&args.encryption)?,
     })
+}
+
+fn seal_key(args: &EncryptArgs) -> Result<Option<SealKey>> {
+    match (&args.encrypt_key_file, &args.encrypt_key_id) {
+        (Some(path), Some(id)) => Ok(Some(SealKey::load(path, id)?)),
+        (None, None) => Ok(None),
+        _ => Err(AgentError::Usage("--encrypt-key-file and --encrypt-key-id go together".into())),
+    }
 }
 
 /// Logs the archive's state when it changes, and every half minute.

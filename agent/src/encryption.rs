@@ -131,11 +131,17 @@ impl SealKey {
     }
 }
 
+/// What errors name as encrypted: a backup's files, or the segments of a binary log archive.
+pub const BACKUP: &str = "the backup";
+pub const ARCHIVE_SEGMENT: &str = "a segment of the binary log archive";
+
 /// The identities that open the backups encrypted with one key id.
 #[derive(Clone)]
 pub struct OpenKey {
     key_id: String,
     identities: Arc<Vec<age::x25519::Identity>>,
+    /// What it opens, for errors.
+    subject: &'static str,
 }
 
 impl std::fmt::Debug for OpenKey {
@@ -145,9 +151,15 @@ impl std::fmt::Debug for OpenKey {
 }
 
 impl OpenKey {
-    /// The identity of `key_id` in `keys_dir` (the file named by the key id).
+    /// The identity of `key_id` in `keys_dir` (the file named by the key id), to open a backup.
     pub fn find(keys_dir: Option<&Path>, key_id: &str) -> Result<Self> {
-        let missing = |why: &str| AgentError::EncryptionKeyMissing { key_id: key_id.to_string(), why: why.to_string() };
+        Self::find_for(BACKUP, keys_dir, key_id)
+    }
+
+    /// The identity of `key_id` in `keys_dir`, to open `subject` ([`BACKUP`], [`ARCHIVE_SEGMENT`]).
+    pub fn find_for(subject: &'static str, keys_dir: Option<&Path>, key_id: &str) -> Result<Self> {
+        let missing =
+            |why: &str| AgentError::EncryptionKeyMissing { subject, key_id: key_id.to_string(), why: why.to_string() };
         let Some(dir) = keys_dir else {
             return Err(missing(
                 "and no keys directory was given: mount the Secret holding it and pass its folder as --decrypt-keys-dir",
@@ -172,12 +184,12 @@ impl OpenKey {
                 "it holds no age identity (AGE-SECRET-KEY-1...); a recipient (age1...) alone cannot decrypt".into(),
             ));
         }
-        Ok(Self { key_id: key_id.to_string(), identities: Arc::new(identities) })
+        Ok(Self { key_id: key_id.to_string(), identities: Arc::new(identities), subject })
     }
 
     #[cfg(test)]
     pub fn new(key_id: &str, identity: age::x25519::Identity) -> Self {
-        Self { key_id: key_id.into(), identities: Arc::new(vec![identity]) }
+        Self { key_id: key_id.into(), identities: Arc::new(vec![identity]), subject: BACKUP }
     }
 
     pub fn key_id(&self) -> &str {
@@ -213,12 +225,37 @@ impl OpenKey {
     /// file (the manifest's SHA-256s are the first line against that).
     fn error(&self, file: &str, error: age::DecryptError) -> AgentError {
         match error {
-            age::DecryptError::NoMatchingKeys => AgentError::EncryptionKeyWrong { key_id: self.key_id.clone() },
+            age::DecryptError::NoMatchingKeys => {
+                AgentError::EncryptionKeyWrong { subject: self.subject, key_id: self.key_id.clone() }
+            }
             age::DecryptError::Io(error) if error.kind() != io::ErrorKind::InvalidData => {
                 AgentError::Storage { location: file.to_string(), reason: error.to_string() }
             }
             other => AgentError::Undecryptable { file: file.to_string(), reason: other.to_string() },
         }
+    }
+}
+
+/// The keys of a `--decrypt-keys-dir` that open the segments of a binary log archive, each found
+/// when first needed: segments name their own key ids, and a rotation leaves several.
+pub struct Keyring {
+    dir: Option<PathBuf>,
+    found: Mutex<std::collections::HashMap<String, OpenKey>>,
+}
+
+impl Keyring {
+    pub fn new(dir: Option<&Path>) -> Self {
+        Self { dir: dir.map(Path::to_path_buf), found: Mutex::default() }
+    }
+
+    /// The identities of `key_id`, as [`OpenKey::find`] finds them.
+    pub fn key(&self, key_id: &str) -> Result<OpenKey> {
+        if let Some(key) = self.found.lock().unwrap().get(key_id) {
+            return Ok(key.clone());
+        }
+        let key = OpenKey::find_for(ARCHIVE_SEGMENT, self.dir.as_deref(), key_id)?;
+        self.found.lock().unwrap().insert(key_id.to_string(), key.clone());
+        Ok(key)
     }
 }
 
@@ -370,7 +407,7 @@ mod tests {
         assert_eq!(open.open("f", &sealed).unwrap(), b"rows");
         let wrong = OpenKey::find(Some(dir.path()), "k2").unwrap().open("f", &sealed).unwrap_err();
         assert_eq!(wrong.kind(), "encryptionKeyWrong");
-        assert_eq!(wrong.to_string(), "key 'k2' in the keys directory is not the key this backup was encrypted with");
+        assert_eq!(wrong.to_string(), "key 'k2' in the keys directory is not the key the backup was encrypted with");
         for (dir, id) in [(None, "k1"), (Some(dir.path()), "k3"), (Some(dir.path()), "..data")] {
             let missing = OpenKey::find(dir, id).unwrap_err();
             assert_eq!(missing.kind(), "encryptionKeyMissing", "{missing}");

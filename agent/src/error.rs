@@ -136,11 +136,12 @@ pub enum AgentError {
     )]
     Undecryptable { file: String, reason: String },
 
-    #[error("the backup was encrypted with key '{key_id}', {why}")]
-    EncryptionKeyMissing { key_id: String, why: String },
+    /// `subject`: what was encrypted, "the backup" or a segment of its archive.
+    #[error("{subject} was encrypted with key '{key_id}', {why}")]
+    EncryptionKeyMissing { subject: &'static str, key_id: String, why: String },
 
-    #[error("key '{key_id}' in the keys directory is not the key this backup was encrypted with")]
-    EncryptionKeyWrong { key_id: String },
+    #[error("key '{key_id}' in the keys directory is not the key {subject} was encrypted with")]
+    EncryptionKeyWrong { subject: &'static str, key_id: String },
 
     #[error("key '{key_id}' in the keys directory cannot be used: {reason}")]
     EncryptionKeyUnusable { key_id: String, reason: String },

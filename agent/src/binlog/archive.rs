@@ -31,6 +31,7 @@ use super::layout::{
 };
 use super::prune::{self, PruneTarget};
 use super::segment::SegmentWriter;
+use crate::encryption::SealKey;
 use crate::error::{AgentError, Result};
 use crate::mysql::{ConnectionSettings, Connector};
 use crate::storage::{S3Settings, Storage};
@@ -60,6 +61,8 @@ pub struct ArchiveOptions {
     pub flush: Duration,
     pub segment_bytes: u64,
     pub replica_server_id: u32,
+    /// Encrypt segments to this key.
+    pub seal: Option<SealKey>,
 }
 
 /// Where an archiver reports, and what it learns of retention.
@@ -237,6 +240,7 @@ impl Archive {
             stored_bytes: self.stored_bytes,
             epochs,
             server: self.server.clone(),
+            encryption_key_id: options.seal.as_ref().map(|key| key.key_id().to_string()),
             updated_time: jiff::Timestamp::now().to_string(),
         }
     }
@@ -779,7 +783,7 @@ impl<'a> Session<'a> {
     async fn spill(&mut self, format: &Format) -> Result<()> {
         if self.segment.is_none() {
             let seq = self.archive.next_seq();
-            let writer = SegmentWriter::start(&self.archive.storage, seq, format).await?;
+            let writer = SegmentWriter::start(&self.archive.storage, seq, format, self.options.seal.as_ref()).await?;
             self.segment = Some(OpenSegment {
                 writer,
                 seq,
@@ -828,7 +832,8 @@ impl<'a> Session<'a> {
             segment.writer.abort().await;
             return Ok(());
         }
-        let (bytes, object) = (segment.writer.bytes, segment.writer.object.clone());
+        let (bytes, object, key_id) =
+            (segment.writer.bytes, segment.writer.object.clone(), segment.writer.key_id.clone());
         let (stored_bytes, sha256) = segment.writer.finish().await?;
         let entry = SegmentEntry {
             seq: segment.seq,
@@ -849,6 +854,7 @@ impl<'a> Session<'a> {
             first_time: segment.first_time,
             last_time: segment.last_time,
             stored_time: jiff::Timestamp::now().to_string(),
+            key_id,
         };
         if let Some(at) = segment.first_transaction_at {
             self.lag = at.elapsed().as_secs_f64();

@@ -144,6 +144,9 @@ pub struct SegmentEntry {
     pub last_time: Option<i64>,
     /// When it was stored (RFC 3339, the archiver's clock).
     pub stored_time: String,
+    /// The id of the age key the object is encrypted with; none: it is not encrypted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
 }
 
 impl SegmentEntry {
@@ -168,6 +171,7 @@ impl SegmentEntry {
             first_time: None,
             last_time: None,
             stored_time: String::new(),
+            key_id: None,
         }
     }
 

@@ -27,6 +27,7 @@ use super::layout::{
 };
 use super::prune::{PruneTarget, first_needed};
 use super::segment::read_segment;
+use crate::encryption::Keyring;
 use crate::error::{AgentError, Result};
 use crate::format::Position;
 use crate::storage::Storage;
@@ -281,6 +282,8 @@ pub struct Replayer<'a> {
     /// Every database on the target server: a statement naming one outside the restore is
     /// refused, whatever its default database.
     known_databases: BTreeSet<String>,
+    /// Opens encrypted segments.
+    keys: &'a Keyring,
 }
 
 impl<'a> Replayer<'a> {
@@ -289,11 +292,12 @@ impl<'a> Replayer<'a> {
         plan: &'a ReplayPlan,
         schemas: &'a HashMap<String, String>,
         known_databases: impl IntoIterator<Item = String>,
+        keys: &'a Keyring,
     ) -> Self {
         let mut known_databases: BTreeSet<String> =
             known_databases.into_iter().map(|d| d.to_ascii_lowercase()).collect();
         known_databases.extend(schemas.keys().map(|d| d.to_ascii_lowercase()));
-        Replayer { archive, plan, schemas, known_databases }
+        Replayer { archive, plan, schemas, known_databases, keys }
     }
 
     /// Runs the replay into `sink`; returns what it replayed.
@@ -301,7 +305,7 @@ impl<'a> Replayer<'a> {
         let mut report = ReplayReport::default();
         let mut state = ReplayState { reached: self.plan.base_gtids.clone(), ..ReplayState::default() };
         'segments: for (index, entry) in self.plan.segments.iter().enumerate() {
-            let Some(data) = read_segment(self.archive, entry).await? else { continue };
+            let Some(data) = read_segment(self.archive, entry, self.keys).await? else { continue };
             report.segments += 1;
             sink.format(&data.format).await?;
             state.boundaries = Boundaries::default();

@@ -1,11 +1,14 @@
 //! A segment: whole transactions of one binary log file, stored as a binary log file of their
 //! own (the magic bytes, the file's format description event, then the events exactly as the
 //! server sent them), compressed with zstd. `zstd -dc segment | mariadb-binlog -` reads one.
+//! An archive of an encrypted schedule then encrypts it with age, as a backup's chunks are
+//! (`<name>.binlog.zst.age`; its record names the key id): `age -d -i key | zstd -dc`.
 
 use sha2::{Digest, Sha256};
 
 use super::event::{BINLOG_MAGIC, Format, RawEvent};
 use super::layout::{SegmentEntry, segment_path};
+use crate::encryption::{Keyring, SUFFIX, SealKey};
 use crate::error::{AgentError, Result};
 use crate::format::Compression;
 use crate::storage::{FileWriter, Storage, Syncer};
@@ -21,17 +24,24 @@ pub struct SegmentWriter {
     pub object: String,
     /// Uncompressed bytes written, the header included.
     pub bytes: u64,
+    /// The key it is encrypted with, when it is.
+    pub key_id: Option<String>,
 }
 
 impl SegmentWriter {
-    /// Starts segment `seq` with the file's format description event.
-    pub async fn start(storage: &Storage, seq: u64, format: &Format) -> Result<Self> {
-        let object = segment_path(seq, rand::random());
-        let mut writer = storage.writer(&object, Compression::Zstd, LEVEL);
+    /// Starts segment `seq` with the file's format description event, encrypted to `seal`
+    /// when given.
+    pub async fn start(storage: &Storage, seq: u64, format: &Format, seal: Option<&SealKey>) -> Result<Self> {
+        let mut object = segment_path(seq, rand::random());
+        if seal.is_some() {
+            object.push_str(SUFFIX);
+        }
+        let mut writer = storage.sealed_writer(&object, Compression::Zstd, LEVEL, seal)?;
         writer.write(&BINLOG_MAGIC).await?;
         writer.write(&format.event_bytes).await?;
         let bytes = (BINLOG_MAGIC.len() + format.event_bytes.len()) as u64;
-        Ok(SegmentWriter { writer, syncer: storage.syncer(), object, bytes })
+        let key_id = seal.map(|key| key.key_id().to_string());
+        Ok(SegmentWriter { writer, syncer: storage.syncer(), object, bytes, key_id })
     }
 
     pub async fn write(&mut self, events: &[u8]) -> Result<()> {
@@ -54,8 +64,9 @@ impl SegmentWriter {
 }
 
 /// The events of a stored segment, checked against its record: its stored bytes must have the
-/// recorded SHA-256 before a single event is read.
-pub async fn read_segment(storage: &Storage, entry: &SegmentEntry) -> Result<Option<SegmentData>> {
+/// recorded SHA-256 before a single event is read. An encrypted one is opened with the key its
+/// record names, from `keys`.
+pub async fn read_segment(storage: &Storage, entry: &SegmentEntry, keys: &Keyring) -> Result<Option<SegmentData>> {
     let Some(object) = &entry.object else { return Ok(None) };
     let stored = storage.read(object).await?;
     let actual = hex::encode(Sha256::digest(&stored));
@@ -63,7 +74,11 @@ pub async fn read_segment(storage: &Storage, entry: &SegmentEntry) -> Result<Opt
     if actual != expected || stored.len() as u64 != entry.stored_bytes {
         return Err(AgentError::SegmentChecksumMismatch { file: object.clone(), expected, actual });
     }
-    let bytes = zstd::stream::decode_all(&stored[..]).map_err(|e| corrupt(object, &format!("not zstd: {e}")))?;
+    let compressed = match &entry.key_id {
+        Some(key_id) => bytes::Bytes::from(keys.key(key_id)?.open(object, &stored)?),
+        None => stored,
+    };
+    let bytes = zstd::stream::decode_all(&compressed[..]).map_err(|e| corrupt(object, &format!("not zstd: {e}")))?;
     SegmentData::parse(object, bytes).map(Some)
 }
 

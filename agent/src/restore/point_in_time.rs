@@ -20,6 +20,7 @@ use super::staging::{DatabaseRestore, STAGED_MARKER, staging_schema_name};
 use super::{RestoreOptions, RestoreStep, session_setup};
 use crate::binlog::event::{Format, RawEvent, Transaction, with_statement_end};
 use crate::binlog::replay::{self, DryRun, Replayer, Sink, Statement, Target, binlog_statement};
+use crate::encryption::Keyring;
 use crate::error::{AgentError, Result};
 use crate::format::{DatabaseEntry, Manifest, quote_ident};
 use crate::mysql::{Connector, catalog};
@@ -100,7 +101,10 @@ impl Restore<'_> {
         let schemas: HashMap<String, String> =
             databases.iter().map(|d| (d.name.clone(), staging_schema_name(&d.name))).collect();
         let known = self.server_databases().await?;
-        let replayer = Replayer::new(&archive, &plan, &schemas, known);
+        // The base backup's key and the segments' may differ: a key rotated since, or an
+        // archive encrypted from a later run on.
+        let keys = Keyring::new(self.options.decrypt_keys_dir.as_deref());
+        let replayer = Replayer::new(&archive, &plan, &schemas, known, &keys);
         let dry = replayer.run(&mut DryRun).await?;
         tracing::info!(
             "the archive holds {} transactions to replay to {} ({} segments, each checked against its SHA-256)",

@@ -28,7 +28,7 @@ const DATA: &str = "CREATE DATABASE vault;
     CREATE VIEW vault.ledger_view AS SELECT id FROM vault.customer_ledger;";
 
 /// An identity as `age-keygen` writes it.
-fn key_text(identity: &age::x25519::Identity) -> String {
+pub(crate) fn key_text(identity: &age::x25519::Identity) -> String {
     format!(
         "# created: 2026-11-23T00:00:00Z\n# public key: {}\n{}\n",
         identity.to_public(),
@@ -38,7 +38,7 @@ fn key_text(identity: &age::x25519::Identity) -> String {
 
 /// A keys directory laid out as Kubernetes mounts a Secret: the files in `..data/`, each key id
 /// a link to its file, and a dotfile beside them.
-fn keys_dir(keys: &[(&str, &age::x25519::Identity)]) -> tempfile::TempDir {
+pub(crate) fn keys_dir(keys: &[(&str, &age::x25519::Identity)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("..2026_11_23")).unwrap();
     std::os::unix::fs::symlink("..2026_11_23", dir.path().join("..data")).unwrap();
@@ -50,7 +50,7 @@ fn keys_dir(keys: &[(&str, &age::x25519::Identity)]) -> tempfile::TempDir {
     dir
 }
 
-fn seal_key(dir: &Path, id: &str, identity: &age::x25519::Identity) -> SealKey {
+pub(crate) fn seal_key(dir: &Path, id: &str, identity: &age::x25519::Identity) -> SealKey {
     let path = dir.join(format!("{id}.txt"));
     std::fs::write(&path, key_text(identity)).unwrap();
     SealKey::load(&path, id).unwrap()
@@ -122,7 +122,7 @@ async fn an_encrypted_backup_hides_its_rows_and_restores_only_with_its_key() {
         Err(error @ AgentError::EncryptionKeyWrong { .. }) => {
             assert_eq!(
                 error.to_string(),
-                "key 'k1' in the keys directory is not the key this backup was encrypted with"
+                "key 'k1' in the keys directory is not the key the backup was encrypted with"
             );
             assert!(!error.to_string().contains("AGE-SECRET-KEY"));
         }
