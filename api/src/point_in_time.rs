@@ -92,6 +92,10 @@ pub struct PointInTimeStatus {
     /// When the archiver last reported (it does every few seconds while it runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_time: Option<Time>,
+    /// The key id (of `spec.encryption`) the archiver encrypts new segments with; absent: it
+    /// stores them unencrypted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_key_id: Option<String>,
     /// Where continuity was lost, newest last: no restore replays across one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gaps: Vec<ArchiveGap>,

@@ -24,7 +24,7 @@ use visitors_api::point_in_time::{ArchiveGap, PointInTimeStatus};
 
 use controller_common::agent_job::{self, JobState};
 use controller_common::apply::{apply, delete_if_present};
-use controller_common::operation::DatabaseOperation;
+use controller_common::operation::{DatabaseOperation, Wait};
 use controller_common::reconcile::{ApiError, api_err};
 
 use crate::build::archiver::{Archiver, TEMPLATE_ANNOTATION, archive_location, archiver, archiver_name};
@@ -84,7 +84,7 @@ pub async fn reconcile(
             return Ok(Some(REFRESH));
         }
     };
-    if let Err(wait) = op.storage_ready(&schedule.spec.storage, "spec.storage.persistentVolumeClaim.claimName").await? {
+    if let Err(wait) = dependencies_ready(schedule, &op).await? {
         let waiting =
             Desired { type_: condition::ARCHIVING, status: Status::False, reason: wait.reason, message: wait.message };
         conditions::set(&mut status.conditions, waiting, generation, Time(now));
@@ -99,6 +99,22 @@ pub async fn reconcile(
     status.point_in_time = Some(report.status);
     conditions::set(&mut status.conditions, report.condition, generation, Time(now));
     Ok(Some(REFRESH))
+}
+
+/// The storage the archive goes to and, for an encrypted schedule, the key its segments are
+/// encrypted with: without them the archiver's pod could not start.
+async fn dependencies_ready(
+    schedule: &MySQLBackup,
+    op: &DatabaseOperation<'_, MySQLBackup>,
+) -> Result<Result<(), Wait>, ApiError> {
+    if let Some(encryption) = &schedule.spec.encryption {
+        let keys =
+            op.encryption_keys_ready(&encryption.key_secret, Some(&encryption.key_id), "spec.encryption").await?;
+        if keys.is_err() {
+            return Ok(keys);
+        }
+    }
+    op.storage_ready(&schedule.spec.storage, "spec.storage.persistentVolumeClaim.claimName").await
 }
 
 /// Applies the archiver's objects (the Role before what uses it) and makes sure its Job runs
@@ -270,10 +286,14 @@ pub fn archive_report(
             ArchiverState::Starting => (Status::False, reason::ARCHIVER_STARTING, "the archiver is starting".into()),
             ArchiverState::Archiving => {
                 let flush = schedule.spec.point_in_time.as_ref().map_or(5, |p| p.flush_seconds());
+                let encrypted =
+                    report.encryption_key_id.as_ref().map_or(String::new(), |id| format!(", encrypted with key {id}"));
                 (
                     Status::True,
                     reason::ARCHIVING,
-                    format!("the binary log is archived, a segment at least every {flush}s while there are writes"),
+                    format!(
+                        "the binary log is archived{encrypted}, a segment at least every {flush}s while there are writes"
+                    ),
                 )
             }
         }
@@ -287,6 +307,7 @@ pub fn archive_report(
         segments: observed.status.as_ref().map(|s| i64::try_from(s.segments).unwrap_or(i64::MAX)),
         stored_bytes: observed.status.as_ref().map(|s| i64::try_from(s.stored_bytes).unwrap_or(i64::MAX)),
         last_heartbeat_time: observed.heartbeat.map(Time),
+        encryption_key_id: report.encryption_key_id.clone(),
         gaps,
     };
     let gauges = ArchiveGauges {
@@ -414,6 +435,18 @@ mod tests {
         assert_eq!(report.status.archive_lag_seconds, Some(1.0));
         assert_eq!(report.status.location.as_deref(), Some("pvc://backups/mysql/shop/ex/_binlog/nightly"));
         assert!(report.gauges.up && !report.gauges.gap);
+        assert_eq!(report.status.encryption_key_id, None);
+        assert!(!report.condition.message.contains("encrypted"), "{}", report.condition.message);
+    }
+
+    #[test]
+    fn the_key_an_archiver_encrypts_with_is_in_the_status_and_the_condition() {
+        let mut status = reporting(ArchiverState::Archiving, vec![epoch(0, -100, None)]);
+        status.encryption_key_id = Some("k2".into());
+        let observed = Observed { status: Some(status), heartbeat: Some(at(95)) };
+        let report = archive_report(&schedule(), &observed, &[], at(100));
+        assert_eq!(report.status.encryption_key_id.as_deref(), Some("k2"));
+        assert!(report.condition.message.contains("encrypted with key k2"), "{}", report.condition.message);
     }
 
     #[test]

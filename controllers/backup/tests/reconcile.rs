@@ -596,6 +596,36 @@ async fn an_archiver_that_stopped_reporting_is_down_and_an_ended_job_is_replaced
     task.await.unwrap().unwrap();
 }
 
+/// An encrypted schedule's archiver needs the key its segments are encrypted with: while the
+/// Secret lacks it, no archiver is applied (its pod could not start) and the condition says why.
+#[tokio::test]
+async fn an_encrypted_schedule_whose_key_is_missing_waits_without_an_archiver() {
+    let (context, mut server) = context();
+    let mut schedule = archiving_schedule();
+    schedule.spec.encryption =
+        Some(visitors_api::encryption::BackupEncryption { key_secret: "backup-keys".into(), key_id: "k2".into() });
+    let task = tokio::spawn(reconcile(Arc::new(schedule.clone()), context));
+    let runs = json!({"apiVersion": "example.com/v1", "kind": "MySQLBackupList", "metadata": {}, "items": []});
+    server.expect(Method::GET, "/apis/example.com/v1/namespaces/shop/mysqlbackups", StatusCode::OK, runs).await;
+    server.expect(Method::GET, APP_PATH, StatusCode::OK, shop::app(1)).await;
+    server.expect(Method::GET, SECRET_PATH, StatusCode::OK, shop::credentials_secret()).await;
+    let keys = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "backup-keys", "namespace": "shop"},
+        "data": {"k1": "QUdFLVNFQ1JFVC1LRVk="}});
+    server.expect(Method::GET, &format!("/api/v1{NS}/secrets/backup-keys"), StatusCode::OK, keys).await;
+    let status_path = "/apis/example.com/v1/namespaces/shop/mysqlbackups/nightly/status";
+    let written = server.expect_with(Method::PATCH, status_path, with_applied_status(&schedule)).await;
+    let conditions = written.body["status"]["conditions"].as_array().unwrap().clone();
+    let archiving = conditions.iter().find(|c| c["type"] == "Archiving").unwrap();
+    assert_eq!(archiving["reason"], "WaitingForEncryptionKey");
+    let message = archiving["message"].as_str().unwrap();
+    assert!(
+        message.contains("backup-keys") && message.contains("k2") && message.contains("spec.encryption"),
+        "{message}"
+    );
+    server.expect_no_request(Duration::from_millis(100)).await;
+    task.await.unwrap().unwrap();
+}
+
 #[tokio::test]
 async fn a_schedule_that_never_archived_makes_no_archiver_request() {
     let (context, mut server) = context();

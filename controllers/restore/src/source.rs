@@ -168,6 +168,9 @@ pub fn backup_of_point_in_time(
         }
     }
     let mut backup = backup_of_run(&base)?;
+    // Segments archived since the schedule was encrypted need its keys even when the base
+    // run was not encrypted.
+    backup.key_secret = backup.key_secret.or_else(|| schedule.spec.encryption.as_ref().map(|e| e.key_secret.clone()));
     let folder = archive_path(&schedule.namespace().unwrap_or_default(), &schedule.spec.source.visitors_app, &name);
     backup.point_in_time = Some(PointInTimePlan {
         archive: schedule.spec.storage.agent_location(&folder),
@@ -340,6 +343,25 @@ mod point_in_time_tests {
         let by_gtid = PointInTimeSource { target_time: None, target_gtid: Some("0-1-60".into()), ..to_time(0) };
         let backup = backup_of_point_in_time(&schedule(archive(400), true), &runs, &by_gtid, 0, at(500)).unwrap();
         assert_eq!(backup.run.as_deref(), Some("n-2"));
+    }
+
+    /// A base run taken before the schedule was encrypted needs no key, but the segments
+    /// archived since do: the schedule's key Secret is mounted; an encrypted base's own wins.
+    #[test]
+    fn an_encrypted_schedules_keys_reach_a_restore_from_a_base_without_its_own() {
+        use visitors_api::encryption::BackupEncryption;
+        let key = |secret: &str| Some(BackupEncryption { key_secret: secret.into(), key_id: "k1".into() });
+        let mut sched = schedule(archive(400), true);
+        let plain_base = [succeeded("n-1", 100, "0-1-10")];
+        let backup = backup_of_point_in_time(&sched, &plain_base, &to_time(200), 0, at(500)).unwrap();
+        assert_eq!(backup.key_secret, None, "nothing encrypted, nothing mounted");
+        sched.spec.encryption = key("schedule-keys");
+        let backup = backup_of_point_in_time(&sched, &plain_base, &to_time(200), 0, at(500)).unwrap();
+        assert_eq!(backup.key_secret.as_deref(), Some("schedule-keys"));
+        let mut encrypted_base = plain_base.clone();
+        encrypted_base[0].spec.encryption = key("run-keys");
+        let backup = backup_of_point_in_time(&sched, &encrypted_base, &to_time(200), 0, at(500)).unwrap();
+        assert_eq!(backup.key_secret.as_deref(), Some("run-keys"));
     }
 
     #[test]

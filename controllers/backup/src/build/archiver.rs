@@ -21,6 +21,8 @@ use visitors_api::MySQLBackup;
 use visitors_api::labels::{DATABASE_LABEL, MANAGED_BY, PART_OF, SCHEDULE_LABEL};
 use visitors_api::point_in_time::archive_path;
 
+use super::job::{encrypt_args, with_encryption_key};
+
 /// The name of every child of a schedule's archiver: `<schedule>-pitr`.
 pub fn archiver_name(schedule: &MySQLBackup) -> String {
     format!("{}-pitr", schedule.name_any())
@@ -151,11 +153,12 @@ fn job(schedule: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseAccess) ->
         archive: ArchiveArgs {
             flush_seconds: u64::try_from(point_in_time.flush_seconds()).unwrap_or(5),
             replica_server_id: replica_server_id(schedule),
+            encryption: encrypt_args(schedule.spec.encryption.as_ref()),
             ..ArchiveArgs::to(agent_archive_location(schedule))
         },
     };
     let inputs = AgentInputs { traceparent: None, ..inputs.clone() };
-    let (mut metadata, mut template) = AgentJob {
+    let agent = AgentJob {
         name: name.clone(),
         namespace: namespace.clone(),
         labels: labels(schedule),
@@ -165,8 +168,8 @@ fn job(schedule: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseAccess) ->
         ..AgentJob::archiver(&inputs, &cli)
             .with_database(&schedule.spec.source.visitors_app, &namespace, access)
             .with_storage(&schedule.spec.storage, StorageAccess::ReadWrite)
-    }
-    .pod("Never");
+    };
+    let (mut metadata, mut template) = with_encryption_key(agent, schedule.spec.encryption.as_ref()).pod("Never");
     if let Some(pod) = template.spec.as_mut() {
         // Time to store what is whole after SIGTERM.
         pod.termination_grace_period_seconds = Some(30);
@@ -293,6 +296,33 @@ mod tests {
         let c = archiver(&changed, &inputs(), &access(), None).job;
         let digest = |job: &Job| job.metadata.annotations.as_ref().unwrap()[TEMPLATE_ANNOTATION].clone();
         assert_ne!(digest(&a), digest(&c), "a spec change gives a new template");
+    }
+
+    /// Segments are encrypted like the schedule's runs: to `spec.encryption.keyId`, the one key
+    /// mounted; a new key id gives a new template, so the archiver restarts with it.
+    #[test]
+    fn an_encrypted_schedules_archiver_encrypts_to_its_key_id_and_mounts_that_key_only() {
+        use visitors_api::encryption::BackupEncryption;
+        let plain = archiver(&schedule(), &inputs(), &access(), None).job;
+        let mut encrypted = schedule();
+        encrypted.spec.encryption = Some(BackupEncryption { key_secret: "backup-keys".into(), key_id: "k2".into() });
+        let job = archiver(&encrypted, &inputs(), &access(), None).job;
+        let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
+        let argv = std::iter::once("visitors-archiver".to_string()).chain(pod.containers[0].args.clone().unwrap());
+        let cli = ArchiverCli::try_parse_from(argv).unwrap();
+        assert_eq!(cli.archive.encryption.encrypt_key_id.as_deref(), Some("k2"));
+        assert_eq!(cli.archive.encryption.encrypt_key_file, Some("/etc/visitors/backup-keys/k2".into()));
+        let keys = pod.volumes.unwrap().into_iter().find(|v| v.name == "backup-keys").unwrap().secret.unwrap();
+        assert_eq!(keys.secret_name.as_deref(), Some("backup-keys"));
+        assert_eq!(keys.items.unwrap().iter().map(|i| i.key.as_str()).collect::<Vec<_>>(), ["k2"]);
+
+        encrypted.spec.encryption.as_mut().unwrap().key_id = "k3".into();
+        let rotated = archiver(&encrypted, &inputs(), &access(), None).job;
+        let digest = |job: &Job| job.metadata.annotations.as_ref().unwrap()[TEMPLATE_ANNOTATION].clone();
+        assert_ne!(digest(&job), digest(&rotated), "a rotated key restarts the archiver");
+        assert_ne!(digest(&plain), digest(&job));
+        let plain_pod = plain.spec.unwrap().template.spec.unwrap();
+        assert!(!plain_pod.containers[0].args.clone().unwrap().iter().any(|a| a.starts_with("--encrypt")));
     }
 
     #[test]

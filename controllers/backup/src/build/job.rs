@@ -4,9 +4,10 @@
 use controller_common::agent_job::{AgentInputs, AgentJob, DatabaseAccess, KEYS_MOUNT, KEYS_VOLUME, StorageAccess};
 use k8s_openapi::api::batch::v1::Job;
 use kube::{Resource, ResourceExt};
-use visitors_agent_contract::command::{BackupArgs, Command, Compression, DeleteArgs};
+use visitors_agent_contract::command::{BackupArgs, Command, Compression, DeleteArgs, EncryptArgs};
 use visitors_api::MySQLBackup;
 use visitors_api::backup::Compression as SpecCompression;
+use visitors_api::encryption::BackupEncryption;
 use visitors_api::labels::names;
 
 use super::{backup_path, run_labels};
@@ -28,15 +29,33 @@ pub const PROGRESS_INTERVAL: u64 = 30;
 /// What the agent of run `backup` does; an encrypted run encrypts to the key
 /// `spec.encryption.keyId`, mounted from its Secret (see [`backup_job`]).
 pub fn backup_command(backup: &MySQLBackup) -> Command {
-    let encryption = backup.spec.encryption.as_ref();
     Command::Backup(BackupArgs {
         compression: compression(backup.spec.compression()),
         parallelism: usize::try_from(backup.spec.parallelism()).unwrap_or(1),
         progress_interval: PROGRESS_INTERVAL,
-        encrypt_key_file: encryption.map(|e| format!("{KEYS_MOUNT}/{}", e.key_id).into()),
-        encrypt_key_id: encryption.map(|e| e.key_id.clone()),
+        encryption: encrypt_args(backup.spec.encryption.as_ref()),
         ..BackupArgs::to(agent_location(backup))
     })
+}
+
+/// The agent's arguments to encrypt what it stores to `spec.encryption`'s key, as
+/// [`with_encryption_key`] mounts it.
+pub fn encrypt_args(encryption: Option<&BackupEncryption>) -> EncryptArgs {
+    EncryptArgs {
+        encrypt_key_file: encryption.map(|e| format!("{KEYS_MOUNT}/{}", e.key_id).into()),
+        encrypt_key_id: encryption.map(|e| e.key_id.clone()),
+    }
+}
+
+/// Mounts the one key that new runs and new archive segments are encrypted with: such a pod
+/// never sees the keys of older runs.
+pub fn with_encryption_key(agent: AgentJob, encryption: Option<&BackupEncryption>) -> AgentJob {
+    match encryption {
+        Some(encryption) => {
+            agent.with_secret_files(KEYS_VOLUME, &encryption.key_secret, &[&encryption.key_id], KEYS_MOUNT)
+        }
+        None => agent,
+    }
 }
 
 fn compression(compression: SpecCompression) -> Compression {
@@ -50,13 +69,10 @@ fn compression(compression: SpecCompression) -> Compression {
 /// The Job of run `backup`, connecting to the app's MySQL as `access` says.
 pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseAccess) -> Job {
     let namespace = backup.namespace().unwrap_or_default();
-    let mut agent = AgentJob::of(inputs, backup_command(backup))
+    let agent = AgentJob::of(inputs, backup_command(backup))
         .with_database(&backup.spec.source.visitors_app, &namespace, access)
         .with_storage(&backup.spec.storage, StorageAccess::ReadWrite);
-    if let Some(encryption) = &backup.spec.encryption {
-        // The one key new runs use: a backup Job never sees the keys of older runs.
-        agent = agent.with_secret_files(KEYS_VOLUME, &encryption.key_secret, &[&encryption.key_id], KEYS_MOUNT);
-    }
+    let agent = with_encryption_key(agent, backup.spec.encryption.as_ref());
     AgentJob {
         name: job_name(backup),
         namespace: namespace.clone(),
