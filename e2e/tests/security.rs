@@ -299,27 +299,31 @@ async fn a_users_certificate_made_with_openssl_is_served_and_replacing_it_restar
 
 // ---------- 3. encrypted backups to S3 ----------
 
+/// A bucket `bucket` on a moto server, and a namespace with the app Ready and its rows, the
+/// Secret of the bucket's keys and the Secret `backup-keys` holding key `k1`; returns the
+/// `storage` of the bucket (prefix `prod`). `None` without moto.
+async fn encrypting_to_s3(client: &Client, bucket: &str) -> Option<(Moto, TestNamespace, Value)> {
+    let moto = Moto::start()?;
+    assert_eq!(moto.request("PUT", &format!("/{bucket}")).unwrap(), 200, "create the bucket");
+    let namespace = ready_app_with_claim_and_rows(client, bucket, APP, CLAIM, SEED).await;
+    let ns = namespace.name.clone();
+    let s3_keys = [("AWS_ACCESS_KEY_ID", "e2e-access-key"), ("AWS_SECRET_ACCESS_KEY", "e2e-secret-key")];
+    secret(client, &ns, "s3-keys", &s3_keys).await;
+    secret(client, &ns, "backup-keys", &[("k1", &age_identity())]).await;
+    let storage = json!({"s3": {"bucket": bucket, "prefix": "prod", "endpoint": moto.endpoint(),
+                                "forcePathStyle": true, "credentialsSecret": {"name": "s3-keys"}}});
+    Some((moto, namespace, storage))
+}
+
 #[tokio::test]
 #[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
 async fn an_encrypted_backup_to_s3_holds_no_row_in_the_clear_restores_with_its_key_and_a_wrong_key_changes_nothing() {
-    let Some(moto) = Moto::start() else { return };
-    assert_eq!(moto.request("PUT", "/e2e-encrypted").unwrap(), 200, "create the bucket");
     let client = cluster().await;
-    let namespace = ready_app_with_claim_and_rows(&client, "e2e-encrypted", APP, CLAIM, SEED).await;
+    let Some((moto, namespace, storage)) = encrypting_to_s3(&client, "e2e-encrypted").await else { return };
     let ns = namespace.name.clone();
-    secret(
-        &client,
-        &ns,
-        "s3-keys",
-        &[("AWS_ACCESS_KEY_ID", "e2e-access-key"), ("AWS_SECRET_ACCESS_KEY", "e2e-secret-key")],
-    )
-    .await;
-    secret(&client, &ns, "backup-keys", &[("k1", &age_identity())]).await;
     secret(&client, &ns, "wrong-keys", &[("k1", &age_identity())]).await;
 
     let backups = Api::<MySQLBackup>::namespaced(client.clone(), &ns);
-    let storage = json!({"s3": {"bucket": "e2e-encrypted", "prefix": "prod", "endpoint": moto.endpoint(),
-                                "forcePathStyle": true, "credentialsSecret": {"name": "s3-keys"}}});
     create(
         &backups,
         backup("sealed", json!({"storage": storage, "encryption": {"keySecret": "backup-keys", "keyId": "k1"}})),
@@ -397,22 +401,10 @@ const ARCHIVED_MARKER: &str = "e2e-archived-visitor-7c3d9b21";
 #[tokio::test]
 #[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
 async fn an_encrypted_schedules_binlog_archive_holds_no_row_in_the_clear_and_a_restore_to_a_point_replays_it() {
-    let Some(moto) = Moto::start() else { return };
-    assert_eq!(moto.request("PUT", "/e2e-sealed-archive").unwrap(), 200, "create the bucket");
     let client = cluster().await;
-    let namespace = ready_app_with_claim_and_rows(&client, "e2e-sealed-pitr", APP, CLAIM, SEED).await;
+    let Some((moto, namespace, storage)) = encrypting_to_s3(&client, "e2e-sealed-archive").await else { return };
     let ns = namespace.name.clone();
-    secret(
-        &client,
-        &ns,
-        "s3-keys",
-        &[("AWS_ACCESS_KEY_ID", "e2e-access-key"), ("AWS_SECRET_ACCESS_KEY", "e2e-secret-key")],
-    )
-    .await;
-    secret(&client, &ns, "backup-keys", &[("k1", &age_identity())]).await;
     let backups = Api::<MySQLBackup>::namespaced(client.clone(), &ns);
-    let storage = json!({"s3": {"bucket": "e2e-sealed-archive", "prefix": "prod", "endpoint": moto.endpoint(),
-                                "forcePathStyle": true, "credentialsSecret": {"name": "s3-keys"}}});
     create(
         &backups,
         backup(
