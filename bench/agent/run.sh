@@ -31,6 +31,8 @@
 # also runs the agent over TLS, verifying the CA, with its backup encrypted with age (a key
 # made by age-keygen) and restored from it: "visitors-agent (TLS + age)" beside the agent in
 # plain text, what TLS and encryption cost. Needs openssl and age (Debian packages).
+# With --repeat, the agent builds (plain, --other-agent, secure) run in reverse order every
+# second round.
 # Backups run at each zstd level of --levels (agent and mariadb-dump at the same level);
 # restores use the backups of the first level.
 # Needs: mariadb-server mariadb-client zstd mydumper time (Debian packages), and a release
@@ -209,7 +211,7 @@ run_dataset() {
   local round
   for round in $(seq 1 "$REPEAT"); do
     [[ "$REPEAT" == 1 ]] || echo "round $round of $REPEAT" >&2
-    run_round
+    run_round "$round"
   done
   best_of "$1"
 }
@@ -227,8 +229,15 @@ agent_builds() {
   fi
 }
 
+# agent_builds_of_round N: the agent builds in the order round N runs them: reversed every
+# second round, so that neither build always runs right after the other (a restore after
+# another one also pays the server's purge of the database dropped before it).
+agent_builds_of_round() {
+  if (( $1 % 2 == 0 )); then agent_builds | tac; else agent_builds; fi
+}
+
 run_round() {
-  local label path
+  local round=$1 label path
   # ---- backups ---------------------------------------------------------------------------
   for LEVEL in $LEVELS; do
     while IFS='|' read -r label path dir _ options _; do
@@ -236,7 +245,7 @@ run_round() {
       measure backup "$label (zstd -$LEVEL, $THREADS workers)" "$WORK/$dir-$LEVEL" \
         "$path" backup --to "file://$WORK/$dir-$LEVEL" "${AGENT_TCP[@]}" --database bench --parallelism "$THREADS" \
         --compression zstd --compression-level "$LEVEL" --progress-interval 0 $options
-    done < <(agent_builds)
+    done < <(agent_builds_of_round "$round")
     [[ "$DUMP" == 1 ]] || continue
     measure backup "mariadb-dump --single-transaction --quick | zstd -$LEVEL" "$WORK/dump-$LEVEL.sql.zst" \
       bash -c "mariadb-dump ${TCP[*]} --single-transaction --quick --databases bench | zstd -q -$LEVEL -o '$WORK/dump-$LEVEL.sql.zst'"
@@ -257,7 +266,7 @@ run_round() {
       "$path" restore --from "file://$WORK/$restored-$FIRST_LEVEL" "${AGENT_TCP[@]}" --parallelism "$THREADS" \
       --progress-interval 0 $options
     check_restored "$label restore"
-  done < <(agent_builds)
+  done < <(agent_builds_of_round "$round")
   if [[ "$DRILL" == 1 ]]; then
     drop_bench
     measure restore "visitors-agent verify --deep (drill, $THREADS workers)" "" \
