@@ -222,6 +222,8 @@ async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) 
         written: written.clone(),
         syncer: Arc::new(storage.syncer()),
         seal: options.encrypt.clone(),
+        // An encrypted backup's storage learns no database or table name from its paths either.
+        names: if options.encrypt.is_some() { layout::Names::opaque() } else { layout::Names::Plain },
     };
     let mut plans = Vec::with_capacity(catalogs.len());
     for catalog in catalogs {
@@ -268,6 +270,7 @@ struct Output {
     written: Written,
     syncer: Arc<Syncer>,
     seal: Option<SealKey>,
+    names: layout::Names,
 }
 
 impl Output {
@@ -294,6 +297,7 @@ async fn dump_all(
         storage: output.storage.clone(),
         written: output.written.clone(),
         syncer: output.syncer.clone(),
+        layout: output.names.clone(),
         options: options.clone(),
         progress: progress.clone(),
         names: plans.iter().map(|p| (p.name.clone(), p.tables.iter().map(|t| t.name.clone()).collect())).collect(),
@@ -378,13 +382,13 @@ async fn read_database(connector: &Connector, conn: &mut Conn, name: String) -> 
 async fn store_database(output: &Output, catalog: DatabaseCatalog) -> Result<DatabasePlan> {
     let name = catalog.name;
     let schema =
-        store_sql(output, &layout::database_schema(&name), &format!("database {name}"), &[catalog.create]).await?;
+        store_sql(output, &output.names.database_schema(&name), &format!("database {name}"), &[catalog.create]).await?;
     let mut entries = Vec::with_capacity(catalog.tables.len());
     let mut tables = Vec::with_capacity(catalog.tables.len());
     for (table, create) in catalog.tables {
         let statements = ["SET NAMES utf8mb4".to_string(), create];
         let header = format!("table {}.{}", quote_ident(&name), quote_ident(&table.name));
-        let file = store_sql(output, &layout::table_schema(&name, &table.name), &header, &statements).await?;
+        let file = store_sql(output, &output.names.table_schema(&name, &table.name), &header, &statements).await?;
         entries.push(TableEntry {
             name: table.name.clone(),
             schema: file,
@@ -400,13 +404,22 @@ async fn store_database(output: &Output, catalog: DatabaseCatalog) -> Result<Dat
     }
     let view_names = catalog.views.iter().map(|(view, _)| view.clone()).collect();
     let view_statements: Vec<String> = catalog.views.into_iter().flat_map(|(_, statements)| statements).collect();
-    let views = store_optional(output, &layout::views(&name), &format!("views of {name}"), &view_statements).await?;
-    let routines =
-        store_optional(output, &layout::routines(&name), &format!("routines of {name}"), &catalog.routines.statements)
-            .await?;
-    let triggers =
-        store_optional(output, &layout::triggers(&name), &format!("triggers of {name}"), &catalog.triggers.statements)
-            .await?;
+    let views =
+        store_optional(output, &output.names.views(&name), &format!("views of {name}"), &view_statements).await?;
+    let routines = store_optional(
+        output,
+        &output.names.routines(&name),
+        &format!("routines of {name}"),
+        &catalog.routines.statements,
+    )
+    .await?;
+    let triggers = store_optional(
+        output,
+        &output.names.triggers(&name),
+        &format!("triggers of {name}"),
+        &catalog.triggers.statements,
+    )
+    .await?;
     let entry = DatabaseEntry {
         name: name.clone(),
         schema,
@@ -542,6 +555,8 @@ struct DumpContext {
     storage: Storage,
     written: Written,
     syncer: Arc<Syncer>,
+    /// How chunk paths name their database and table.
+    layout: layout::Names,
     options: BackupOptions,
     progress: Arc<Progress>,
     /// Database names with their table names, indexed as in the tasks.
@@ -735,7 +750,8 @@ impl<'a> ChunkSequence<'a> {
         if self.open.is_none() {
             let (database, table) = self.context.names(self.task.database, self.task.table);
             let options = &self.context.options;
-            let mut path = layout::chunk(&database, &table, self.task.range, self.done.len(), options.compression);
+            let mut path =
+                self.context.layout.chunk(&database, &table, self.task.range, self.done.len(), options.compression);
             if options.encrypt.is_some() {
                 path.push_str(encryption::SUFFIX);
             }

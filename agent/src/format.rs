@@ -300,29 +300,67 @@ fn file_entry_problem(file: &FileEntry) -> Option<String> {
 }
 
 /// Backup-relative paths. Names are encoded so that any database or table name gives one
-/// safe path segment.
+/// safe path segment. Readers never rebuild a path from names: they take the manifest's.
 pub mod layout {
+    use sha2::{Digest, Sha256};
+
     use super::Compression;
 
     pub const USERS: &str = "users.sql";
 
-    pub fn database_schema(database: &str) -> String {
-        format!("{}/database.sql", segment(database))
+    /// How a backup names the folders and files of its databases and tables.
+    #[derive(Clone, Debug)]
+    pub enum Names {
+        /// The names themselves, encoded ([`segment`]).
+        Plain,
+        /// For an encrypted backup, whose storage must not learn its names either: 32 hex
+        /// digits of a SHA-256 of the name keyed with this salt, drawn for the run and never
+        /// stored (only the sealed manifest ties a name to its files).
+        Opaque([u8; 16]),
     }
-    pub fn table_schema(database: &str, table: &str) -> String {
-        format!("{}/tables/{}.sql", segment(database), segment(table))
-    }
-    pub fn chunk(database: &str, table: &str, range: usize, part: usize, compression: Compression) -> String {
-        format!("{}/data/{}/{range:05}-{part:05}.tsv{}", segment(database), segment(table), compression.extension())
-    }
-    pub fn views(database: &str) -> String {
-        format!("{}/views.sql", segment(database))
-    }
-    pub fn routines(database: &str) -> String {
-        format!("{}/routines.sql", segment(database))
-    }
-    pub fn triggers(database: &str) -> String {
-        format!("{}/triggers.sql", segment(database))
+
+    impl Names {
+        /// Opaque names with a salt of their own.
+        pub fn opaque() -> Self {
+            Names::Opaque(rand::random())
+        }
+
+        fn segment(&self, name: &str) -> String {
+            match self {
+                Names::Plain => segment(name),
+                Names::Opaque(salt) => {
+                    let digest = Sha256::new().chain_update(salt).chain_update(name.as_bytes()).finalize();
+                    hex::encode(&digest[..16])
+                }
+            }
+        }
+
+        pub fn database_schema(&self, database: &str) -> String {
+            format!("{}/database.sql", self.segment(database))
+        }
+        pub fn table_schema(&self, database: &str, table: &str) -> String {
+            format!("{}/tables/{}.sql", self.segment(database), self.segment(table))
+        }
+        pub fn chunk(
+            &self,
+            database: &str,
+            table: &str,
+            range: usize,
+            part: usize,
+            compression: Compression,
+        ) -> String {
+            let (database, table) = (self.segment(database), self.segment(table));
+            format!("{database}/data/{table}/{range:05}-{part:05}.tsv{}", compression.extension())
+        }
+        pub fn views(&self, database: &str) -> String {
+            format!("{}/views.sql", self.segment(database))
+        }
+        pub fn routines(&self, database: &str) -> String {
+            format!("{}/routines.sql", self.segment(database))
+        }
+        pub fn triggers(&self, database: &str) -> String {
+            format!("{}/triggers.sql", self.segment(database))
+        }
     }
 
     /// Keeps ASCII letters, digits, `_` and `-`; anything else becomes `@` and four hex
@@ -481,7 +519,28 @@ mod tests {
         assert_eq!(layout::segment("plain_Name-1"), "plain_Name-1");
         assert_eq!(layout::segment("a/b.c"), "a@002fb@002ec");
         assert_eq!(layout::segment("é😀"), "@00e9@d83d@de00");
-        assert_eq!(layout::table_schema("db", ".."), "db/tables/@002e@002e.sql");
+        assert_eq!(layout::Names::Plain.table_schema("db", ".."), "db/tables/@002e@002e.sql");
+    }
+
+    /// Opaque names hide the name, are stable within a run, differ between runs and between
+    /// names, and are paths the plain layout accepts too (`delete` walks them alike).
+    #[test]
+    fn opaque_names_tell_nothing_and_stay_one_path_per_name_in_a_run() {
+        let (run, other_run) = (layout::Names::opaque(), layout::Names::opaque());
+        let chunk = run.chunk("customers", "ledger", 3, 1, Compression::Zstd);
+        assert!(!chunk.contains("customers") && !chunk.contains("ledger"), "{chunk}");
+        assert_eq!(chunk, run.chunk("customers", "ledger", 3, 1, Compression::Zstd));
+        assert_ne!(chunk, other_run.chunk("customers", "ledger", 3, 1, Compression::Zstd));
+        let parts: Vec<&str> = chunk.split('/').collect();
+        assert_eq!(parts.len(), 4, "{chunk}");
+        assert!(parts[0].len() == 32 && parts[0].bytes().all(|b| b.is_ascii_hexdigit()), "{chunk}");
+        assert_eq!((parts[1], parts[3]), ("data", "00003-00001.tsv.zst"));
+        assert_ne!(run.table_schema("customers", "ledger"), run.table_schema("customers", "ledger2"));
+        assert_eq!(
+            run.database_schema("customers").split('/').next(),
+            run.table_schema("customers", "x").split('/').next(),
+            "one folder per database"
+        );
     }
 
     fn consistent_manifest() -> Manifest {

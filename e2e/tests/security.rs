@@ -336,6 +336,8 @@ async fn an_encrypted_backup_to_s3_holds_no_row_in_the_clear_restores_with_its_k
     assert!(keys.iter().any(|k| k.ends_with("manifest.json")), "{keys:?}");
     assert!(keys.len() > 2, "{keys:?}");
     for key in &keys {
+        let inside = &key[format!("prod/{ns}/{APP}/sealed/").len()..];
+        assert!(!inside.contains("e2e_rows") && !inside.contains("visitors"), "{key} names what it holds");
         let stored = moto.get("e2e-encrypted", key, "e2e-access-key", "e2e-secret-key");
         assert!(!contains(&stored, MARKER.as_bytes()), "{key} holds a row in the clear");
         assert!(!contains(&stored, b"e2e_rows"), "{key} names the table in the clear");

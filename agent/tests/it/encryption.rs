@@ -88,8 +88,10 @@ async fn an_encrypted_backup_hides_its_rows_and_restores_only_with_its_key() {
     assert!(table.chunks.len() > 1, "several chunks");
     assert_eq!(report.manifest.encryption.as_ref().map(|e| e.key_id.as_str()), Some("k1"));
 
-    // No stored file holds a row, the table's name or the account's in the clear.
+    // No stored file holds a row, the table's name or the account's in the clear, nor is
+    // named after the database or a table.
     for file in files_under(dir.path()) {
+        assert!(!file.contains("vault") && !file.contains(TABLE), "{file} is named after what it holds");
         let content = std::fs::read(dir.path().join(&file)).unwrap();
         for secret in [SECRET_ROW, TABLE, "vault_reader", "ledger_view"] {
             assert!(!content.windows(secret.len()).any(|w| w == secret.as_bytes()), "{file} holds {secret}");
@@ -181,6 +183,17 @@ async fn an_encrypted_backup_hides_its_rows_and_restores_only_with_its_key() {
         crate::restore(&with_keys(restore_options(&server, from), Some(right.path()))).await;
         assert_eq!(server.sql("SELECT COUNT(*) FROM vault.customer_ledger"), format!("{rows}\n"), "{from}");
     }
+
+    // `delete` needs no key and knows the opaque folders as the backup's own.
+    let deleted = visitors_agent::delete::run(&visitors_agent::delete::DeleteOptions {
+        location: file_location(rotated.path()),
+        s3: S3Settings::default(),
+        break_lock: false,
+    })
+    .await
+    .unwrap();
+    assert!(deleted.deleted_files > 2, "{deleted:?}");
+    assert!(!rotated.path().exists() || files_under(rotated.path()).is_empty(), "files were left");
 }
 
 /// `verify --deep` of an encrypted backup: refused without the key before the scratch server
