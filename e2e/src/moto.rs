@@ -36,63 +36,41 @@ impl Moto {
     }
 
     pub fn request(&self, method: &str, path: &str) -> std::io::Result<u16> {
+        let response = self.exchange(method, path, "")?;
+        response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| std::io::Error::other(response))
+    }
+
+    /// One HTTP/1.1 request with `body`, unsigned; the whole response.
+    fn exchange(&self, method: &str, path: &str, body: &str) -> std::io::Result<String> {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port))?;
         write!(
             stream,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.port
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.port,
+            body.len()
         )?;
         let mut response = String::new();
         stream.read_to_string(&mut response)?;
-        response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| std::io::Error::other(response))
+        Ok(response)
     }
-}
 
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Moto {
     /// From now on moto checks request signatures, against keys it knows (the test's are not).
     pub fn turn_on_authentication(&self) {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        write!(
-            stream,
-            "POST /moto-api/reset-auth HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 1\r\nConnection: close\r\n\r\n0",
-            self.port
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
+        let response = self.exchange("POST", "/moto-api/reset-auth", "0").unwrap();
         assert!(response.starts_with("HTTP/1.1 200"), "moto's reset-auth: {response}");
     }
 
     /// The keys under `prefix` in `bucket` (moto's ListObjectsV2 answer, read for `<Key>`s).
     pub fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        write!(
-            stream,
-            "GET /{bucket}?list-type=2&prefix={prefix} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
-            self.port
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
+        let response = self.exchange("GET", &format!("/{bucket}?list-type=2&prefix={prefix}"), "").unwrap();
         response
             .split("<Key>")
             .skip(1)
             .filter_map(|rest| rest.split_once("</Key>").map(|(key, _)| key.to_string()))
             .collect()
     }
-}
 
-impl Moto {
     /// The bytes of object `key` in `bucket`, read with the keys that wrote it (moto keeps an
     /// object private to the account that stored it), through boto3.
     pub fn get(&self, bucket: &str, key: &str, access_key_id: &str, secret_access_key: &str) -> Vec<u8> {
@@ -106,5 +84,12 @@ impl Moto {
             .expect("moto's python runs");
         assert!(out.status.success(), "GET {key}: {}", String::from_utf8_lossy(&out.stderr));
         out.stdout
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
