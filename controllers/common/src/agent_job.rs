@@ -227,15 +227,7 @@ impl AgentJob {
 
     /// Mounts every key of Secret `secret` read-only at `path`, one file per key.
     pub fn with_secret_dir(mut self, volume: &str, secret: &str, path: &str) -> Self {
-        self.volumes.push(Volume {
-            name: volume.into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(secret.into()),
-                default_mode: Some(0o440),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        });
+        self.volumes.push(secret_volume(volume, secret, None, 0o440));
         self.mounts.push(read_only_mount(volume, path));
         self
     }
@@ -307,13 +299,17 @@ fn secret_items_volume(name: &str, secret: &str, keys: &[&str]) -> Volume {
 /// A volume `name` of Secret `secret` holding `keys` only (one file each, named as the key), in
 /// file `mode`.
 pub fn secret_keys_volume(name: &str, secret: &str, keys: &[&str], mode: i32) -> Volume {
+    let items = keys.iter().map(|key| KeyToPath { key: (*key).into(), path: (*key).into(), mode: None }).collect();
+    secret_volume(name, secret, Some(items), mode)
+}
+
+/// A volume `name` of Secret `secret`: `items` only when given, else every key.
+fn secret_volume(name: &str, secret: &str, items: Option<Vec<KeyToPath>>, mode: i32) -> Volume {
     Volume {
         name: name.into(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(secret.into()),
-            items: Some(
-                keys.iter().map(|key| KeyToPath { key: (*key).into(), path: (*key).into(), mode: None }).collect(),
-            ),
+            items,
             default_mode: Some(mode),
             ..SecretVolumeSource::default()
         }),
