@@ -169,7 +169,7 @@ fn job(schedule: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseAccess) ->
             .with_database(&schedule.spec.source.visitors_app, &namespace, access)
             .with_storage(&schedule.spec.storage, StorageAccess::ReadWrite)
     };
-    let (mut metadata, mut template) = with_encryption_key(agent, schedule.spec.encryption.as_ref()).pod("Never");
+    let (mut metadata, mut template) = with_encryption_key(agent, schedule.spec.encryption.as_ref(), None).pod("Never");
     if let Some(pod) = template.spec.as_mut() {
         // Time to store what is whole after SIGTERM.
         pod.termination_grace_period_seconds = Some(30);

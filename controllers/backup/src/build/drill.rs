@@ -5,9 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use controller_common::agent_job::{
-    AgentInputs, AgentJob, DatabaseAccess, KEYS_MOUNT, KEYS_VOLUME, ServerTls, StorageAccess,
-};
+use controller_common::agent_job::{AgentInputs, AgentJob, DatabaseAccess, KEYS_MOUNT, ServerTls, StorageAccess};
 use controller_common::certificates::KeyedCertificate;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
@@ -24,7 +22,7 @@ use visitors_api::MySQLBackup;
 use visitors_api::drill::Drill;
 use visitors_api::visitors_app::{MYSQL_PORT, secret_keys, tls_keys};
 
-use super::job::agent_location;
+use super::job::{agent_location, with_encryption_key};
 use super::run_labels;
 
 /// Label on a drill's objects naming the run they drill.
@@ -260,10 +258,8 @@ pub fn job(run: &MySQLBackup, drill: &Drill, inputs: &AgentInputs, database_host
 /// An encrypted run's Job reads the key the run was encrypted with (the one its status names,
 /// else the spec's), and no other.
 pub fn with_run_key(run: &MySQLBackup, agent: AgentJob) -> AgentJob {
-    let Some(encryption) = &run.spec.encryption else { return agent };
-    let status = run.status.as_ref();
-    let key_id = status.and_then(|s| s.encryption_key_id.as_deref()).unwrap_or(&encryption.key_id);
-    agent.with_secret_files(KEYS_VOLUME, &encryption.key_secret, &[key_id], KEYS_MOUNT)
+    let recorded = run.status.as_ref().and_then(|s| s.encryption_key_id.as_deref());
+    with_encryption_key(agent, run.spec.encryption.as_ref(), recorded)
 }
 
 #[cfg(test)]

@@ -47,12 +47,14 @@ pub fn encrypt_args(encryption: Option<&BackupEncryption>) -> EncryptArgs {
     }
 }
 
-/// Mounts the one key that new runs and new archive segments are encrypted with: such a pod
-/// never sees the keys of older runs.
-pub fn with_encryption_key(agent: AgentJob, encryption: Option<&BackupEncryption>) -> AgentJob {
+/// Mounts one key of `encryption`'s Secret, and no other: `key_id`, else `keyId`, the one new
+/// runs and new archive segments are encrypted with. Such a pod never sees the keys of older
+/// runs.
+pub fn with_encryption_key(agent: AgentJob, encryption: Option<&BackupEncryption>, key_id: Option<&str>) -> AgentJob {
     match encryption {
         Some(encryption) => {
-            agent.with_secret_files(KEYS_VOLUME, &encryption.key_secret, &[&encryption.key_id], KEYS_MOUNT)
+            let key_id = key_id.unwrap_or(&encryption.key_id);
+            agent.with_secret_files(KEYS_VOLUME, &encryption.key_secret, &[key_id], KEYS_MOUNT)
         }
         None => agent,
     }
@@ -72,7 +74,7 @@ pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseA
     let agent = AgentJob::of(inputs, backup_command(backup))
         .with_database(&backup.spec.source.visitors_app, &namespace, access)
         .with_storage(&backup.spec.storage, StorageAccess::ReadWrite);
-    let agent = with_encryption_key(agent, backup.spec.encryption.as_ref());
+    let agent = with_encryption_key(agent, backup.spec.encryption.as_ref(), None);
     AgentJob {
         name: job_name(backup),
         namespace: namespace.clone(),
