@@ -1,7 +1,8 @@
 //! Bad input on a real cluster: what the schema can refuse is refused by the API server with
 //! the field named; what only the controller can see (a credentials Secret that does not
 //! exist) gets a condition and an Event naming it, and the app waits without a hot loop.
-//! This binary holds one test, so the controller's reconcile counter measures this app alone.
+//! This binary holds one test, and e2e/run.sh runs it alone, after every other file, so the
+//! controller's reconcile counter measures this app alone.
 
 use std::time::Duration;
 
