@@ -9,6 +9,7 @@
 //! restore controller runs them as the init and main containers of one pod, so that it can
 //! show `Running` and then `Verifying`.
 
+mod context;
 mod indexes;
 mod load;
 mod point_in_time;
@@ -28,8 +29,9 @@ use crate::mysql::{ConnectionSettings, Connector, catalog};
 use crate::storage::{S3Settings, Storage};
 use crate::verify::{load_manifest_and_sha256, verify_files, verify_object_files};
 
-pub use point_in_time::{PointInTimeOptions, REPLAYED_MARKER};
-pub use staging::{STAGED_MARKER, replaced_schema_name, staging_schema_name};
+use context::RestoreContext;
+pub use context::{REPLAYED_MARKER, STAGED_MARKER, replaced_schema_name, staging_schema_name};
+pub use point_in_time::PointInTimeOptions;
 
 /// Which part of a restore one run does.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -142,16 +144,16 @@ pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
     let checksums_comparable = server_version == manifest.server.version;
     let _ = conn.disconnect().await;
 
+    let context = RestoreContext {
+        connector: &connector,
+        storage: &storage,
+        manifest: &manifest,
+        manifest_sha256: &manifest_sha256,
+        options,
+        checksums_comparable,
+    };
     if let Some(pitr) = &options.point_in_time {
-        let restore = point_in_time::Restore {
-            connector: &connector,
-            storage: &storage,
-            manifest: &manifest,
-            manifest_sha256: &manifest_sha256,
-            options,
-            checksums_comparable,
-        };
-        let (tables, rows, replay) = restore.run(&databases, pitr).await?;
+        let (tables, rows, replay) = point_in_time::restore_to_target(&context, &databases, pitr).await?;
         if options.step != RestoreStep::StageOnly {
             let names: Vec<&str> = databases.iter().map(|d| d.name.as_str()).collect();
             restore_users_if_asked(&connector, &storage, &manifest, options, &names.join(", ")).await?;
@@ -162,18 +164,8 @@ pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
     let mut restored = Vec::new();
     let (mut tables, mut rows) = (0, 0);
     for database in &databases {
-        let context = staging::DatabaseRestore {
-            connector: &connector,
-            storage: &storage,
-            database,
-            manifest: &manifest,
-            manifest_sha256: &manifest_sha256,
-            options,
-            checksums_comparable,
-            swap_tables: None,
-        };
         let span = tracing::info_span!("restore.database", database = %database.name);
-        match context.run().instrument(span).await {
+        match context.database(database, None).run().instrument(span).await {
             Ok(loaded) => {
                 restored.push(database.name.clone());
                 tables += database.tables.len() as u64;

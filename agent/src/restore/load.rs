@@ -14,8 +14,8 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use tracing::Instrument;
 
+use super::context::{DatabaseRestore, check_staged_table};
 use super::indexes::DeferredKeys;
-use super::staging::{DatabaseRestore, check_staged_table};
 use super::{RestoreOptions, session_setup};
 use crate::error::{AgentError, Result};
 use crate::format::{ChunkEntry, Compression, DatabaseEntry, TableEntry, load_data_sql, quote_ident};
@@ -108,22 +108,21 @@ pub(super) async fn load_database(
     schema: &str,
     deferred_keys: HashMap<String, DeferredKeys>,
 ) -> Result<u64> {
-    let database = restore.database;
+    let (database, options) = (restore.database, restore.context.options);
     let planned = plan(database, schema, deferred_keys);
-    let workers = restore.options.parallelism.max(1).min(planned.queue.work.len()).max(1);
+    let workers = options.parallelism.max(1).min(planned.queue.work.len()).max(1);
     let progress = Progress::new("restore", planned.data_bytes);
-    let reporter = progress.report_every(restore.options.progress_interval);
+    let reporter = progress.report_every(options.progress_interval);
     let context = Arc::new(LoadContext {
-        connector: restore.connector.clone(),
-        storage: restore.storage.clone(),
-        compression: restore.manifest.compression,
+        connector: restore.context.connector.clone(),
+        storage: restore.context.storage.clone(),
+        compression: restore.context.manifest.compression,
         progress: progress.clone(),
         queue: Mutex::new(planned.queue),
         database: database.name.clone(),
         schema: schema.to_string(),
-        checksums_comparable: restore.checksums_comparable,
+        checksums_comparable: restore.context.checksums_comparable,
     });
-    let options = restore.options;
     let workers = (0..workers).map(|_| tokio::spawn(load_worker(context.clone(), options.clone()).in_current_span()));
     let outcomes = join_all(workers).await;
     if let Some(reporter) = reporter {

@@ -16,18 +16,18 @@ use mysql_async::prelude::Queryable;
 use serde::{Deserialize, Serialize};
 use visitors_agent_contract::summary::Replay;
 
-use super::staging::{DatabaseRestore, STAGED_MARKER, staging_schema_name};
-use super::{RestoreOptions, RestoreStep, session_setup};
+use super::context::{
+    DatabaseRestore, REPLAYED_MARKER, RestoreContext, STAGED_MARKER, has_replayed_marker, staging_schema_name,
+};
+use super::{RestoreStep, session_setup};
 use crate::binlog::event::{Format, RawEvent, Transaction, with_statement_end};
 use crate::binlog::replay::{self, DryRun, Replayer, Sink, Statement, Target, binlog_statement};
 use crate::encryption::Keyring;
 use crate::error::{AgentError, Result};
-use crate::format::{DatabaseEntry, Manifest, quote_ident};
+use crate::format::{DatabaseEntry, quote_ident};
 use crate::mysql::{Connector, catalog};
 use crate::storage::{S3Settings, Storage};
 
-/// The marker table, in a staging schema, of a copy replayed to a point in time.
-pub const REPLAYED_MARKER: &str = "visitors_restore_replayed";
 /// Row events held before they are sent in one `BINLOG` statement.
 const BINLOG_STATEMENT_BYTES: usize = 4 << 20;
 
@@ -58,208 +58,182 @@ struct TableFacts {
     checksum: Option<u64>,
 }
 
-/// What the databases of one restore share.
-pub(super) struct Restore<'a> {
-    pub connector: &'a Connector,
-    pub storage: &'a Storage,
-    pub manifest: &'a Manifest,
-    pub manifest_sha256: &'a str,
-    pub options: &'a RestoreOptions,
-    pub checksums_comparable: bool,
+/// Restores `databases` to `pitr`'s target: returns the tables and rows restored, and the
+/// replay.
+pub(super) async fn restore_to_target(
+    context: &RestoreContext<'_>,
+    databases: &[DatabaseEntry],
+    pitr: &PointInTimeOptions,
+) -> Result<(u64, u64, Replay)> {
+    match context.options.step {
+        RestoreStep::FromStage => swap_replayed(context, databases, pitr).await,
+        step => stage_and_replay(context, databases, pitr, step).await,
+    }
 }
 
-impl Restore<'_> {
-    fn database<'d>(&'d self, database: &'d DatabaseEntry, tables: Option<Vec<String>>) -> DatabaseRestore<'d> {
-        DatabaseRestore {
-            connector: self.connector,
-            storage: self.storage,
-            database,
-            manifest: self.manifest,
-            manifest_sha256: self.manifest_sha256,
-            options: self.options,
-            checksums_comparable: self.checksums_comparable,
-            swap_tables: tables,
+async fn stage_and_replay(
+    context: &RestoreContext<'_>,
+    databases: &[DatabaseEntry],
+    pitr: &PointInTimeOptions,
+    step: RestoreStep,
+) -> Result<(u64, u64, Replay)> {
+    let archive = Storage::open(&pitr.archive, &pitr.s3, false)?;
+    let plan = replay::plan(&archive, context.manifest.position.as_ref(), pitr.target.clone()).await?;
+    let schemas: HashMap<String, String> =
+        databases.iter().map(|d| (d.name.clone(), staging_schema_name(&d.name))).collect();
+    let known = server_databases(context.connector).await?;
+    // The base backup's key and the segments' may differ: a key rotated since, or an
+    // archive encrypted from a later run on.
+    let keys = Keyring::new(context.options.decrypt_keys_dir.as_deref());
+    let replayer = Replayer::new(&archive, &plan, &schemas, known, &keys);
+    let dry = replayer.run(&mut DryRun).await?;
+    tracing::info!(
+        "the archive holds {} transactions to replay to {} ({} segments, each checked against its SHA-256)",
+        dry.transactions,
+        pitr.target,
+        dry.segments
+    );
+
+    let mut staged: Vec<(DatabaseRestore<'_>, Conn)> = Vec::new();
+    for database in databases {
+        let restore = context.database(database, None);
+        match restore.open_and_stage().await {
+            Ok(conn) => staged.push((restore, conn)),
+            Err(error) => return Err(drop_all(staged, error).await),
         }
     }
+    let report = match replay_into_staging(context, &replayer).await {
+        Ok(report) => report,
+        Err(error) => return Err(drop_all(staged, error).await),
+    };
+    let replay = report.summary();
+    tracing::info!("replayed {} transactions ({} events) into the staging schemas", report.transactions, report.events);
 
-    /// Restores `databases` to `target`: returns the tables and rows restored, and the replay.
-    pub async fn run(&self, databases: &[DatabaseEntry], pitr: &PointInTimeOptions) -> Result<(u64, u64, Replay)> {
-        match self.options.step {
-            RestoreStep::FromStage => self.swap_replayed(databases, pitr).await,
-            step => self.stage_and_replay(databases, pitr, step).await,
-        }
-    }
-
-    async fn stage_and_replay(
-        &self,
-        databases: &[DatabaseEntry],
-        pitr: &PointInTimeOptions,
-        step: RestoreStep,
-    ) -> Result<(u64, u64, Replay)> {
-        let archive = Storage::open(&pitr.archive, &pitr.s3, false)?;
-        let plan = replay::plan(&archive, self.manifest.position.as_ref(), pitr.target.clone()).await?;
-        let schemas: HashMap<String, String> =
-            databases.iter().map(|d| (d.name.clone(), staging_schema_name(&d.name))).collect();
-        let known = self.server_databases().await?;
-        // The base backup's key and the segments' may differ: a key rotated since, or an
-        // archive encrypted from a later run on.
-        let keys = Keyring::new(self.options.decrypt_keys_dir.as_deref());
-        let replayer = Replayer::new(&archive, &plan, &schemas, known, &keys);
-        let dry = replayer.run(&mut DryRun).await?;
-        tracing::info!(
-            "the archive holds {} transactions to replay to {} ({} segments, each checked against its SHA-256)",
-            dry.transactions,
-            pitr.target,
-            dry.segments
-        );
-
-        let mut staged: Vec<(DatabaseRestore<'_>, Conn)> = Vec::new();
-        for database in databases {
-            let restore = self.database(database, None);
-            match restore.open_and_stage().await {
-                Ok(conn) => staged.push((restore, conn)),
-                Err(error) => return Err(self.drop_all(staged, error).await),
-            }
-        }
-        let report = match self.replay(&replayer).await {
-            Ok(report) => report,
-            Err(error) => return Err(self.drop_all(staged, error).await),
+    let (mut tables, mut rows) = (0, 0);
+    let mut swapped = Vec::new();
+    for (restore, mut conn) in staged {
+        let name = restore.database.name.clone();
+        let staging = staging_schema_name(&name);
+        let facts = match table_facts(context.connector, &mut conn, &staging).await {
+            Ok(facts) => facts,
+            Err(error) => return Err(failed_after(&swapped, restore, conn, error).await),
         };
-        let replay = report.summary();
-        tracing::info!(
-            "replayed {} transactions ({} events) into the staging schemas",
-            report.transactions,
-            report.events
-        );
-
-        let (mut tables, mut rows) = (0, 0);
-        let mut swapped = Vec::new();
-        for (restore, mut conn) in staged {
-            let name = restore.database.name.clone();
-            let staging = staging_schema_name(&name);
-            let facts = match table_facts(self.connector, &mut conn, &staging).await {
-                Ok(facts) => facts,
-                Err(error) => return Err(self.failed_after(&swapped, restore, conn, error).await),
+        tables += facts.len() as u64;
+        rows += facts.iter().map(|t| t.rows).sum::<u64>();
+        let done = if step == RestoreStep::StageOnly {
+            let copy = ReplayedCopy {
+                archive: pitr.archive.clone(),
+                target: pitr.target.to_string(),
+                replay: replay.clone(),
+                tables: facts,
             };
-            tables += facts.len() as u64;
-            rows += facts.iter().map(|t| t.rows).sum::<u64>();
-            let done = if step == RestoreStep::StageOnly {
-                let copy = ReplayedCopy {
-                    archive: pitr.archive.clone(),
-                    target: pitr.target.to_string(),
-                    replay: replay.clone(),
-                    tables: facts,
-                };
-                mark(self.connector, &mut conn, &staging, self.manifest_sha256, &copy).await
-            } else {
-                let names = facts.iter().map(|t| t.name.clone()).collect();
-                let restore = self.database(restore.database, Some(names));
-                let swapped_in = restore.swap_and_finish(&mut conn, &staging).await;
-                restore.drop_staging(&mut conn, &staging).await;
-                swapped_in
-            };
-            if let Err(error) = done {
-                return Err(self.failed_after(&swapped, restore, conn, error).await);
-            }
-            swapped.push(name);
-            let _ = conn.disconnect().await;
-        }
-        Ok((tables, rows, replay))
-    }
-
-    /// `--from-stage`: each copy replayed by `--stage-only` to this very target from this
-    /// archive, whose tables still hold what was recorded then, swapped in.
-    async fn swap_replayed(
-        &self,
-        databases: &[DatabaseEntry],
-        pitr: &PointInTimeOptions,
-    ) -> Result<(u64, u64, Replay)> {
-        let (mut tables, mut rows) = (0, 0);
-        let mut replay = None;
-        let mut swapped: Vec<String> = Vec::new();
-        for database in databases {
-            let name = &database.name;
-            let staging = staging_schema_name(name);
-            let restore = self.database(database, None);
-            let mut conn = restore.open_locked().await?;
-            let checked = async {
-                restore.check_marker(&mut conn, &staging).await?;
-                let copy = read_replayed(self.connector, &mut conn, &staging).await?;
-                let not_this = |what: String| {
-                    AgentError::VerifyMismatch(format!(
-                        "the copy of database {name} staged in {staging} was replayed {what}; run `restore --stage-only` again (database {name} was left as it was)"
-                    ))
-                };
-                let copy = copy.ok_or_else(|| not_this("by no point-in-time restore".into()))?;
-                if copy.archive != pitr.archive || copy.target != pitr.target.to_string() {
-                    return Err(not_this(format!("from {} to {}, not from {} to {}", copy.archive, copy.target, pitr.archive, pitr.target)));
-                }
-                let now = table_facts(self.connector, &mut conn, &staging).await?;
-                compare_facts(name, &staging, &copy.tables, &now)?;
-                Ok(copy)
-            }
-            .await;
-            let copy = match checked {
-                Ok(copy) => copy,
-                Err(error) => {
-                    let _ = conn.disconnect().await;
-                    return Err(partial(&swapped, error));
-                }
-            };
-            let names = copy.tables.iter().map(|t| t.name.clone()).collect();
-            let restore = self.database(database, Some(names));
-            let done = restore.swap_and_finish(&mut conn, &staging).await;
+            mark(context.connector, &mut conn, &staging, context.manifest_sha256, &copy).await
+        } else {
+            let names = facts.iter().map(|t| t.name.clone()).collect();
+            let restore = context.database(restore.database, Some(names));
+            let swapped_in = restore.swap_and_finish(&mut conn, &staging).await;
             restore.drop_staging(&mut conn, &staging).await;
-            let _ = conn.disconnect().await;
-            done.map_err(|error| partial(&swapped, error))?;
-            tracing::info!("database {name}: the replayed copy matched what was recorded and is swapped in");
-            tables += copy.tables.len() as u64;
-            rows += copy.tables.iter().map(|t| t.rows).sum::<u64>();
-            replay = Some(copy.replay);
-            swapped.push(name.clone());
+            swapped_in
+        };
+        if let Err(error) = done {
+            return Err(failed_after(&swapped, restore, conn, error).await);
         }
-        Ok((tables, rows, replay.unwrap_or_default()))
-    }
-
-    async fn server_databases(&self) -> Result<Vec<String>> {
-        let mut conn = self.connector.connect().await?;
-        let names: Vec<String> =
-            conn.query("SHOW DATABASES").await.map_err(|e| self.connector.error("listing databases", e))?;
+        swapped.push(name);
         let _ = conn.disconnect().await;
-        Ok(names)
     }
+    Ok((tables, rows, replay))
+}
 
-    async fn replay(&self, replayer: &Replayer<'_>) -> Result<replay::ReplayReport> {
-        let mut conn = self.connector.connect().await?;
-        session_setup(self.connector, &mut conn, self.options).await?;
-        let mut applier = Applier::new(self.connector, conn);
-        let report = replayer.run(&mut applier).await;
-        let _ = applier.conn.disconnect().await;
-        report
-    }
-
-    /// Drops every staged copy (their connections still hold the locks) and returns `error`.
-    async fn drop_all(&self, staged: Vec<(DatabaseRestore<'_>, Conn)>, error: AgentError) -> AgentError {
-        for (restore, mut conn) in staged {
-            restore.drop_staging(&mut conn, &staging_schema_name(&restore.database.name)).await;
-            let _ = conn.disconnect().await;
+/// `--from-stage`: each copy replayed by `--stage-only` to this very target from this
+/// archive, whose tables still hold what was recorded then, swapped in.
+async fn swap_replayed(
+    context: &RestoreContext<'_>,
+    databases: &[DatabaseEntry],
+    pitr: &PointInTimeOptions,
+) -> Result<(u64, u64, Replay)> {
+    let (mut tables, mut rows) = (0, 0);
+    let mut replay = None;
+    let mut swapped: Vec<String> = Vec::new();
+    for database in databases {
+        let name = &database.name;
+        let staging = staging_schema_name(name);
+        let restore = context.database(database, None);
+        let mut conn = restore.open_locked().await?;
+        let checked = async {
+            restore.check_marker(&mut conn, &staging).await?;
+            let copy = read_replayed(context.connector, &mut conn, &staging).await?;
+            let not_this = |what: String| {
+                AgentError::VerifyMismatch(format!(
+                    "the copy of database {name} staged in {staging} was replayed {what}; run `restore --stage-only` again (database {name} was left as it was)"
+                ))
+            };
+            let copy = copy.ok_or_else(|| not_this("by no point-in-time restore".into()))?;
+            if copy.archive != pitr.archive || copy.target != pitr.target.to_string() {
+                return Err(not_this(format!("from {} to {}, not from {} to {}", copy.archive, copy.target, pitr.archive, pitr.target)));
+            }
+            let now = table_facts(context.connector, &mut conn, &staging).await?;
+            compare_facts(name, &staging, &copy.tables, &now)?;
+            Ok(copy)
         }
-        error
+        .await;
+        let copy = match checked {
+            Ok(copy) => copy,
+            Err(error) => {
+                let _ = conn.disconnect().await;
+                return Err(partial(&swapped, error));
+            }
+        };
+        let names = copy.tables.iter().map(|t| t.name.clone()).collect();
+        let restore = context.database(database, Some(names));
+        let done = restore.swap_and_finish(&mut conn, &staging).await;
+        restore.drop_staging(&mut conn, &staging).await;
+        let _ = conn.disconnect().await;
+        done.map_err(|error| partial(&swapped, error))?;
+        tracing::info!("database {name}: the replayed copy matched what was recorded and is swapped in");
+        tables += copy.tables.len() as u64;
+        rows += copy.tables.iter().map(|t| t.rows).sum::<u64>();
+        replay = Some(copy.replay);
+        swapped.push(name.clone());
     }
+    Ok((tables, rows, replay.unwrap_or_default()))
+}
 
-    /// A failure after `swapped` were swapped in: this copy is dropped, and the error says
-    /// which databases were restored.
-    async fn failed_after(
-        &self,
-        swapped: &[String],
-        restore: DatabaseRestore<'_>,
-        mut conn: Conn,
-        error: AgentError,
-    ) -> AgentError {
+async fn server_databases(connector: &Connector) -> Result<Vec<String>> {
+    let mut conn = connector.connect().await?;
+    let names: Vec<String> = conn.query("SHOW DATABASES").await.map_err(|e| connector.error("listing databases", e))?;
+    let _ = conn.disconnect().await;
+    Ok(names)
+}
+
+async fn replay_into_staging(context: &RestoreContext<'_>, replayer: &Replayer<'_>) -> Result<replay::ReplayReport> {
+    let mut conn = context.connector.connect().await?;
+    session_setup(context.connector, &mut conn, context.options).await?;
+    let mut applier = Applier::new(context.connector, conn);
+    let report = replayer.run(&mut applier).await;
+    let _ = applier.conn.disconnect().await;
+    report
+}
+
+/// Drops every staged copy (their connections still hold the locks) and returns `error`.
+async fn drop_all(staged: Vec<(DatabaseRestore<'_>, Conn)>, error: AgentError) -> AgentError {
+    for (restore, mut conn) in staged {
         restore.drop_staging(&mut conn, &staging_schema_name(&restore.database.name)).await;
         let _ = conn.disconnect().await;
-        partial(swapped, error)
     }
+    error
+}
+
+/// A failure after `swapped` were swapped in: this copy is dropped, and the error says
+/// which databases were restored.
+async fn failed_after(
+    swapped: &[String],
+    restore: DatabaseRestore<'_>,
+    mut conn: Conn,
+    error: AgentError,
+) -> AgentError {
+    restore.drop_staging(&mut conn, &staging_schema_name(&restore.database.name)).await;
+    let _ = conn.disconnect().await;
+    partial(swapped, error)
 }
 
 fn partial(swapped: &[String], error: AgentError) -> AgentError {
@@ -335,18 +309,6 @@ async fn read_replayed(connector: &Connector, conn: &mut Conn, staging: &str) ->
         conn.query_first(sql).await.map_err(|e| connector.error("reading the replayed copy", e))?;
     let copy = text.and_then(|t| serde_json::from_str(&t).ok());
     copy.map(Some).ok_or_else(|| AgentError::VerifyMismatch(format!("{staging}.{REPLAYED_MARKER} is unreadable")))
-}
-
-/// Whether `staging` holds the record of a replay.
-pub(super) async fn has_replayed_marker(connector: &Connector, conn: &mut Conn, staging: &str) -> Result<bool> {
-    let found: Option<String> = conn
-        .exec_first(
-            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
-            (staging, REPLAYED_MARKER),
-        )
-        .await
-        .map_err(|e| connector.error("looking for the replayed copy's record", e))?;
-    Ok(found.is_some())
 }
 
 /// The [`Sink`] that replays: one session on the target server.

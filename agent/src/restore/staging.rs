@@ -15,57 +15,24 @@
 //! In two runs ([`RestoreStep`]): `--stage-only` does steps 1–2 and leaves the staging schema
 //! with a marker table written last; `--from-stage` takes the lock again, refuses a staging
 //! schema without the marker of this manifest, checks the staged tables again and does 3–4.
+//!
+//! A restore to a point in time ([`super::point_in_time`]) takes these steps too, with its
+//! replay between steps 2 and 3.
 
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
-use sha2::{Digest, Sha256};
 
 use std::collections::HashMap;
 
+use super::context::{
+    DatabaseRestore, STAGED_MARKER, check_staged_table, has_replayed_marker, lock_name, replaced_schema_name,
+    staging_schema_name,
+};
 use super::indexes::{self, DeferredKeys};
-use super::{RestoreOptions, RestoreStep, file_statements, load, run_file, session_setup};
+use super::{RestoreStep, file_statements, load, run_file, session_setup};
 use crate::error::{AgentError, Result};
-use crate::format::{DatabaseEntry, Manifest, TableEntry, quote_ident};
+use crate::format::{DatabaseEntry, quote_ident};
 use crate::mysql::{Connector, catalog};
-use crate::storage::Storage;
-
-/// The schema a restore of `database` loads into before the swap.
-pub fn staging_schema_name(database: &str) -> String {
-    format!("visitors_restore_{}", short_hash(database))
-}
-
-/// The schema that holds, for a moment after the swap, the tables `database` held before.
-pub fn replaced_schema_name(database: &str) -> String {
-    format!("visitors_replaced_{}", short_hash(database))
-}
-
-/// The table, in a staging schema, that marks it as loaded and checked by `--stage-only` from
-/// the manifest whose SHA-256 it holds. Written last: a staging schema without it is the
-/// leftover of a run that died.
-pub const STAGED_MARKER: &str = "visitors_restore_staged";
-
-fn lock_name(database: &str) -> String {
-    format!("visitors-restore:{}", short_hash(database))
-}
-
-fn short_hash(name: &str) -> String {
-    hex::encode(&Sha256::digest(name.as_bytes())[..8])
-}
-
-pub(super) struct DatabaseRestore<'a> {
-    pub connector: &'a Connector,
-    pub storage: &'a Storage,
-    pub database: &'a DatabaseEntry,
-    pub manifest: &'a Manifest,
-    /// The SHA-256 of the manifest read, recorded in (and compared with) the staged marker.
-    pub manifest_sha256: &'a str,
-    pub options: &'a RestoreOptions,
-    /// The target runs the backup's server version: `CHECKSUM TABLE` values compare.
-    pub checksums_comparable: bool,
-    /// The tables to swap in, when they are not the manifest's (a copy replayed to a point in
-    /// time may have gained or lost some).
-    pub swap_tables: Option<Vec<String>>,
-}
 
 /// What `D` held just before the swap, for `--drop-existing`.
 #[derive(Default)]
@@ -84,7 +51,7 @@ impl DatabaseRestore<'_> {
         let name = &self.database.name;
         let staging = staging_schema_name(name);
         let mut conn = self.open_locked().await?;
-        let step = self.options.step;
+        let step = self.context.options.step;
         let result = match step {
             RestoreStep::All => self.stage_and_swap(&mut conn, &staging).await,
             RestoreStep::StageOnly => self.stage_and_mark(&mut conn, &staging).await,
@@ -146,9 +113,9 @@ impl DatabaseRestore<'_> {
         let marker = format!("{}.{}", quote_ident(staging), quote_ident(STAGED_MARKER));
         let create = format!("CREATE TABLE {marker} (manifest_sha256 CHAR(64) NOT NULL)");
         self.execute(conn, &create, "marking the staged copy complete").await?;
-        conn.exec_drop(format!("INSERT INTO {marker} VALUES (?)"), (self.manifest_sha256,))
+        conn.exec_drop(format!("INSERT INTO {marker} VALUES (?)"), (self.context.manifest_sha256,))
             .await
-            .map_err(|e| self.connector.error("marking the staged copy complete", e))?;
+            .map_err(|e| self.context.connector.error("marking the staged copy complete", e))?;
         tracing::info!("database {}: staged and checked in {staging}", self.database.name);
         Ok(rows)
     }
@@ -162,7 +129,7 @@ impl DatabaseRestore<'_> {
             self.drop_schema(conn, &replaced).await?;
         }
         self.check_marker(conn, staging).await?;
-        if super::point_in_time::has_replayed_marker(self.connector, conn, staging).await? {
+        if has_replayed_marker(self.context.connector, conn, staging).await? {
             return Err(AgentError::VerifyMismatch(format!(
                 "the copy of database {name} staged in {staging} was replayed to a point in time: swap it in with the \
                  same --binlog-archive and --until as the --stage-only run (database {name} was left as it was)"
@@ -189,7 +156,7 @@ impl DatabaseRestore<'_> {
                 (staging, STAGED_MARKER),
             )
             .await
-            .map_err(|e| self.connector.error("looking for the staged copy", e))?;
+            .map_err(|e| self.context.connector.error("looking for the staged copy", e))?;
         if marked.is_none() {
             let exists = self.schema_exists(conn, staging).await?;
             let why = if exists {
@@ -200,14 +167,16 @@ impl DatabaseRestore<'_> {
             return Err(not_staged(why));
         }
         let sql = format!("SELECT manifest_sha256 FROM {}.{}", quote_ident(staging), quote_ident(STAGED_MARKER));
-        let staged_from: Option<String> =
-            conn.query_first(sql).await.map_err(|e| self.connector.error("reading the staged copy's marker", e))?;
+        let staged_from: Option<String> = conn
+            .query_first(sql)
+            .await
+            .map_err(|e| self.context.connector.error("reading the staged copy's marker", e))?;
         match staged_from {
-            Some(sha) if sha.eq_ignore_ascii_case(self.manifest_sha256) => Ok(()),
+            Some(sha) if sha.eq_ignore_ascii_case(self.context.manifest_sha256) => Ok(()),
             other => Err(not_staged(format!(
                 "{staging} was staged from a manifest with SHA-256 {}, not {}",
                 other.unwrap_or_default(),
-                self.manifest_sha256
+                self.context.manifest_sha256
             ))),
         }
     }
@@ -233,17 +202,17 @@ impl DatabaseRestore<'_> {
     }
 
     async fn session(&self) -> Result<Conn> {
-        let mut conn = self.connector.connect().await?;
-        session_setup(self.connector, &mut conn, self.options).await?;
+        let mut conn = self.context.connector.connect().await?;
+        session_setup(self.context.connector, &mut conn, self.context.options).await?;
         Ok(conn)
     }
 
     async fn execute(&self, conn: &mut Conn, sql: &str, during: &str) -> Result<()> {
-        self.connector.execute(conn, sql, during).await
+        self.context.connector.execute(conn, sql, during).await
     }
 
     async fn lock(&self, conn: &mut Conn) -> Result<()> {
-        if !take_restore_lock(self.connector, conn, &self.database.name).await? {
+        if !take_restore_lock(self.context.connector, conn, &self.database.name).await? {
             return Err(AgentError::RestoreRunning { database: self.database.name.clone() });
         }
         Ok(())
@@ -269,12 +238,12 @@ impl DatabaseRestore<'_> {
         let found: Option<String> = conn
             .exec_first("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", (schema,))
             .await
-            .map_err(|e| self.connector.error("listing databases", e))?;
+            .map_err(|e| self.context.connector.error("listing databases", e))?;
         Ok(found.is_some())
     }
 
     async fn drop_schema(&self, conn: &mut Conn, schema: &str) -> Result<()> {
-        drop_schema(self.connector, conn, schema).await
+        drop_schema(self.context.connector, conn, schema).await
     }
 
     /// The staging schema, with the database's character set and collation, and its tables;
@@ -285,13 +254,13 @@ impl DatabaseRestore<'_> {
         self.execute(conn, &format!("USE {}", quote_ident(staging)), "selecting a database").await?;
         let mut files = Vec::with_capacity(self.database.tables.len());
         for table in &self.database.tables {
-            files.push(file_statements(self.storage, &table.schema).await?);
+            files.push(file_statements(self.context.storage, &table.schema).await?);
         }
         let creates: Vec<&str> = files.iter().map(|statements| create_table_of(statements)).collect();
         let referenced = indexes::referenced_tables(creates.iter().copied());
         let mut deferred = HashMap::new();
         for (index, (table, statements)) in self.database.tables.iter().zip(&files).enumerate() {
-            let keys = (table.data_bytes >= self.options.indexes_after_load_from_bytes)
+            let keys = (table.data_bytes >= self.context.options.indexes_after_load_from_bytes)
                 .then(|| indexes::split_plain_keys(&table.name, creates[index], &referenced))
                 .flatten();
             let during = format!("running {}", table.schema.path);
@@ -312,7 +281,7 @@ impl DatabaseRestore<'_> {
     /// `database.sql`'s statement, for `schema` instead of the database.
     async fn database_statement(&self, schema: &str) -> Result<String> {
         let file = &self.database.schema;
-        let statements = file_statements(self.storage, file).await?;
+        let statements = file_statements(self.context.storage, file).await?;
         let prefix = format!("CREATE DATABASE IF NOT EXISTS {}", quote_ident(&self.database.name));
         let statement = statements.iter().find(|s| s.starts_with(&prefix)).ok_or_else(|| AgentError::BadChunk {
             file: file.path.clone(),
@@ -325,8 +294,15 @@ impl DatabaseRestore<'_> {
     /// since it was staged).
     async fn check_staged(&self, conn: &mut Conn, staging: &str) -> Result<()> {
         for table in &self.database.tables {
-            check_staged_table(self.connector, conn, &self.database.name, staging, table, self.checksums_comparable)
-                .await?;
+            check_staged_table(
+                self.context.connector,
+                conn,
+                &self.database.name,
+                staging,
+                table,
+                self.context.checksums_comparable,
+            )
+            .await?;
         }
         Ok(())
     }
@@ -339,13 +315,13 @@ impl DatabaseRestore<'_> {
         for file in [&self.database.routines, &self.database.triggers].into_iter().flatten() {
             let mut session = self.session().await?;
             self.execute(&mut session, &format!("USE {}", quote_ident(staging)), "selecting a database").await?;
-            for statement in file_statements(self.storage, file).await? {
+            for statement in file_statements(self.context.storage, file).await? {
                 let statement = trigger_moved_to(&statement, name, staging);
                 self.execute(&mut session, &statement, &format!("rehearsing {}", file.path)).await?;
             }
             let _ = session.disconnect().await;
         }
-        for trigger in catalog::trigger_names(self.connector, conn, staging).await? {
+        for trigger in catalog::trigger_names(self.context.connector, conn, staging).await? {
             let sql = format!("DROP TRIGGER {}.{}", quote_ident(staging), quote_ident(&trigger));
             self.execute(conn, &sql, "dropping a rehearsed trigger").await?;
         }
@@ -356,19 +332,19 @@ impl DatabaseRestore<'_> {
     async fn existing(&self, conn: &mut Conn) -> Result<Existing> {
         let name = &self.database.name;
         let database = self.schema_exists(conn, name).await?;
-        if !database || !self.options.drop_existing {
+        if !database || !self.context.options.drop_existing {
             return Ok(Existing { database, ..Default::default() });
         }
-        let objects = catalog::existing_objects(self.connector, conn, name).await?;
+        let objects = catalog::existing_objects(self.context.connector, conn, name).await?;
         let (views, tables): (Vec<_>, Vec<_>) = objects.into_iter().partition(|(_, kind)| kind == "VIEW");
-        let routines = catalog::routine_kinds_and_names(self.connector, conn, name).await?;
+        let routines = catalog::routine_kinds_and_names(self.context.connector, conn, name).await?;
         Ok(Existing {
             database,
             tables: tables.into_iter().map(|(table, _)| table).collect(),
             views: views.into_iter().map(|(view, _)| view).collect(),
             routines,
-            triggers: catalog::trigger_names(self.connector, conn, name).await?,
-            trigger_statements: catalog::triggers(self.connector, conn, name).await?.statements,
+            triggers: catalog::trigger_names(self.context.connector, conn, name).await?,
+            trigger_statements: catalog::triggers(self.context.connector, conn, name).await?.statements,
         })
     }
 
@@ -445,7 +421,7 @@ impl DatabaseRestore<'_> {
     async fn finish_after_swap(&self, conn: &mut Conn, existing: &Existing) -> Result<()> {
         let name = &self.database.name;
         let target = quote_ident(name);
-        if existing.database && self.options.drop_existing {
+        if existing.database && self.context.options.drop_existing {
             let create = self.database_statement(name).await?;
             let options = create.trim_start_matches(&format!("CREATE DATABASE {target}")).to_string();
             if !options.trim().is_empty() {
@@ -464,7 +440,7 @@ impl DatabaseRestore<'_> {
         self.create_views().await?;
         for file in [&self.database.routines, &self.database.triggers].into_iter().flatten() {
             let mut session = self.session().await?;
-            run_file(self.connector, &mut session, self.storage, name, file).await?;
+            run_file(self.context.connector, &mut session, self.context.storage, name, file).await?;
             let _ = session.disconnect().await;
         }
         self.drop_schema(conn, &replaced_schema_name(name)).await
@@ -474,7 +450,7 @@ impl DatabaseRestore<'_> {
     /// makes no progress.
     async fn create_views(&self) -> Result<()> {
         let Some(file) = &self.database.views else { return Ok(()) };
-        let mut pending = group_objects(file_statements(self.storage, file).await?);
+        let mut pending = group_objects(file_statements(self.context.storage, file).await?);
         while !pending.is_empty() {
             let mut failed = Vec::new();
             let mut last_error = None;
@@ -521,39 +497,6 @@ pub(super) async fn drop_staged_copies(connector: &Connector, databases: &[Strin
 
 /// Takes the restore lock of `database` for as long as `conn` lives; `false` if another
 /// connection holds it.
-/// The staged copy of `table` holds what the backup says: its row count, and its
-/// `CHECKSUM TABLE` when the backup recorded one on the same server version.
-pub(super) async fn check_staged_table(
-    connector: &Connector,
-    conn: &mut Conn,
-    database: &str,
-    staging: &str,
-    table: &TableEntry,
-    checksums_comparable: bool,
-) -> Result<()> {
-    let described = format!("the staged copy of `{database}`.`{}`", table.name);
-    let rows = catalog::count_rows(connector, conn, staging, &table.name).await?;
-    if rows != table.rows {
-        return Err(AgentError::VerifyMismatch(format!(
-            "{described} has {rows} rows, the backup {}; database {database} was left as it was",
-            table.rows
-        )));
-    }
-    let Some(expected) = table.checksum.filter(|_| checksums_comparable) else { return Ok(()) };
-    if !catalog::checksum_is_reproducible(connector, conn, staging, &table.name).await? {
-        tracing::info!("{described}: checksum not compared (generated columns make it irreproducible)");
-        return Ok(());
-    }
-    let actual = catalog::checksum_table(connector, conn, staging, &table.name).await?;
-    if actual != Some(expected) {
-        return Err(AgentError::VerifyMismatch(format!(
-            "{described} has checksum {}, the backup {expected}; database {database} was left as it was",
-            actual.unwrap_or(0)
-        )));
-    }
-    Ok(())
-}
-
 async fn take_restore_lock(connector: &Connector, conn: &mut Conn, database: &str) -> Result<bool> {
     let held: Option<Option<i64>> = conn
         .exec_first("SELECT GET_LOCK(?, 0)", (lock_name(database),))
@@ -742,16 +685,6 @@ fn free_kib_at(path: &str, disks: &[(String, u64)]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn staging_names_are_fixed_per_database_and_fit_mysql_limits() {
-        assert_eq!(staging_schema_name("shop"), staging_schema_name("shop"));
-        assert_ne!(staging_schema_name("shop"), staging_schema_name("shop2"));
-        let long = "é".repeat(64);
-        assert!(staging_schema_name(&long).len() <= 64 && replaced_schema_name(&long).len() <= 64);
-        assert!(lock_name(&long).len() <= 64);
-        assert!(staging_schema_name("shop").starts_with("visitors_restore_"));
-    }
 
     #[test]
     fn a_trigger_naming_its_database_is_rehearsed_in_the_staging_schema() {
