@@ -26,7 +26,7 @@ pub enum Operation {
     PruneArchive,
 }
 
-/// The outcome of one agent run.
+/// The outcome of one agent invocation.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentSummary {

@@ -103,30 +103,32 @@ pub struct BackupReport {
 /// Files written so far, removed if the backup fails.
 type Written = Arc<Mutex<Vec<String>>>;
 
-pub async fn run(options: &BackupOptions) -> Result<BackupReport> {
+/// Takes a backup to `options.to`, holding the location's lock file; on failure, what it
+/// wrote is removed.
+pub async fn back_up(options: &BackupOptions) -> Result<BackupReport> {
     let storage = Storage::open(&options.to, &options.s3, true)?;
     if storage.exists(MANIFEST_FILE).await? {
         return Err(AgentError::BackupExists { location: options.to.clone() });
     }
-    let run_id = run_id();
-    if !storage.create(LOCK_FILE, Bytes::from(run_id.clone())).await? {
+    let lock_token = new_lock_token();
+    if !storage.create(LOCK_FILE, Bytes::from(lock_token.clone())).await? {
         return Err(AgentError::BackupLocked {
             location: options.to.trim_end_matches('/').to_string(),
             holder: lock_holder(&storage).await,
         });
     }
     let written: Written = Arc::default();
-    let result = back_up(options, &storage, &written).await;
+    let result = write_backup(options, &storage, &written).await;
     if result.is_err() {
         // Only while holding the lock: no other run writes here.
         remove_written(&storage, &written).await;
     }
-    release_lock(&storage, &run_id).await;
+    release_lock(&storage, &lock_token).await;
     result
 }
 
-/// Who holds the lock: host, process and start time.
-fn run_id() -> String {
+/// The token written into the lock file: who holds the lock (host, process and start time).
+fn new_lock_token() -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())
@@ -153,9 +155,9 @@ async fn lock_holder(storage: &Storage) -> String {
 }
 
 /// Removes the lock if it is still ours.
-async fn release_lock(storage: &Storage, run_id: &str) {
+async fn release_lock(storage: &Storage, lock_token: &str) {
     match storage.read(LOCK_FILE).await {
-        Ok(held) if held.as_ref() == run_id.as_bytes() => {
+        Ok(held) if held.as_ref() == lock_token.as_bytes() => {
             if let Err(error) = storage.delete(LOCK_FILE).await {
                 tracing::warn!("could not remove the lock {LOCK_FILE}: {error}");
             }
@@ -181,7 +183,8 @@ struct DatabasePlan {
     entry: DatabaseEntry,
 }
 
-async fn back_up(options: &BackupOptions, storage: &Storage, written: &Written) -> Result<BackupReport> {
+/// Writes the backup, `manifest.json` last, noting each file in `written` before writing it.
+async fn write_backup(options: &BackupOptions, storage: &Storage, written: &Written) -> Result<BackupReport> {
     let started_at = jiff::Timestamp::now();
     let connector = Connector::new(options.connection.clone());
     let mut coordinator = connector.connect().await?;
@@ -305,7 +308,7 @@ async fn dump_all(
         failed: AtomicBool::new(false),
     });
     let outcomes =
-        join_all(workers.into_iter().map(|conn| tokio::spawn(run_worker(context.clone(), conn).in_current_span())))
+        join_all(workers.into_iter().map(|conn| tokio::spawn(dump_worker(context.clone(), conn).in_current_span())))
             .await;
     if let Some(reporter) = reporter {
         reporter.abort();
@@ -575,7 +578,7 @@ enum TaskResult {
 /// The error a worker returns when it stopped because another one failed.
 const STOPPED: &str = "stopped after another worker failed";
 
-async fn run_worker(context: Arc<DumpContext>, mut conn: DataConn) -> Result<Vec<TaskResult>> {
+async fn dump_worker(context: Arc<DumpContext>, mut conn: DataConn) -> Result<Vec<TaskResult>> {
     let mut results = Vec::new();
     loop {
         if context.failed.load(Ordering::Relaxed) {

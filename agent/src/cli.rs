@@ -1,6 +1,6 @@
 //! The command line: `visitors-agent backup | restore | verify | inspect | delete | archive |
-//! prune-archive`. Every run ends with the JSON summary as the last line of stdout (and in
-//! `--summary-file`), exit code 0 only on full success.
+//! prune-archive`. Every invocation ends with the JSON summary as the last line of stdout (and
+//! in `--summary-file`), exit code 0 only on full success.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -77,7 +77,7 @@ fn read_password_file(path: &PathBuf) -> Result<String> {
     Ok(text.lines().next().unwrap_or_default().to_string())
 }
 
-/// Parses arguments, runs, prints the summary and returns the exit code.
+/// Parses arguments, executes the command, prints the summary and returns the exit code.
 pub async fn main() -> i32 {
     let cli = AgentCli::parse();
     let operation = match &cli.command {
@@ -108,7 +108,7 @@ pub async fn main() -> i32 {
         location = %location,
     );
     crate::telemetry::continue_trace(&span);
-    let outcome = run(cli.command).instrument(span.clone()).await;
+    let outcome = execute(cli.command).instrument(span.clone()).await;
     if let Err(error) = &outcome {
         span.record("otel.status_code", "ERROR");
         span.record("error.kind", error.kind());
@@ -155,19 +155,20 @@ fn operation_name(command: &Command) -> &'static str {
     }
 }
 
-async fn run(command: Command) -> Result<AgentSummary> {
+/// Executes one command; its summary, or the error that ended it.
+async fn execute(command: Command) -> Result<AgentSummary> {
     match command {
-        Command::Backup(args) => run_backup(args).await,
-        Command::Restore(args) => run_restore(args).await,
-        Command::Verify(args) => run_verify(args).await,
-        Command::Inspect(args) => run_inspect(args).await,
-        Command::Delete(args) => run_delete(args).await,
-        Command::Archive(args) => run_archive(args).await,
-        Command::PruneArchive(args) => run_prune_archive(args).await,
+        Command::Backup(args) => execute_backup(args).await,
+        Command::Restore(args) => execute_restore(args).await,
+        Command::Verify(args) => execute_verify(args).await,
+        Command::Inspect(args) => execute_inspect(args).await,
+        Command::Delete(args) => execute_delete(args).await,
+        Command::Archive(args) => execute_archive(args).await,
+        Command::PruneArchive(args) => execute_prune_archive(args).await,
     }
 }
 
-async fn run_backup(args: BackupArgs) -> Result<AgentSummary> {
+async fn execute_backup(args: BackupArgs) -> Result<AgentSummary> {
     let mut options = BackupOptions::new(required_connection(&args.connection)?, args.to.clone());
     options.databases = args.connection.databases.clone();
     options.s3 = s3_settings(&args.storage);
@@ -180,7 +181,7 @@ async fn run_backup(args: BackupArgs) -> Result<AgentSummary> {
     options.users = args.users;
     options.progress_interval = Duration::from_secs(args.progress_interval);
     options.encrypt = seal_key(&args.encryption)?;
-    let report = backup::run(&options).await?;
+    let report = backup::back_up(&options).await?;
     let mut summary = manifest_summary(&report.manifest, &args.to);
     summary.stored_bytes = Some(report.manifest.stored_bytes() + report.manifest_bytes);
     summary.manifest_sha256 = Some(report.manifest_sha256);
@@ -193,7 +194,7 @@ async fn run_backup(args: BackupArgs) -> Result<AgentSummary> {
     Ok(summary)
 }
 
-async fn run_restore(args: RestoreArgs) -> Result<AgentSummary> {
+async fn execute_restore(args: RestoreArgs) -> Result<AgentSummary> {
     let mut options = RestoreOptions::new(required_connection(&args.connection)?, args.from.clone());
     options.databases = args.connection.databases.clone();
     options.s3 = s3_settings(&args.storage);
@@ -214,7 +215,7 @@ async fn run_restore(args: RestoreArgs) -> Result<AgentSummary> {
         let target = Target::parse(pitr.until_time.as_deref(), pitr.until_gtid.as_deref())?;
         options.point_in_time = Some(PointInTimeOptions { archive: archive.clone(), s3: options.s3.clone(), target });
     }
-    let report = restore::run(&options).await?;
+    let report = restore::restore(&options).await?;
     let mut summary = manifest_summary(&report.manifest, &args.from);
     summary.tables = Some(report.tables);
     summary.rows = Some(report.rows);
@@ -222,9 +223,9 @@ async fn run_restore(args: RestoreArgs) -> Result<AgentSummary> {
     Ok(summary)
 }
 
-async fn run_verify(args: VerifyArgs) -> Result<AgentSummary> {
+async fn execute_verify(args: VerifyArgs) -> Result<AgentSummary> {
     if args.deep {
-        return run_drill(args).await;
+        return execute_drill(args).await;
     }
     let options = VerifyOptions {
         from: args.from.clone(),
@@ -236,11 +237,11 @@ async fn run_verify(args: VerifyArgs) -> Result<AgentSummary> {
         parallelism: positive(args.parallelism, "--parallelism")?,
         decrypt_keys_dir: args.decrypt_keys_dir.clone(),
     };
-    let report = verify::run(&options).await?;
+    let report = verify::verify(&options).await?;
     Ok(manifest_summary(&report.manifest, &args.from))
 }
 
-async fn run_drill(args: VerifyArgs) -> Result<AgentSummary> {
+async fn execute_drill(args: VerifyArgs) -> Result<AgentSummary> {
     if !args.connection.databases.is_empty() {
         return Err(AgentError::Usage(
             "--deep restores and checks every database of the backup: drop --database".into(),
@@ -255,7 +256,7 @@ async fn run_drill(args: VerifyArgs) -> Result<AgentSummary> {
         progress_interval: std::time::Duration::from_secs(10),
         decrypt_keys_dir: args.decrypt_keys_dir.clone(),
     };
-    let report = drill::run(&options).await?;
+    let report = drill::drill(&options).await?;
     let mut summary = manifest_summary(&report.manifest, &args.from);
     summary.tables = Some(report.tables);
     summary.rows = Some(report.rows);
@@ -263,7 +264,7 @@ async fn run_drill(args: VerifyArgs) -> Result<AgentSummary> {
     Ok(summary)
 }
 
-async fn run_inspect(args: InspectArgs) -> Result<AgentSummary> {
+async fn execute_inspect(args: InspectArgs) -> Result<AgentSummary> {
     let storage = Storage::open(&args.from, &s3_settings(&args.storage), false)?;
     if storage.exists(crate::binlog::layout::ARCHIVE_FILE).await? {
         let (text, stored_bytes) = crate::binlog::layout::describe(&storage).await?;
@@ -280,10 +281,10 @@ async fn run_inspect(args: InspectArgs) -> Result<AgentSummary> {
     Ok(manifest_summary(&manifest, &args.from))
 }
 
-async fn run_delete(args: DeleteArgs) -> Result<AgentSummary> {
+async fn execute_delete(args: DeleteArgs) -> Result<AgentSummary> {
     let options =
         DeleteOptions { location: args.location.clone(), s3: s3_settings(&args.storage), break_lock: args.break_lock };
-    let report = delete::run(&options).await?;
+    let report = delete::delete(&options).await?;
     Ok(AgentSummary {
         ok: true,
         location: Some(args.location),
@@ -294,11 +295,11 @@ async fn run_delete(args: DeleteArgs) -> Result<AgentSummary> {
 }
 
 /// Archives until SIGTERM or Ctrl-C, logging the archive's state every half minute.
-async fn run_archive(args: ArchiveArgs) -> Result<AgentSummary> {
+async fn execute_archive(args: ArchiveArgs) -> Result<AgentSummary> {
     let options = archive_options(&args)?;
     let stop = crate::shutdown::on_signal();
     let mut observer = LogObserver::default();
-    archiver::run(&options, &mut observer, stop).await?;
+    archiver::archive(&options, &mut observer, stop).await?;
     Ok(AgentSummary { ok: true, location: Some(args.to), ..Default::default() })
 }
 
@@ -353,7 +354,7 @@ impl archiver::Observer for LogObserver {
     }
 }
 
-async fn run_prune_archive(args: PruneArchiveArgs) -> Result<AgentSummary> {
+async fn execute_prune_archive(args: PruneArchiveArgs) -> Result<AgentSummary> {
     let s3 = s3_settings(&args.storage);
     let backup = Storage::open(&args.before_backup, &s3, false)?;
     // The position only: an encrypted backup has it in the clear, no key is needed.

@@ -68,7 +68,7 @@ struct Inventory {
     foreign: Vec<String>,
 }
 
-pub async fn run(options: &DeleteOptions) -> Result<DeleteReport> {
+pub async fn delete(options: &DeleteOptions) -> Result<DeleteReport> {
     let text = options.location.as_str();
     let target = match Location::parse(text)? {
         Location::S3 { prefix, .. } if prefix.is_empty() => {

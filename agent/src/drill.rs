@@ -50,7 +50,7 @@ pub struct DrillReport {
     pub compare_seconds: f64,
 }
 
-pub async fn run(options: &DrillOptions) -> Result<DrillReport> {
+pub async fn drill(options: &DrillOptions) -> Result<DrillReport> {
     let storage = Storage::open(&options.from, &options.s3, false)?;
     let manifest =
         load_manifest(&storage, options.expect_manifest_sha256.as_deref(), options.decrypt_keys_dir.as_deref()).await?;
@@ -58,7 +58,7 @@ pub async fn run(options: &DrillOptions) -> Result<DrillReport> {
     refuse_a_server_that_is_not_scratch(&connector).await?;
 
     let started = Instant::now();
-    let restored = restore::run(&restore_options(options, &manifest)).await?;
+    let restored = restore::restore(&restore_options(options, &manifest)).await?;
     let restore_seconds = started.elapsed().as_secs_f64();
     tracing::info!("restored {} tables, {} rows in {restore_seconds:.1} s", restored.tables, restored.rows);
 

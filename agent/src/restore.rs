@@ -33,7 +33,7 @@ use context::RestoreContext;
 pub use context::{REPLAYED_MARKER, STAGED_MARKER, replaced_schema_name, staging_schema_name};
 pub use point_in_time::PointInTimeOptions;
 
-/// Which part of a restore one run does.
+/// Which part of a restore one invocation does.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RestoreStep {
     /// Load, check and swap in: the whole restore.
@@ -110,7 +110,7 @@ pub struct RestoreReport {
     pub replay: Option<Replay>,
 }
 
-pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
+pub async fn restore(options: &RestoreOptions) -> Result<RestoreReport> {
     let storage = Storage::open(&options.from, &options.s3, false)?;
     let (manifest, manifest_sha256) = load_manifest_and_sha256(
         &storage,
@@ -165,7 +165,7 @@ pub async fn run(options: &RestoreOptions) -> Result<RestoreReport> {
     let (mut tables, mut rows) = (0, 0);
     for database in &databases {
         let span = tracing::info_span!("restore.database", database = %database.name);
-        match context.database(database, None).run().instrument(span).await {
+        match context.database(database, None).restore().instrument(span).await {
             Ok(loaded) => {
                 restored.push(database.name.clone());
                 tables += database.tables.len() as u64;

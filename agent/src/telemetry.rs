@@ -1,8 +1,8 @@
 //! Logs on stderr and, when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans exported over
-//! OTLP/HTTP with the exporter the controllers use too (`visitors_telemetry`). A run started by
-//! a controller gets `TRACEPARENT` (W3C trace context): its spans are then children of the
-//! controller's span, in the same trace. Spans carry names of databases, tables and files,
-//! never credentials.
+//! OTLP/HTTP with the exporter the controllers use too (`visitors_telemetry`). An invocation
+//! started by a controller gets `TRACEPARENT` (W3C trace context): its spans are then
+//! children of the controller's span, in the same trace. Spans carry names of databases,
+//! tables and files, never credentials.
 
 use std::io::IsTerminal;
 
@@ -21,7 +21,7 @@ pub struct Telemetry {
 
 /// Installs the global subscriber: logs to stderr filtered by `RUST_LOG` (default `info`), and
 /// span export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (a bad endpoint is logged, and the
-/// run goes on without export).
+/// process goes on without export).
 pub fn init() -> Telemetry {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt::layer()

@@ -196,7 +196,7 @@ pub struct VerifyReport {
     pub tables_checked: u64,
 }
 
-pub async fn run(options: &VerifyOptions) -> Result<VerifyReport> {
+pub async fn verify(options: &VerifyOptions) -> Result<VerifyReport> {
     let storage = Storage::open(&options.from, &options.s3, false)?;
     let manifest =
         load_manifest(&storage, options.expect_manifest_sha256.as_deref(), options.decrypt_keys_dir.as_deref()).await?;

@@ -23,7 +23,7 @@ async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = ArchiverCli::parse();
     let telemetry = visitors_agent::telemetry::init();
-    let code = match run(cli).await {
+    let code = match archive_under_lease(cli).await {
         Ok(()) => 0,
         // Stopped cleanly on SIGTERM, but not done: its Job must not count the pod complete.
         Err(Exit::Stopped) => STOPPED,
@@ -86,7 +86,8 @@ impl From<String> for Exit {
     }
 }
 
-async fn run(cli: ArchiverCli) -> Result<(), Exit> {
+/// Takes the Lease, archives while renewing it, and releases it once archiving ends.
+async fn archive_under_lease(cli: ArchiverCli) -> Result<(), Exit> {
     let namespace = std::env::var(env::POD_NAMESPACE).map_err(|_| format!("{} is not set", env::POD_NAMESPACE))?;
     let holder = std::env::var(env::POD_NAME).map_err(|_| format!("{} is not set", env::POD_NAME))?;
     let client = kube::Client::try_default().await.map_err(|e| format!("no Kubernetes client: {e}"))?;
@@ -99,7 +100,7 @@ async fn run(cli: ArchiverCli) -> Result<(), Exit> {
     let renewing = stop.child_token();
     let mut renewer = lease.renew_in_background(renewing.clone());
     let archived = match usable_options(&cli.archive, &mut renewer, &stop).await {
-        Ok(Some(options)) => archive::run(&options, &mut renewer, stop.clone()).await,
+        Ok(Some(options)) => archive::archive(&options, &mut renewer, stop.clone()).await,
         Ok(None) => Ok(()),
         Err(error) => Err(error),
     };

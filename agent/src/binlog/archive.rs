@@ -75,7 +75,7 @@ pub trait Observer: Send {
 }
 
 /// Archives until `stop` is cancelled; returns once what was whole is stored.
-pub async fn run(options: &ArchiveOptions, observer: &mut impl Observer, stop: CancellationToken) -> Result<()> {
+pub async fn archive(options: &ArchiveOptions, observer: &mut impl Observer, stop: CancellationToken) -> Result<()> {
     let storage = Storage::open(&options.to, &options.s3, true)?;
     let mut archive = Archive::open(storage).await?;
     let connector = Connector::new(options.connection.clone());
@@ -83,7 +83,7 @@ pub async fn run(options: &ArchiveOptions, observer: &mut impl Observer, stop: C
     loop {
         // Before anything is written: whether this archiver may still write.
         observer.report(&archive.status(options, 0.0)).await?;
-        let outcome = Session::new(&mut archive, options).run(&connector, observer, &stop).await;
+        let outcome = Session::new(&mut archive, options).connect_and_archive(&connector, observer, &stop).await;
         match outcome {
             Ok(()) => return Ok(()),
             Err(error @ (AgentError::ArchiveConflict { .. } | AgentError::Usage(_) | AgentError::NotHolder(_))) => {
@@ -452,7 +452,9 @@ impl<'a> Session<'a> {
         }
     }
 
-    async fn run(
+    /// Archives over one connection until `stop` or an error ends its stream, then stores what
+    /// is whole (nothing more once another archiver may write).
+    async fn connect_and_archive(
         mut self,
         connector: &Connector,
         observer: &mut impl Observer,

@@ -300,8 +300,8 @@ impl<'a> Replayer<'a> {
         Replayer { archive, plan, schemas, known_databases, keys }
     }
 
-    /// Runs the replay into `sink`; returns what it replayed.
-    pub async fn run(&self, sink: &mut impl Sink) -> Result<ReplayReport> {
+    /// Replays the plan's transactions into `sink`; returns what it replayed.
+    pub async fn replay_into(&self, sink: &mut impl Sink) -> Result<ReplayReport> {
         let mut report = ReplayReport::default();
         let mut state = ReplayState { reached: self.plan.base_gtids.clone(), ..ReplayState::default() };
         'segments: for (index, entry) in self.plan.segments.iter().enumerate() {
@@ -497,10 +497,10 @@ impl<'a> Replayer<'a> {
             Some(staging) => requalify(&text, database, &staging),
             None => text,
         });
-        let run_in =
+        let staging =
             if restored_default { self.schemas[&schema].clone() } else { staging_of(restored[0]).unwrap_or_default() };
         let statement = Statement { sql: text, settings: session_settings(event, &query) };
-        sink.statement(&run_in, &statement).await
+        sink.statement(&staging, &statement).await
     }
 
     fn is_restored(&self, database: &str) -> bool {

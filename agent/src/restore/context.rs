@@ -38,7 +38,7 @@ fn short_hash(name: &str) -> String {
 
 /// The table, in a staging schema, that marks it as loaded and checked by `--stage-only` from
 /// the manifest whose SHA-256 it holds. Written last: a staging schema without it is the
-/// leftover of a run that died.
+/// leftover of a restore that died.
 pub const STAGED_MARKER: &str = "visitors_restore_staged";
 
 /// The marker table, in a staging schema, of a copy replayed to a point in time.

@@ -4,10 +4,10 @@
 //! whole replay runs dry: every segment it needs is read and checked against its SHA-256, and
 //! what cannot be replayed is refused, so a bad archive or target touches nothing.
 //!
-//! In two runs (`--stage-only`, then `--from-stage`), the first leaves beside each staged copy a
-//! second marker ([`REPLAYED_MARKER`]): the archive, the target, what was replayed, and each
-//! staged table's row count and checksum after the replay, which the second checks again
-//! before the swap.
+//! In two invocations (`--stage-only`, then `--from-stage`), the first leaves beside each
+//! staged copy a second marker ([`REPLAYED_MARKER`]): the archive, the target, what was
+//! replayed, and each staged table's row count and checksum after the replay, which the second
+//! checks again before the swap.
 
 use std::collections::HashMap;
 
@@ -86,7 +86,7 @@ async fn stage_and_replay(
     // archive encrypted from a later run on.
     let keys = Keyring::new(context.options.decrypt_keys_dir.as_deref());
     let replayer = Replayer::new(&archive, &plan, &schemas, known, &keys);
-    let dry = replayer.run(&mut DryRun).await?;
+    let dry = replayer.replay_into(&mut DryRun).await?;
     tracing::info!(
         "the archive holds {} transactions to replay to {} ({} segments, each checked against its SHA-256)",
         dry.transactions,
@@ -209,7 +209,7 @@ async fn replay_into_staging(context: &RestoreContext<'_>, replayer: &Replayer<'
     let mut conn = context.connector.connect().await?;
     session_setup(context.connector, &mut conn, context.options).await?;
     let mut applier = Applier::new(context.connector, conn);
-    let report = replayer.run(&mut applier).await;
+    let report = replayer.replay_into(&mut applier).await;
     let _ = applier.conn.disconnect().await;
     report
 }
@@ -289,7 +289,7 @@ async fn mark(
     conn.exec_drop(format!("INSERT INTO {replayed} VALUES (?)"), (json,))
         .await
         .map_err(|e| connector.error(during, e))?;
-    // The staged marker last: a copy without it is the leftover of a run that died.
+    // The staged marker last: a copy without it is the leftover of a restore that died.
     let marker = format!("{}.{}", quote_ident(staging), quote_ident(STAGED_MARKER));
     connector.execute(conn, &format!("CREATE TABLE {marker} (manifest_sha256 CHAR(64) NOT NULL)"), during).await?;
     conn.exec_drop(format!("INSERT INTO {marker} VALUES (?)"), (manifest_sha256,))

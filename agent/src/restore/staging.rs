@@ -1,8 +1,8 @@
 //! All-or-nothing restore of one database `D`:
 //!
 //! 1. a server lock (`GET_LOCK`, released when the connection ends, even on SIGKILL) keeps two
-//!    restores of `D` apart; a staging schema left by an earlier run that died is named in the
-//!    log and dropped;
+//!    restores of `D` apart; a staging schema left by an earlier restore that died is named in
+//!    the log and dropped;
 //! 2. the tables are created in the staging schema `visitors_restore_<hash of D>`, loaded and
 //!    checked there (row counts, `CHECKSUM TABLE` when the backup has it), and the routines and
 //!    triggers are rehearsed there;
@@ -12,9 +12,10 @@
 //!
 //! Until step 3 `D` is untouched, whatever fails and whenever the process is killed.
 //!
-//! In two runs ([`RestoreStep`]): `--stage-only` does steps 1–2 and leaves the staging schema
-//! with a marker table written last; `--from-stage` takes the lock again, refuses a staging
-//! schema without the marker of this manifest, checks the staged tables again and does 3–4.
+//! In two invocations ([`RestoreStep`]): `--stage-only` does steps 1–2 and leaves the staging
+//! schema with a marker table written last; `--from-stage` takes the lock again, refuses a
+//! staging schema without the marker of this manifest, checks the staged tables again and does
+//! 3–4.
 //!
 //! A restore to a point in time ([`super::point_in_time`]) takes these steps too, with its
 //! replay between steps 2 and 3.
@@ -46,8 +47,9 @@ struct Existing {
 }
 
 impl DatabaseRestore<'_> {
-    /// Restores the database; returns the rows loaded.
-    pub async fn run(&self) -> Result<u64> {
+    /// Restores the database, or does the part of it `options.step` asks; returns the rows
+    /// loaded (or, `--from-stage`, checked).
+    pub async fn restore(&self) -> Result<u64> {
         let name = &self.database.name;
         let staging = staging_schema_name(name);
         let mut conn = self.open_locked().await?;
@@ -219,7 +221,7 @@ impl DatabaseRestore<'_> {
     }
 
     /// Drops the staging and replaced schemas of an earlier restore of this database that
-    /// died (this run holds the lock, so no live run owns them).
+    /// died (this restore holds the lock, so no live restore owns them).
     async fn remove_leftovers(&self, conn: &mut Conn) -> Result<()> {
         let name = &self.database.name;
         for schema in [staging_schema_name(name), replaced_schema_name(name)] {
@@ -481,9 +483,10 @@ impl DatabaseRestore<'_> {
     }
 }
 
-/// Drops the staged copies of `databases`, made by a `--stage-only` run before another of its
-/// databases failed, so that a failed run leaves no staged copy behind. A copy is dropped
-/// only under its database's restore lock: one a restore started since then holds is its own.
+/// Drops the staged copies of `databases`, made by a `--stage-only` before another of its
+/// databases failed, so that a failed `--stage-only` leaves no staged copy behind. A copy is
+/// dropped only under its database's restore lock: one a restore started since then holds is
+/// its own.
 pub(super) async fn drop_staged_copies(connector: &Connector, databases: &[String]) {
     for name in databases {
         let schema = staging_schema_name(name);

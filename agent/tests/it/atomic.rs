@@ -85,7 +85,7 @@ fn agent_restore(location: &str, server: &MariaDb) -> Command {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restore_killed_mid_load_leaves_the_target_as_it_was_and_the_next_run_cleans_up() {
+async fn a_restore_killed_mid_load_leaves_the_target_as_it_was_and_the_next_restore_cleans_up() {
     let Some(server) = MariaDb::start() else { return };
     let dir = tempfile::tempdir().unwrap();
     let (_, backed_up) = backup_then_diverge(&server, dir.path()).await;
@@ -107,7 +107,7 @@ async fn a_restore_killed_mid_load_leaves_the_target_as_it_was_and_the_next_run_
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert_eq!(state(&server), before, "a killed restore changed the target");
-    assert_eq!(schemas(&server), format!("{staging}\n"), "the staging schema is left, named for the next run");
+    assert_eq!(schemas(&server), format!("{staging}\n"), "the staging schema is left, named for the next restore");
 
     let output = agent_restore(&location, &server).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -140,7 +140,7 @@ async fn a_chunk_count_edited_in_the_manifest_fails_in_staging_and_the_target_is
     std::fs::write(&path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
     let mut options = restore_options(&server, &file_location(dir.path()));
     options.drop_existing = true;
-    match restore::run(&options).await {
+    match restore::restore(&options).await {
         Err(error @ AgentError::BadChunk { .. }) => {
             assert!(error.to_string().contains("2 rows loaded"), "{error}");
             assert_eq!(error.kind(), "badChunk");
@@ -168,7 +168,7 @@ async fn a_table_checksum_edited_in_the_manifest_fails_in_staging_and_the_target
     std::fs::write(&path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
     let mut options = restore_options(&server, &file_location(dir.path()));
     options.drop_existing = true;
-    match restore::run(&options).await {
+    match restore::restore(&options).await {
         Err(error @ AgentError::VerifyMismatch(_)) => {
             let expected = format!("the staged copy of `app`.`t` has checksum {recorded}, the backup {}", recorded ^ 1);
             assert!(error.to_string().contains(&expected), "{error}");
@@ -197,7 +197,7 @@ async fn a_swap_the_server_refuses_leaves_the_target_as_it_was() {
          CREATE TABLE d.other (id INT PRIMARY KEY, p INT, CONSTRAINT fk_x FOREIGN KEY (p) REFERENCES d.other_parent (id));",
     );
     let before = server.sql("SHOW TABLES FROM d; SHOW CREATE TABLE d.other");
-    match restore::run(&restore_options(&server, &location)).await {
+    match restore::restore(&restore_options(&server, &location)).await {
         Err(error) => assert!(error.to_string().contains("swapping in the tables"), "{error}"),
         Ok(_) => panic!("the server accepted a duplicate foreign key name"),
     }
@@ -283,7 +283,7 @@ async fn a_kill_during_or_between_the_steps_leaves_the_target_as_it_was() {
     assert_eq!(schemas(&server), "", "the incomplete staged copy is dropped");
 
     // Killed between the steps (staged, never swapped): the target is as it was, and the next
-    // run names the staged copy it finds and starts afresh.
+    // restore names the staged copy it finds and starts afresh.
     let staged = agent_restore_step(&location, &server, "--stage-only").output().unwrap();
     assert!(staged.status.success(), "{}", String::from_utf8_lossy(&staged.stderr));
     assert_eq!(state(&server), before);
@@ -310,16 +310,16 @@ async fn the_second_step_refuses_a_staged_copy_changed_since_or_staged_from_anot
 
     // Nothing staged.
     options.step = restore::RestoreStep::FromStage;
-    let error = restore::run(&options).await.expect_err("nothing staged: refused");
+    let error = restore::restore(&options).await.expect_err("nothing staged: refused");
     assert!(error.to_string().contains(&format!("there is no schema {staging}")), "{error}");
     assert_eq!(state(&server), before);
 
     // A row deleted from the staged copy after it was checked.
     options.step = restore::RestoreStep::StageOnly;
-    restore::run(&options).await.expect("staging");
+    restore::restore(&options).await.expect("staging");
     server.sql(&format!("DELETE FROM `{staging}`.t WHERE id = 5"));
     options.step = restore::RestoreStep::FromStage;
-    let error = restore::run(&options).await.expect_err("a changed staged copy: refused");
+    let error = restore::restore(&options).await.expect_err("a changed staged copy: refused");
     assert_eq!(error.kind(), "verifyMismatch");
     assert!(error.to_string().contains("has 119999 rows, the backup 120000"), "{error}");
     assert_eq!(state(&server), before, "the target was touched");
@@ -327,10 +327,10 @@ async fn the_second_step_refuses_a_staged_copy_changed_since_or_staged_from_anot
 
     // A copy staged from another manifest (its SHA-256 in the marker differs).
     options.step = restore::RestoreStep::StageOnly;
-    restore::run(&options).await.expect("staging");
+    restore::restore(&options).await.expect("staging");
     server.sql(&format!("UPDATE `{staging}`.`{}` SET manifest_sha256 = REPEAT('0', 64)", restore::STAGED_MARKER));
     options.step = restore::RestoreStep::FromStage;
-    let error = restore::run(&options).await.expect_err("another manifest's copy: refused");
+    let error = restore::restore(&options).await.expect_err("another manifest's copy: refused");
     assert!(
         error.to_string().contains(&format!("was staged from a manifest with SHA-256 {}", "0".repeat(64))),
         "{error}"
@@ -353,15 +353,16 @@ async fn a_replacing_restore_over_the_same_qualified_trigger_succeeds() {
     server.sql("DELETE FROM app.t WHERE id > 100000");
     let mut options = restore_options(&server, &location);
     options.drop_existing = true;
-    restore::run(&options).await.unwrap_or_else(|e| panic!("restore failed: {e}"));
+    restore::restore(&options).await.unwrap_or_else(|e| panic!("restore failed: {e}"));
     assert_eq!(state(&server), backed_up);
     assert_eq!(schemas(&server), "");
 }
 
 /// `--stage-only` of two databases whose second fails: the first one's staged copy goes too,
-/// so a failed run leaves no staged copy behind (before, it stayed until the next restore).
+/// so a failed `--stage-only` leaves no staged copy behind (before, it stayed until the next
+/// restore).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_stage_only_run_leaves_no_staged_copy_of_any_database() {
+async fn a_failed_stage_only_leaves_no_staged_copy_of_any_database() {
     let Some(server) = MariaDb::start() else { return };
     let dir = tempfile::tempdir().unwrap();
     server.sql("CREATE DATABASE zz; CREATE TABLE zz.b (id INT PRIMARY KEY); INSERT INTO zz.b VALUES (1), (2);");
@@ -379,7 +380,7 @@ async fn a_failed_stage_only_run_leaves_no_staged_copy_of_any_database() {
     let mut options = restore_options(&server, &file_location(dir.path()));
     options.drop_existing = true;
     options.step = restore::RestoreStep::StageOnly;
-    let error = restore::run(&options).await.expect_err("zz's chunk holds 2 rows, not 3");
+    let error = restore::restore(&options).await.expect_err("zz's chunk holds 2 rows, not 3");
     assert_eq!(error.kind(), "badChunk", "{error}");
     assert_eq!(schemas(&server), "", "app's staged copy was left behind");
     assert_eq!(state(&server), before, "the target was touched");

@@ -67,16 +67,16 @@ async fn folders_of_other_files_and_links_out_are_refused_untouched() {
     std::fs::create_dir_all(others.join("shop/data/t")).unwrap();
     std::fs::write(others.join("shop/database.sql"), "CREATE DATABASE shop").unwrap();
     std::fs::write(others.join("notes.txt"), "mine").unwrap();
-    let refused = delete::run(&options(&others)).await;
+    let refused = delete::delete(&options(&others)).await;
     assert!(matches!(refused, Err(AgentError::NotABackup { .. })), "{refused:?}");
     assert_eq!(files_under(&others), ["notes.txt", "shop/database.sql"]);
 
     // Layout names only, but nothing the agent writes itself: refused too.
     std::fs::remove_file(others.join("notes.txt")).unwrap();
-    let refused = delete::run(&options(&others)).await;
+    let refused = delete::delete(&options(&others)).await;
     assert!(matches!(refused, Err(AgentError::NotABackup { .. })), "{refused:?}");
     std::fs::write(others.join(MANIFEST_FILE), r#"{"name": "a web app"}"#).unwrap();
-    let refused = delete::run(&options(&others)).await;
+    let refused = delete::delete(&options(&others)).await;
     assert!(matches!(refused, Err(AgentError::NotABackup { .. })), "{refused:?}");
     assert_eq!(files_under(&others).len(), 2);
 
@@ -87,7 +87,7 @@ async fn folders_of_other_files_and_links_out_are_refused_untouched() {
     std::fs::create_dir_all(backup.join("shop/data/t")).unwrap();
     std::fs::write(backup.join("shop/data/t/00000-00000.tsv.zst"), "x").unwrap();
     std::os::unix::fs::symlink(&outside, backup.join("shop/data/t/00000-00001.tsv.zst")).unwrap();
-    let refused = delete::run(&options(&backup)).await;
+    let refused = delete::delete(&options(&backup)).await;
     assert!(matches!(refused, Err(AgentError::NotABackup { .. })), "{refused:?}");
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep me");
     assert!(backup.join("shop/data/t/00000-00000.tsv.zst").exists());
@@ -103,11 +103,11 @@ async fn a_dead_backups_leftovers_need_break_lock_and_a_cut_delete_is_finished()
     back_up(&small_backup(&server, &file_location(&dead))).await;
     std::fs::remove_file(dead.join(MANIFEST_FILE)).unwrap();
     std::fs::write(dead.join(LOCK_FILE), "host=agent-pod pid=7 started=2026-11-23T10:00:00Z\n").unwrap();
-    let locked = delete::run(&options(&dead)).await;
+    let locked = delete::delete(&options(&dead)).await;
     assert!(matches!(locked, Err(AgentError::LocationLocked { .. })), "{locked:?}");
     assert!(locked.unwrap_err().to_string().contains("--break-lock"));
     assert!(dead.join(LOCK_FILE).exists() && files_under(&dead).len() > 2, "nothing deleted");
-    let broken = delete::run(&DeleteOptions { break_lock: true, ..options(&dead) }).await.unwrap();
+    let broken = delete::delete(&DeleteOptions { break_lock: true, ..options(&dead) }).await.unwrap();
     assert!(broken.deleted_files > 2 && broken.manifest_sha256.is_none(), "{broken:?}");
     assert!(!dead.exists());
 
@@ -121,7 +121,7 @@ async fn a_dead_backups_leftovers_need_break_lock_and_a_cut_delete_is_finished()
     }
     std::fs::write(cut.join(LOCK_FILE), "host=agent-pod pid=8 started=2026-11-23T10:00:00Z operation=delete\n")
         .unwrap();
-    let finished = delete::run(&options(&cut)).await.unwrap();
+    let finished = delete::delete(&options(&cut)).await.unwrap();
     assert!(finished.deleted_files >= 3, "{finished:?}");
     assert!(!cut.exists());
 }
@@ -163,20 +163,20 @@ async fn a_backup_in_a_bucket_is_deleted_and_other_prefixes_stay() {
     let sibling_objects = objects(&moto, sibling).await;
     assert!(objects(&moto, run).await.contains(&MANIFEST_FILE.to_string()));
 
-    let delete = |location: &str| DeleteOptions { location: location.into(), s3: s3(&moto), break_lock: false };
-    let report = delete::run(&delete(run)).await.unwrap();
+    let in_bucket = |location: &str| DeleteOptions { location: location.into(), s3: s3(&moto), break_lock: false };
+    let report = delete::delete(&in_bucket(run)).await.unwrap();
     assert!(report.deleted_files > 4 && report.manifest_sha256.is_some(), "{report:?}");
     assert_eq!(objects(&moto, run).await, Vec::<String>::new(), "the backup is gone");
     assert_eq!(objects(&moto, sibling).await, sibling_objects, "the sibling backup is untouched");
-    assert_eq!(delete::run(&delete(run)).await.unwrap().deleted_files, 0, "a repeated delete succeeds");
+    assert_eq!(delete::delete(&in_bucket(run)).await.unwrap().deleted_files, 0, "a repeated delete succeeds");
 
     for refused in ["s3://backups/prod/ns/app", "s3://backups/prod"] {
-        let outcome = delete::run(&delete(refused)).await;
+        let outcome = delete::delete(&in_bucket(refused)).await;
         assert!(matches!(outcome, Err(AgentError::NotABackup { .. })), "{refused}: {outcome:?}");
     }
-    let root = delete::run(&delete("s3://backups")).await;
+    let root = delete::delete(&in_bucket("s3://backups")).await;
     assert!(matches!(root, Err(AgentError::InvalidLocation { .. })), "{root:?}");
     assert_eq!(objects(&moto, sibling).await, sibling_objects, "refusals delete nothing");
-    let missing = delete::run(&delete("s3://no-such-bucket/run")).await;
+    let missing = delete::delete(&in_bucket("s3://no-such-bucket/run")).await;
     assert!(matches!(missing, Err(AgentError::MissingBucket { .. })), "{missing:?}");
 }

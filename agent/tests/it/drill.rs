@@ -27,7 +27,7 @@ fn drill_options(server: &MariaDb, from: &str, expect_manifest_sha256: Option<St
 }
 
 async fn drill(server: &MariaDb, from: &str, expect: Option<String>) -> visitors_agent::Result<DrillReport> {
-    drill::run(&drill_options(server, from, expect)).await
+    drill::drill(&drill_options(server, from, expect)).await
 }
 
 /// A backup of every column type, with views, routines, triggers and an account.

@@ -110,7 +110,7 @@ async fn an_encrypted_backup_hides_its_rows_and_restores_only_with_its_key() {
     // No keys directory, or none holding k1 (k2 is there, k1's identity under another id).
     let others = keys_dir(&[("k2", &k2), ("k1-old", &k1)]);
     for keys in [None, Some(others.path())] {
-        match restore::run(&restore_from(keys)).await {
+        match restore::restore(&restore_from(keys)).await {
             Err(error @ AgentError::EncryptionKeyMissing { .. }) => {
                 assert_eq!(error.kind(), "encryptionKeyMissing");
                 assert!(error.to_string().contains("key 'k1'"), "{error}");
@@ -120,7 +120,7 @@ async fn an_encrypted_backup_hides_its_rows_and_restores_only_with_its_key() {
     }
     // A file named k1 that is another key.
     let wrong = keys_dir(&[("k1", &stranger)]);
-    match restore::run(&restore_from(Some(wrong.path()))).await {
+    match restore::restore(&restore_from(Some(wrong.path()))).await {
         Err(error @ AgentError::EncryptionKeyWrong { .. }) => {
             assert_eq!(
                 error.to_string(),
@@ -140,7 +140,7 @@ async fn an_encrypted_backup_hides_its_rows_and_restores_only_with_its_key() {
     let middle = flipped.len() / 2;
     flipped[middle] ^= 0x20;
     std::fs::write(&chunk_path, &flipped).unwrap();
-    match restore::run(&restore_from(Some(right.path()))).await {
+    match restore::restore(&restore_from(Some(right.path()))).await {
         Err(error @ AgentError::ChecksumMismatch { .. }) => {
             assert!(error.to_string().contains(&table.chunks[0].file.path), "{error}")
         }
@@ -185,7 +185,7 @@ async fn an_encrypted_backup_hides_its_rows_and_restores_only_with_its_key() {
     }
 
     // `delete` needs no key and knows the opaque folders as the backup's own.
-    let deleted = visitors_agent::delete::run(&visitors_agent::delete::DeleteOptions {
+    let deleted = visitors_agent::delete::delete(&visitors_agent::delete::DeleteOptions {
         location: file_location(rotated.path()),
         s3: S3Settings::default(),
         break_lock: false,
@@ -220,13 +220,13 @@ async fn a_drill_of_an_encrypted_backup_needs_its_key() {
         progress_interval: Duration::ZERO,
         decrypt_keys_dir: keys,
     };
-    let error = drill::run(&drill_options(None)).await.unwrap_err();
+    let error = drill::drill(&drill_options(None)).await.unwrap_err();
     assert_eq!(error.kind(), "encryptionKeyMissing", "{error}");
     assert!(error.to_string().contains("key 'nightly.k1'"), "{error}");
     assert!(!vault_exists(&scratch), "a refused drill touched the scratch server");
 
     let keys = keys_dir(&[("nightly.k1", &identity)]);
-    let report = drill::run(&drill_options(Some(keys.path().to_path_buf()))).await.expect("the drill passes");
+    let report = drill::drill(&drill_options(Some(keys.path().to_path_buf()))).await.expect("the drill passes");
     assert_eq!((report.tables, report.rows), (1, 6000));
     assert_eq!(report.manifest.encryption.as_ref().map(|e| e.key_id.as_str()), Some("nightly.k1"));
 }

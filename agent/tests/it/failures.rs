@@ -104,13 +104,13 @@ async fn unreachable_server_and_missing_database_are_told_apart() {
     settings.port = free_port();
     let mut options = small_backup(&server, &file_location(dir.path()));
     options.connection = settings;
-    match backup::run(&options).await {
+    match backup::back_up(&options).await {
         Err(error @ AgentError::Unreachable { .. }) => assert!(error.to_string().contains("--host and --port")),
         other => panic!("expected unreachable, got {:?}", other.err()),
     }
     let mut options = small_backup(&server, &file_location(dir.path()));
     options.databases = vec!["does_not_exist".into()];
-    match backup::run(&options).await {
+    match backup::back_up(&options).await {
         Err(error @ AgentError::MissingDatabase(_)) => assert!(error.to_string().contains("'does_not_exist'")),
         other => panic!("expected a missing database, got {:?}", other.err()),
     }
@@ -125,7 +125,7 @@ async fn a_server_killed_mid_backup_leaves_no_manifest_and_no_files() {
     let mut options = small_backup(&server, &file_location(dir.path()));
     options.compression = visitors_agent::format::Compression::None;
     options.parallelism = 1;
-    let running = tokio::spawn(async move { backup::run(&options).await });
+    let running = tokio::spawn(async move { backup::back_up(&options).await });
     // Kill the server once the first data chunk is complete (staged files have a '#').
     let data_dir = dir.path().join("big").join("data").join("t");
     loop {
@@ -187,7 +187,7 @@ async fn a_full_volume_is_named_and_cleaned_up() {
     let target = volume.dir.path().join("backup");
     let mut options = small_backup(&server, &file_location(&target));
     options.compression = visitors_agent::format::Compression::None;
-    match backup::run(&options).await {
+    match backup::back_up(&options).await {
         Err(error @ AgentError::DiskFull { .. }) => assert!(error.to_string().contains("no space left"), "{error}"),
         other => panic!("expected a full disk, got {:?}", other.err()),
     }
@@ -203,7 +203,7 @@ async fn a_server_killed_mid_restore_is_a_lost_connection() {
     server.sql("DROP DATABASE big");
     let mut options = crate::restore_options(&server, &file_location(dir.path()));
     options.parallelism = 1;
-    let running = tokio::spawn(async move { visitors_agent::restore::run(&options).await });
+    let running = tokio::spawn(async move { visitors_agent::restore::restore(&options).await });
     // Kill the server once loading has begun: the staged table exists and holds rows.
     while !server
         .sql("SELECT COUNT(*) > 0 FROM information_schema.TABLES WHERE TABLE_NAME = 't' AND TABLE_ROWS > 0")

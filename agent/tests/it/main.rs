@@ -48,11 +48,11 @@ pub fn restore_options(server: &MariaDb, from: &str) -> RestoreOptions {
 }
 
 pub async fn back_up(options: &BackupOptions) -> backup::BackupReport {
-    backup::run(options).await.unwrap_or_else(|e| panic!("backup failed: {e}"))
+    backup::back_up(options).await.unwrap_or_else(|e| panic!("backup failed: {e}"))
 }
 
 pub async fn restore(options: &RestoreOptions) -> restore::RestoreReport {
-    restore::run(options).await.unwrap_or_else(|e| panic!("restore failed: {e}"))
+    restore::restore(options).await.unwrap_or_else(|e| panic!("restore failed: {e}"))
 }
 
 pub fn hex_sha256(data: &[u8]) -> String {
@@ -90,7 +90,7 @@ pub async fn verify_with_checksums(server: &MariaDb, from: &str) -> visitors_age
         parallelism: 2,
         decrypt_keys_dir: None,
     };
-    verify::run(&options).await.map(|_| ())
+    verify::verify(&options).await.map(|_| ())
 }
 
 /// A database `big` with one table of 120,000 rows of 250 bytes: long enough to kill a server

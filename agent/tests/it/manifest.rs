@@ -76,7 +76,7 @@ async fn a_manifest_edited_consistently_is_refused_by_its_sha256_before_anything
     let mut options = restore_options(&server, &location);
     options.drop_existing = true;
     options.expect_manifest_sha256 = Some(report.manifest_sha256.clone());
-    match restore::run(&options).await {
+    match restore::restore(&options).await {
         Err(error @ AgentError::ManifestChanged { .. }) => {
             assert_eq!(error.kind(), "checksumMismatch");
             let text = error.to_string();
@@ -86,7 +86,7 @@ async fn a_manifest_edited_consistently_is_refused_by_its_sha256_before_anything
     }
     assert_eq!(target_state(&server), before, "the target was touched");
 
-    match verify::run(&verify_options(&location, Some(report.manifest_sha256.to_uppercase()))).await {
+    match verify::verify(&verify_options(&location, Some(report.manifest_sha256.to_uppercase()))).await {
         Err(error @ AgentError::ManifestChanged { .. }) => assert_eq!(error.kind(), "checksumMismatch"),
         other => panic!("expected verify to refuse the edited manifest, got {:?}", other.err()),
     }
@@ -101,12 +101,12 @@ async fn a_table_count_that_differs_from_its_chunks_is_refused_by_restore_and_ve
     let report = backup_then_diverge(&server, dir.path()).await;
     let location = file_location(dir.path());
     // Unedited, the expected SHA-256 (in upper case too) passes.
-    verify::run(&verify_options(&location, Some(report.manifest_sha256.to_uppercase()))).await.unwrap();
+    verify::verify(&verify_options(&location, Some(report.manifest_sha256.to_uppercase()))).await.unwrap();
     let before = target_state(&server);
     edit_manifest(dir.path(), |manifest| small_table(manifest)["rows"] = 12.into());
     let mut options = restore_options(&server, &location);
     options.drop_existing = true;
-    match restore::run(&options).await {
+    match restore::restore(&options).await {
         Err(error @ AgentError::ManifestInvalid { .. }) => {
             let text = error.to_string();
             assert!(text.contains("table `kept`.`small` has 12 rows, its chunks 11"), "{text}");
@@ -115,7 +115,7 @@ async fn a_table_count_that_differs_from_its_chunks_is_refused_by_restore_and_ve
         other => panic!("expected the inconsistent manifest to be refused, got {:?}", other.err()),
     }
     assert_eq!(target_state(&server), before, "the target was touched");
-    match verify::run(&verify_options(&location, None)).await {
+    match verify::verify(&verify_options(&location, None)).await {
         Err(error @ AgentError::ManifestInvalid { .. }) => assert_eq!(error.kind(), "manifestInvalid"),
         other => panic!("expected verify to refuse the inconsistent manifest, got {:?}", other.err()),
     }
@@ -128,7 +128,7 @@ async fn the_cli_checks_the_expected_manifest_sha256() {
     let dir = tempfile::tempdir().unwrap();
     let report = backup_then_diverge(&server, dir.path()).await;
     let location = file_location(dir.path());
-    let run = |value: &str| {
+    let verify_expecting = |value: &str| {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_visitors-agent"))
             .args(["verify", "--from", &location, "--expect-manifest-sha256", value])
             .output()
@@ -138,11 +138,11 @@ async fn the_cli_checks_the_expected_manifest_sha256() {
             serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
         (output.status.code().unwrap(), summary)
     };
-    let (code, summary) = run(&report.manifest_sha256);
+    let (code, summary) = verify_expecting(&report.manifest_sha256);
     assert_eq!((code, summary.ok), (0, true), "{:?}", summary.error);
-    let (code, summary) = run("not-hex");
+    let (code, summary) = verify_expecting("not-hex");
     assert_eq!((code, summary.error_kind.as_deref()), (1, Some("usage")));
-    let (code, summary) = run(&"0".repeat(64));
+    let (code, summary) = verify_expecting(&"0".repeat(64));
     assert_eq!((code, summary.error_kind.as_deref()), (1, Some("checksumMismatch")));
     assert!(summary.error.unwrap().contains("the backup run recorded 0000"));
 }

@@ -69,7 +69,7 @@ impl Archiver {
         let stop = CancellationToken::new();
         let reports = Reports::default();
         let (token, mut observer) = (stop.clone(), reports.clone());
-        let task = tokio::spawn(async move { archive::run(&options, &mut observer, token).await });
+        let task = tokio::spawn(async move { archive::archive(&options, &mut observer, token).await });
         Archiver { stop, task, reports }
     }
 
@@ -123,7 +123,7 @@ async fn restore_to(
     let mut options = restore_options(server, base);
     options.drop_existing = true;
     options.point_in_time = Some(PointInTimeOptions { archive: archive.to_string(), s3: Default::default(), target });
-    restore::run(&options).await
+    restore::restore(&options).await
 }
 
 const APP: &str =
@@ -508,7 +508,7 @@ async fn a_server_requiring_tls_is_archived_and_replayed_over_tls() {
     options.connection = server.settings_with(tls);
     options.drop_existing = true;
     options.point_in_time = Some(PointInTimeOptions { archive, s3: Default::default(), target: Target::Time(written) });
-    let report = restore::run(&options).await.unwrap();
+    let report = restore::restore(&options).await.unwrap();
     assert_eq!(report.replay.unwrap().transactions, 1);
     assert_eq!(server.sql("SELECT COUNT(*) FROM app.t").trim(), "2");
 }
@@ -570,7 +570,7 @@ async fn an_encrypted_archive_hides_its_rows_and_replays_only_with_every_key_it_
             target: Target::Time(written),
         });
         async move {
-            let result = restore::run(&options).await;
+            let result = restore::restore(&options).await;
             drop(keys);
             result
         }

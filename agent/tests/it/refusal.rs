@@ -41,20 +41,20 @@ async fn corrupt_missing_or_truncated_files_are_refused_by_name() {
     let middle = flipped.len() / 2;
     flipped[middle] ^= 0x01;
     std::fs::write(&chunk_path, &flipped).unwrap();
-    match restore::run(&options).await {
+    match restore::restore(&options).await {
         Err(error @ AgentError::ChecksumMismatch { .. }) => assert!(error.to_string().contains(&last_chunk), "{error}"),
         other => panic!("expected a checksum mismatch, got {:?}", other.err()),
     }
     assert!(!database_exists(&server), "the database was touched");
 
     std::fs::write(&chunk_path, &original[..original.len() - 1]).unwrap();
-    match restore::run(&options).await {
+    match restore::restore(&options).await {
         Err(error @ AgentError::SizeMismatch { .. }) => assert!(error.to_string().contains(&last_chunk), "{error}"),
         other => panic!("expected a size mismatch, got {:?}", other.err()),
     }
 
     std::fs::remove_file(&chunk_path).unwrap();
-    match restore::run(&options).await {
+    match restore::restore(&options).await {
         Err(error @ AgentError::FileMissing { .. }) => assert!(error.to_string().contains(&last_chunk), "{error}"),
         other => panic!("expected a missing file, got {:?}", other.err()),
     }
@@ -62,7 +62,7 @@ async fn corrupt_missing_or_truncated_files_are_refused_by_name() {
 
     std::fs::write(&chunk_path, &original).unwrap();
     std::fs::remove_file(dir.path().join(MANIFEST_FILE)).unwrap();
-    match restore::run(&options).await {
+    match restore::restore(&options).await {
         Err(error @ AgentError::ManifestMissing { .. }) => {
             assert!(error.to_string().contains("manifest.json"), "{error}")
         }
@@ -79,12 +79,12 @@ async fn restore_refuses_to_overwrite_tables_unless_asked_to_drop() {
     back_up(&small_backup(&server, &file_location(dir.path()))).await;
     server.sql("DELETE FROM kept.t WHERE id > 10");
     let mut options = restore_options(&server, &file_location(dir.path()));
-    match restore::run(&options).await {
+    match restore::restore(&options).await {
         Err(error @ AgentError::TableExists { .. }) => assert!(error.to_string().contains("`kept`.`t`"), "{error}"),
         other => panic!("expected a refusal, got {:?}", other.err()),
     }
     options.drop_existing = true;
-    restore::run(&options).await.unwrap();
+    restore::restore(&options).await.unwrap();
     assert_eq!(server.sql("SELECT COUNT(*) FROM kept.t"), "3000\n");
 }
 
@@ -96,6 +96,6 @@ async fn a_second_backup_to_the_same_location_is_refused() {
     let options = small_backup(&server, &file_location(dir.path()));
     back_up(&options).await;
     let manifest_before = std::fs::read(dir.path().join(MANIFEST_FILE)).unwrap();
-    assert!(matches!(visitors_agent::backup::run(&options).await, Err(AgentError::BackupExists { .. })));
+    assert!(matches!(visitors_agent::backup::back_up(&options).await, Err(AgentError::BackupExists { .. })));
     assert_eq!(std::fs::read(dir.path().join(MANIFEST_FILE)).unwrap(), manifest_before);
 }

@@ -45,7 +45,7 @@ async fn backups_go_to_a_bucket_and_come_back() {
 
     let mut missing = restore_options(&server, "s3://backups/visitors/never-taken");
     missing.s3 = settings(&moto, SECRET);
-    assert!(matches!(restore::run(&missing).await, Err(AgentError::ManifestMissing { .. })));
+    assert!(matches!(restore::restore(&missing).await, Err(AgentError::ManifestMissing { .. })));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +56,7 @@ async fn a_missing_bucket_and_rejected_credentials_are_named() {
 
     let mut options = small_backup(&server, "s3://no-such-bucket/x");
     options.s3 = settings(&moto, SECRET);
-    match backup::run(&options).await {
+    match backup::back_up(&options).await {
         Err(error @ AgentError::MissingBucket { .. }) => {
             assert!(error.to_string().contains("'no-such-bucket'"), "{error}")
         }
@@ -64,14 +64,14 @@ async fn a_missing_bucket_and_rejected_credentials_are_named() {
     }
     let mut restore_opts = restore_options(&server, "s3://no-such-bucket/x");
     restore_opts.s3 = settings(&moto, SECRET);
-    assert!(matches!(restore::run(&restore_opts).await, Err(AgentError::MissingBucket { .. })));
+    assert!(matches!(restore::restore(&restore_opts).await, Err(AgentError::MissingBucket { .. })));
 
     moto.create_bucket("locked");
     moto.require_signatures();
     let wrong_secret = "wrong-secret-value-xyz";
     let mut options = small_backup(&server, "s3://locked/x");
     options.s3 = settings(&moto, wrong_secret);
-    match backup::run(&options).await {
+    match backup::back_up(&options).await {
         Err(error @ AgentError::StorageCredentialsRejected { .. }) => {
             let text = error.to_string();
             assert!(text.contains("AWS_SECRET_ACCESS_KEY") && !text.contains(wrong_secret), "{text}");

@@ -40,7 +40,7 @@ async fn unsupported_table_types_fail_the_backup_before_it_writes() {
          CREATE SEQUENCE d.s1;",
     );
     let dir = tempfile::tempdir().unwrap();
-    match backup::run(&small_backup(&server, &file_location(dir.path()))).await {
+    match backup::back_up(&small_backup(&server, &file_location(dir.path()))).await {
         Err(error @ AgentError::UnsupportedTables(_)) => {
             let text = error.to_string();
             assert!(text.contains("d.t1 is a SYSTEM VERSIONED table"), "{text}");
@@ -121,7 +121,7 @@ async fn a_chunk_whose_rows_raise_warnings_is_rolled_back_and_named() {
     let mut restore_opts = restore_options(&server, &location);
     restore_opts.drop_existing = true;
     restore_opts.parallelism = 1;
-    match visitors_agent::restore::run(&restore_opts).await {
+    match visitors_agent::restore::restore(&restore_opts).await {
         Err(error @ AgentError::BadChunk { .. }) => {
             let text = error.to_string();
             let chunk = &table.chunks[0].file.path;
@@ -149,7 +149,7 @@ async fn drop_existing_checks_local_infile_before_dropping_anything() {
     server.sql("INSERT INTO kept.t VALUES (1000); SET GLOBAL local_infile = 0;");
     let mut options = restore_options(&server, &location);
     options.drop_existing = true;
-    match visitors_agent::restore::run(&options).await {
+    match visitors_agent::restore::restore(&options).await {
         Err(AgentError::LocalInfileDisabled) => {}
         other => panic!("expected local_infile to be refused, got {:?}", other.err()),
     }
@@ -167,7 +167,7 @@ async fn a_held_lock_refuses_a_second_backup_to_the_same_location() {
     let dir = tempfile::tempdir().unwrap();
     let location = file_location(dir.path());
     std::fs::write(dir.path().join(LOCK_FILE), "host=other-host pid=4242 started=2026-11-23T10:00:00Z\n").unwrap();
-    match backup::run(&small_backup(&server, &location)).await {
+    match backup::back_up(&small_backup(&server, &location)).await {
         Err(error @ AgentError::BackupLocked { .. }) => {
             let text = error.to_string();
             assert!(text.contains("another backup is writing to this location"), "{text}");

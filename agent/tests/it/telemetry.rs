@@ -1,6 +1,6 @@
-//! A run started with `TRACEPARENT` and `OTEL_EXPORTER_OTLP_ENDPOINT` exports its spans as
-//! children of that trace context: the operation's span, and a span per table dumped or chunk
-//! loaded under it.
+//! An invocation started with `TRACEPARENT` and `OTEL_EXPORTER_OTLP_ENDPOINT` exports its
+//! spans as children of that trace context: the operation's span, and a span per table dumped
+//! or chunk loaded under it.
 
 use std::process::Command;
 use std::time::Duration;
