@@ -313,7 +313,8 @@ async fn dump_all(
     if let Some(reporter) = reporter {
         reporter.abort();
     }
-    let results = collect_results(outcomes)?;
+    // A worker that panicked or was cancelled failed like one that returned its error.
+    let results = collect_results(outcomes.into_iter().map(|joined| joined.map_err(AgentError::from).and_then(|r| r)))?;
     tracing::info!("{}", progress.final_line());
     Ok(results)
 }
@@ -803,13 +804,11 @@ impl<'a> ChunkSequence<'a> {
 }
 
 /// The first real error of any worker, or every worker's results.
-fn collect_results(
-    outcomes: Vec<std::result::Result<Result<Vec<TaskResult>>, tokio::task::JoinError>>,
-) -> Result<Vec<TaskResult>> {
+fn collect_results(outcomes: impl IntoIterator<Item = Result<Vec<TaskResult>>>) -> Result<Vec<TaskResult>> {
     let mut results = Vec::new();
     let mut first_error = None;
     for outcome in outcomes {
-        match outcome.map_err(AgentError::from).and_then(|r| r) {
+        match outcome {
             Ok(mut worker_results) => results.append(&mut worker_results),
             Err(AgentError::Internal(message)) if message == STOPPED => {}
             Err(error) => {
