@@ -22,10 +22,12 @@ use visitors_api::backup::{MySQLBackupStatus, condition, reason};
 use visitors_api::conditions::{self, Desired, Status};
 use visitors_api::point_in_time::{ArchiveGap, PointInTimeStatus};
 
-use controller_common::agent_job::{self, JobState};
+use controller_common::agent_job::{self, DatabaseAccess, JobState};
 use controller_common::apply::{apply, delete_if_present};
-use controller_common::operation::{DatabaseOperation, Wait};
-use controller_common::reconcile::{ApiError, api_err};
+use controller_common::error::{ApiError, api_err};
+use controller_common::operation::DatabaseOperation;
+use controller_common::ready;
+use controller_common::step::Step;
 
 use crate::build::archiver::{Archiver, TEMPLATE_ANNOTATION, archive_location, archiver, archiver_name};
 use crate::context::{Context, Error};
@@ -71,25 +73,15 @@ pub async fn reconcile(
         return Ok(None);
     }
     let op = DatabaseOperation::of(schedule, &ctx.runtime, namespace);
-    let credentials = match op.app_access("spec.source.visitorsApp").await? {
-        Ok(credentials) => credentials,
-        Err(wait) => {
-            let waiting = Desired {
-                type_: condition::ARCHIVING,
-                status: Status::False,
-                reason: wait.reason,
-                message: wait.message,
-            };
+    let credentials = match archiver_access(schedule, &op).await? {
+        Step::Ready(credentials) => credentials,
+        stopped => {
+            let (reason, message) = stopped.stopped_because().unwrap_or_default();
+            let waiting = Desired { type_: condition::ARCHIVING, status: Status::False, reason, message };
             conditions::set(&mut status.conditions, waiting, generation, Time(now));
             return Ok(Some(REFRESH));
         }
     };
-    if let Err(wait) = dependencies_ready(schedule, &op).await? {
-        let waiting =
-            Desired { type_: condition::ARCHIVING, status: Status::False, reason: wait.reason, message: wait.message };
-        conditions::set(&mut status.conditions, waiting, generation, Time(now));
-        return Ok(Some(REFRESH));
-    }
     let prune = prune_before(runs);
     let children = archiver(schedule, &ctx.settings.inputs(), &credentials, prune.as_ref());
     let lease = apply_archiver(namespace, ctx, children).await?;
@@ -101,20 +93,19 @@ pub async fn reconcile(
     Ok(Some(REFRESH))
 }
 
-/// The storage the archive goes to and, for an encrypted schedule, the key its segments are
+/// How the archiver reaches the app's MySQL, once the app and its credentials are there, and
+/// the storage the archive goes to and, for an encrypted schedule, the key its segments are
 /// encrypted with: without them the archiver's pod could not start.
-async fn dependencies_ready(
+async fn archiver_access(
     schedule: &MySQLBackup,
     op: &DatabaseOperation<'_, MySQLBackup>,
-) -> Result<Result<(), Wait>, ApiError> {
+) -> Result<Step<DatabaseAccess>, ApiError> {
+    let access = ready!(op.app_access("spec.source.visitorsApp").await?);
     if let Some(encryption) = &schedule.spec.encryption {
-        let keys =
-            op.encryption_keys_ready(&encryption.key_secret, Some(&encryption.key_id), "spec.encryption").await?;
-        if keys.is_err() {
-            return Ok(keys);
-        }
+        ready!(op.encryption_keys_ready(&encryption.key_secret, Some(&encryption.key_id), "spec.encryption").await?);
     }
-    op.storage_ready(&schedule.spec.storage, "spec.storage.persistentVolumeClaim.claimName").await
+    let claim_field = "spec.storage.persistentVolumeClaim.claimName";
+    Ok(op.storage_ready(&schedule.spec.storage, claim_field).await?.map(|()| access))
 }
 
 /// Applies the archiver's objects (the Role before what uses it) and makes sure its Job runs

@@ -4,9 +4,11 @@
 //! up where it is; a finished run makes no request at all.
 
 use controller_common::agent_job::DatabaseAccess;
-use controller_common::agent_job::RunEnd;
-use controller_common::operation::{DatabaseOperation, JobSteps, Wait};
-use controller_common::reconcile::ApiError;
+use controller_common::agent_job::JobEnd;
+use controller_common::error::ApiError;
+use controller_common::operation::{DatabaseOperation, JobSteps};
+use controller_common::ready;
+use controller_common::step::{Blocked, Step, Wait};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -14,7 +16,7 @@ use kube::runtime::controller::Action;
 use visitors_agent_contract::summary::Operation;
 use visitors_api::backup::BackupPhase;
 use visitors_api::conditions::reason;
-use visitors_api::{MySQLBackup, MySQLBackupStatus};
+use visitors_api::{InvalidSpec, MySQLBackup, MySQLBackupStatus};
 
 use crate::build::backup_path;
 use crate::build::job::{backup_job, job_name};
@@ -44,11 +46,7 @@ impl BackupRun<'_> {
         let runtime = &self.ctx.runtime;
         crate::cleanup::keep_finalizer_in_line(self.backup, runtime).await?;
         if let Err(invalid) = validate::backup(self.backup) {
-            let wrote = self.publish(status::invalid(self.backup, &invalid, now())).await?;
-            if wrote {
-                runtime.report_invalid_spec(self.backup, &invalid).await;
-            }
-            return Ok(runtime.until_spec_changes(self.backup));
+            return self.reject(&invalid).await;
         }
         if status::is_finished(self.backup) {
             self.remember_success();
@@ -59,23 +57,29 @@ impl BackupRun<'_> {
     }
 
     /// Everything the Job needs that the run does not hold: the app, its credentials Secret,
-    /// and the storage's Secret or claim. Returns how the Job reaches the database.
-    async fn resolve(&self) -> Result<Result<DatabaseAccess, Wait>, ApiError> {
-        let credentials = match self.op.app_access("spec.source.visitorsApp").await? {
-            Ok(credentials) => credentials,
-            Err(wait) => return Ok(Err(wait)),
-        };
+    /// the storage's Secret or claim, then the database lock. Returns how the Job reaches the
+    /// database.
+    async fn resolve(&self) -> Result<Step<DatabaseAccess>, ApiError> {
+        let access = ready!(self.op.app_access("spec.source.visitorsApp").await?);
         if let Some(encryption) = &self.backup.spec.encryption {
-            let keys = self
-                .op
-                .encryption_keys_ready(&encryption.key_secret, Some(&encryption.key_id), "spec.encryption")
-                .await?;
-            if let Err(wait) = keys {
-                return Ok(Err(wait));
-            }
+            let field = "spec.encryption";
+            ready!(self.op.encryption_keys_ready(&encryption.key_secret, Some(&encryption.key_id), field).await?);
         }
         let claim_field = "spec.storage.persistentVolumeClaim.claimName";
-        Ok(self.op.storage_ready(&self.backup.spec.storage, claim_field).await?.map(|()| credentials))
+        ready!(self.op.storage_ready(&self.backup.spec.storage, claim_field).await?);
+        Ok(self.op.take_lock().await?.map(|()| access))
+    }
+
+    /// A run whose Job cannot start: it waits and says for what, or, blocked, it fails.
+    async fn stopped<T>(&self, stopped: Step<T>) -> Result<Action, Error> {
+        match stopped {
+            Step::Ready(_) => Ok(self.ctx.runtime.watching(self.backup)),
+            Step::Wait(wait) => self.wait(wait).await,
+            Step::Blocked(Blocked { reason, message }) => {
+                self.finish(&job_name(self.backup), JobEnd::Failed { reason, message, summary: None }).await
+            }
+            Step::Invalid(invalid) => self.reject(&invalid).await,
+        }
     }
 
     async fn wait(&self, wait: Wait) -> Result<Action, Error> {
@@ -86,16 +90,24 @@ impl BackupRun<'_> {
         Ok(self.ctx.runtime.waiting(self.backup))
     }
 
+    async fn reject(&self, invalid: &InvalidSpec) -> Result<Action, Error> {
+        let runtime = &self.ctx.runtime;
+        if self.publish(status::invalid(self.backup, invalid, now())).await? {
+            runtime.report_invalid_spec(self.backup, invalid).await;
+        }
+        Ok(runtime.until_spec_changes(self.backup))
+    }
+
     /// Releases the lock first: a status write that fails is retried, a lock held by a finished
     /// run would only be taken over later.
-    async fn finish(&self, job_name: &str, end: RunEnd) -> Result<Action, Error> {
+    async fn finish(&self, job_name: &str, end: JobEnd) -> Result<Action, Error> {
         self.op.release_lock().await?;
         let status = status::finished(self.backup, job_name, &end, self.location(), now());
         if self.publish(status.clone()).await? {
             self.announce(&end, &status).await;
         }
         // A status write wakes no reconcile: the drill owed after a success starts at the next.
-        let drill_owed = matches!(end, RunEnd::Succeeded(_))
+        let drill_owed = matches!(end, JobEnd::Succeeded(_))
             && self.backup.spec.drill.as_ref().is_some_and(|drill| drill.after_each_run());
         Ok(if drill_owed { Action::requeue(DRILL_AFTER_SUCCESS) } else { self.ctx.runtime.converged(self.backup) })
     }
@@ -115,11 +127,11 @@ impl BackupRun<'_> {
         }
     }
 
-    async fn announce(&self, end: &RunEnd, status: &MySQLBackupStatus) {
+    async fn announce(&self, end: &JobEnd, status: &MySQLBackupStatus) {
         let source = self.source();
         let completed =
             status.completion_time.as_ref().map(|t| t.0.as_millisecond() as f64 / 1000.0).unwrap_or_default();
-        let succeeded = matches!(end, RunEnd::Succeeded(_));
+        let succeeded = matches!(end, JobEnd::Succeeded(_));
         self.ctx.metrics.run_ended(source, succeeded, completed, status.duration_seconds, status.size_bytes);
         let stored = || {
             format!(
@@ -142,14 +154,11 @@ impl JobSteps for BackupRun<'_> {
     type Error = Error;
 
     async fn start(&self, job_name: &str) -> Result<Action, Error> {
-        let credentials = match self.resolve().await? {
-            Ok(credentials) => credentials,
-            Err(wait) => return self.wait(wait).await,
+        let access = match self.resolve().await? {
+            Step::Ready(access) => access,
+            stopped => return self.stopped(stopped).await,
         };
-        if let Err(wait) = self.op.take_lock().await? {
-            return self.wait(wait).await;
-        }
-        let job = backup_job(self.backup, &self.ctx.settings.inputs(), &credentials);
+        let job = backup_job(self.backup, &self.ctx.settings.inputs(), &access);
         let note = format!("Job {job_name} backs up VisitorsApp {} to {}", self.op.app, self.location());
         self.op.create_job(&job, note).await?;
         self.publish(status::running(self.backup, job_name, self.location(), None, now())).await?;
@@ -175,7 +184,7 @@ impl JobSteps for BackupRun<'_> {
 
     async fn job_lost(&self, job_name: &str) -> Result<Action, Error> {
         let message = format!("Job {job_name} was deleted before it finished; the backup did not complete");
-        self.finish(job_name, RunEnd::Failed { reason: reason::JOB_DELETED, message, summary: None }).await
+        self.finish(job_name, JobEnd::Failed { reason: reason::JOB_DELETED, message, summary: None }).await
     }
 }
 
@@ -185,8 +194,8 @@ fn now() -> Time {
 
 /// A run asked to encrypt succeeds only when the agent says it encrypted with the key asked
 /// for: a backup stored in the clear against the spec is a failure, never a silent success.
-pub fn encrypted_as_asked(backup: &MySQLBackup, end: RunEnd) -> RunEnd {
-    let (Some(encryption), RunEnd::Succeeded(summary)) = (&backup.spec.encryption, &end) else { return end };
+pub fn encrypted_as_asked(backup: &MySQLBackup, end: JobEnd) -> JobEnd {
+    let (Some(encryption), JobEnd::Succeeded(summary)) = (&backup.spec.encryption, &end) else { return end };
     if summary.encryption_key_id.as_deref() == Some(encryption.key_id.as_str()) {
         return end;
     }
@@ -195,7 +204,7 @@ pub fn encrypted_as_asked(backup: &MySQLBackup, end: RunEnd) -> RunEnd {
         encryption.key_id,
         summary.encryption_key_id.as_deref().map_or("no encryption".to_string(), |id| format!("key {id:?}"))
     );
-    RunEnd::Failed { reason: reason::AGENT_FAILED, message, summary: Some(summary.clone()) }
+    JobEnd::Failed { reason: reason::AGENT_FAILED, message, summary: Some(summary.clone()) }
 }
 
 #[cfg(test)]
@@ -206,25 +215,25 @@ mod tests {
     use super::*;
     use crate::build::fixtures::run;
 
-    fn succeeded(key: Option<&str>) -> RunEnd {
+    fn succeeded(key: Option<&str>) -> JobEnd {
         let summary: AgentSummary = serde_json::from_value(serde_json::json!({
             "ok": true, "operation": "backup", "encryptionKeyId": key,
         }))
         .unwrap();
-        RunEnd::Succeeded(summary)
+        JobEnd::Succeeded(summary)
     }
 
     #[test]
     fn a_run_asked_to_encrypt_fails_unless_the_agent_encrypted_with_its_key() {
         let mut encrypted = run();
         encrypted.spec.encryption = Some(BackupEncryption { key_secret: "keys".into(), key_id: "k1".into() });
-        assert!(matches!(encrypted_as_asked(&encrypted, succeeded(Some("k1"))), RunEnd::Succeeded(_)));
+        assert!(matches!(encrypted_as_asked(&encrypted, succeeded(Some("k1"))), JobEnd::Succeeded(_)));
         for reported in [None, Some("k0")] {
-            let RunEnd::Failed { message, .. } = encrypted_as_asked(&encrypted, succeeded(reported)) else {
+            let JobEnd::Failed { message, .. } = encrypted_as_asked(&encrypted, succeeded(reported)) else {
                 panic!("a backup not encrypted as asked must fail")
             };
             assert!(message.contains("spec.encryption asks for key \"k1\""), "{message}");
         }
-        assert!(matches!(encrypted_as_asked(&run(), succeeded(None)), RunEnd::Succeeded(_)), "no encryption asked");
+        assert!(matches!(encrypted_as_asked(&run(), succeeded(None)), JobEnd::Succeeded(_)), "no encryption asked");
     }
 }

@@ -8,10 +8,10 @@
 //! Retention deletes runs through the API, so its deletions take the same path.
 
 use controller_common::Runtime;
-use controller_common::agent_job::{self, JobState, RunEnd};
+use controller_common::agent_job::{self, JobEnd, JobState};
+use controller_common::error::ApiError;
 use controller_common::finalizer::{Cleanup, Finalized, Finalizer};
 use controller_common::operation::DatabaseOperation;
-use controller_common::reconcile::ApiError;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
@@ -131,8 +131,8 @@ async fn clean_up(
         state @ JobState::Failed { .. } => {
             let pods = agent.pods(&name).await?;
             let deadline = backup.spec.active_deadline_seconds();
-            let message = match agent_job::run_end(&state, &pods, Operation::Delete, deadline) {
-                Some(RunEnd::Failed { message, .. }) => message,
+            let message = match agent_job::job_end(&state, &pods, Operation::Delete, deadline) {
+                Some(JobEnd::Failed { message, .. }) => message,
                 _ => format!("Job {name} failed"),
             };
             let message = format!("deleting the stored backup at {location} failed: {message}; retrying");

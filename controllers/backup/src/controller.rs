@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use controller_common::process::{AgentController, Identity};
+use controller_common::args::AgentArgs;
+use controller_common::process::{Identity, Running};
 use controller_common::watch::{OPERATION_CONCURRENCY, api_in, drive, watched_objects};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::{Expression, PartialObjectMeta, Selector};
@@ -21,7 +22,7 @@ pub const IDENTITY: Identity = Identity { name: "backup-controller", crd: "mysql
 /// Watches MySQLBackups, their Jobs (a run wakes when its Job changes or is deleted), the
 /// databases of their restore drills (a run wakes when its drill's MySQL is ready or lost) and
 /// the runs of schedules (a schedule wakes when a run changes or ends), until `shutdown`.
-pub async fn watch_and_reconcile(started: AgentController) {
+pub async fn watch_and_reconcile(started: Running<AgentArgs>) {
     let (reader, backups, jobs) = started.operations::<MySQLBackup>(Component::Backup);
     let runs = watched_objects(
         api_in::<PartialObjectMeta<MySQLBackup>>(started.runtime.client.clone(), started.namespace()),
@@ -31,7 +32,8 @@ pub async fn watch_and_reconcile(started: AgentController) {
         api_in::<PartialObjectMeta<Pod>>(started.runtime.client.clone(), started.namespace()),
         watcher::Config::default().labels_from(&Selector::from(Expression::Exists(DRILL_LABEL.to_string()))),
     );
-    let AgentController { runtime, settings, shutdown, .. } = started;
+    let settings = started.agent_settings();
+    let Running { runtime, shutdown, .. } = started;
     let context = Arc::new(Context::new(runtime, settings));
     let controller = Controller::for_stream(backups, reader)
         .with_config(ControllerConfig::default().concurrency(OPERATION_CONCURRENCY))

@@ -6,11 +6,12 @@
 
 use std::time::Duration;
 
-use controller_common::agent_job::{self, RunEnd};
+use controller_common::agent_job::{self, JobEnd};
 use controller_common::certificates;
+use controller_common::error::{ApiError, api_err};
+use controller_common::kind::NamespacedKind;
 use controller_common::operation::DatabaseOperation;
 use controller_common::password::random_password;
-use controller_common::reconcile::{ApiError, api_err};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -230,7 +231,7 @@ impl DrillSteps<'_> {
     fn past_deadline(&self, drill: &DrillStatus) -> bool {
         let Some(start) = &drill.start_time else { return false };
         let deadline = Duration::from_secs(u64::try_from(self.settings().active_deadline_seconds()).unwrap_or(0));
-        crate::schedule::until(start.0, Timestamp::now()) > deadline + DEADLINE_GRACE
+        crate::timing::until(start.0, Timestamp::now()) > deadline + DEADLINE_GRACE
     }
 
     /// Records the end first (a restarted controller then only cleans up), tells the user,
@@ -272,13 +273,7 @@ impl DrillSteps<'_> {
 
     /// Deletes object `name` if this run owns it (an object of that name may be someone
     /// else's), with its pods; the uid precondition keeps a newer object of that name.
-    async fn delete_if_ours<K>(&self, kind: &str, name: &str) -> Result<(), Error>
-    where
-        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-    {
+    async fn delete_if_ours<K: NamespacedKind>(&self, kind: &str, name: &str) -> Result<(), Error> {
         let api: Api<K> = self.op.api();
         let Some(object) = api.get_opt(name).await.map_err(api_err(format!("reading {kind} {name}")))? else {
             return Ok(());
@@ -312,7 +307,7 @@ enum Leftover {
 /// What became of a running drill's Job.
 enum JobOutcome {
     Running,
-    Ended(Box<RunEnd>),
+    Ended(Box<JobEnd>),
     /// Gone before it ended, or not this run's: the drill cannot finish.
     Broken(String),
 }

@@ -19,4 +19,5 @@ pub mod retention;
 pub mod schedule;
 pub mod schedule_drills;
 pub mod status;
+pub mod timing;
 pub mod validate;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use controller_common::reconcile::namespace_of;
+use controller_common::error::namespace_of;
 use kube::runtime::controller::Action;
 use visitors_api::MySQLBackup;
 

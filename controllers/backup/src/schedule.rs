@@ -21,12 +21,13 @@ use visitors_api::labels::{names, runs_of_schedule};
 use visitors_api::{InvalidSpec, MySQLBackup};
 
 use controller_common::apply::delete_if_present;
-use controller_common::reconcile::{ApiError, api_err};
+use controller_common::error::{ApiError, api_err};
 
 use crate::build::scheduled_run::scheduled_run;
 use crate::context::{Context, Error};
 use crate::metrics::ScheduleLabels;
 use crate::retention::{self, RunFacts};
+use crate::timing::{created, until};
 use crate::{status, validate};
 
 /// A schedule being deleted: its runs go with it (they are owned by it); its metrics go now.
@@ -158,10 +159,6 @@ fn facts(run: &MySQLBackup) -> RunFacts {
 fn doomed(runs: &[MySQLBackup], retention: &Retention, now: Timestamp) -> Vec<String> {
     let facts: Vec<RunFacts> = runs.iter().filter(|r| r.metadata.deletion_timestamp.is_none()).map(facts).collect();
     retention::doomed(&facts, retention, now)
-}
-
-pub(crate) fn created(object: &MySQLBackup) -> Option<Timestamp> {
-    object.metadata.creation_timestamp.as_ref().map(|t| t.0)
 }
 
 fn is_active(run: &MySQLBackup) -> bool {
@@ -327,10 +324,6 @@ fn overdue(schedule: &MySQLBackup, runs: &[MySQLBackup], interval: Option<Durati
     let Some(interval) = interval else { return false };
     let since = newest(runs, BackupPhase::Succeeded).map(|r| facts(r).at).or_else(|| created(schedule));
     since.is_some_and(|since| until(since, now) > interval * 2)
-}
-
-pub(crate) fn until(from: Timestamp, to: Timestamp) -> Duration {
-    Duration::from_millis(u64::try_from(to.as_millisecond() - from.as_millisecond()).unwrap_or(0))
 }
 
 #[cfg(test)]

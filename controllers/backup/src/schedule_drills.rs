@@ -15,11 +15,11 @@ use visitors_api::backup::MySQLBackupStatus;
 use visitors_api::drill::{DRILL_REQUESTED_AT, Drill, DrillPhase, DrillStatus};
 use visitors_api::validation::Problems;
 
-use controller_common::reconcile::api_err;
+use controller_common::error::api_err;
 
 use crate::context::{Context, Error};
 use crate::metrics::{DrillGauges, ScheduleLabels};
-use crate::schedule::{created, until};
+use crate::timing::{created, until};
 
 /// Runs the drill cron of `schedule` (when it has one): at a fire time, asks its newest
 /// successful run for a drill. Updates the drill times in `state`; returns when to look again.

@@ -2,7 +2,7 @@
 //! What a run shares with a restore is written by [`controller_common::status::Update`]; this
 //! module adds where the backup is stored and what the agent counted.
 
-use controller_common::agent_job::RunEnd;
+use controller_common::agent_job::JobEnd;
 use controller_common::status::{Update, seconds_between, status_count, summary_counts, summary_started};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use visitors_agent_contract::summary::AgentSummary;
@@ -53,7 +53,7 @@ pub fn running(
 }
 
 /// The run ended. Success needs the agent's own summary; every field comes from it.
-pub fn finished(backup: &MySQLBackup, job: &str, end: &RunEnd, location: String, now: Time) -> MySQLBackupStatus {
+pub fn finished(backup: &MySQLBackup, job: &str, end: &JobEnd, location: String, now: Time) -> MySQLBackupStatus {
     let mut update = Update::of(backup, now);
     update.status.location = Some(location);
     update.ended(Some(job), end, "the backup is stored and complete", fill_from_summary);
@@ -152,9 +152,9 @@ pub fn drill_running(mut drill: DrillStatus, job: &str) -> DrillStatus {
 
 /// The drill ended as its Job did: the agent's counts on success; on failure `BackupDefect`
 /// when the agent proved the backup wrong, else the failure's own reason.
-pub fn drill_ended(drill: DrillStatus, end: &RunEnd, now: Time) -> DrillStatus {
+pub fn drill_ended(drill: DrillStatus, end: &JobEnd, now: Time) -> DrillStatus {
     match end {
-        RunEnd::Succeeded(summary) => {
+        JobEnd::Succeeded(summary) => {
             let (tables, rows) = summary_counts(summary);
             DrillStatus {
                 phase: DrillPhase::Succeeded,
@@ -166,7 +166,7 @@ pub fn drill_ended(drill: DrillStatus, end: &RunEnd, now: Time) -> DrillStatus {
                 ..finish(drill, now)
             }
         }
-        RunEnd::Failed { reason, message, summary } => {
+        JobEnd::Failed { reason, message, summary } => {
             let defect = summary
                 .as_ref()
                 .and_then(|s| s.error_kind.as_deref())
@@ -235,7 +235,7 @@ mod tests {
     #[test]
     fn success_fills_every_field_from_the_summary() {
         let status =
-            finished(&run(), "b1-backup", &RunEnd::Succeeded(summary()), "pvc://backups/x".into(), at(2_000_000_000));
+            finished(&run(), "b1-backup", &JobEnd::Succeeded(summary()), "pvc://backups/x".into(), at(2_000_000_000));
         assert_eq!(status.phase, Some(BackupPhase::Succeeded));
         assert_eq!(status.size_bytes, Some(4096));
         assert_eq!((status.tables, status.rows), (Some(3), Some(1200)));
@@ -254,7 +254,7 @@ mod tests {
 
     #[test]
     fn failure_keeps_the_reason_and_never_looks_successful() {
-        let end = RunEnd::Failed { reason: "DeadlineExceeded", message: "too slow".into(), summary: None };
+        let end = JobEnd::Failed { reason: "DeadlineExceeded", message: "too slow".into(), summary: None };
         let mut backup = run();
         backup.status = Some(running(&backup, "b1-backup", "pvc://backups/x".into(), Some(at(1_000)), at(1_000)));
         let status = finished(&backup, "b1-backup", &end, "pvc://backups/x".into(), at(1_090));

@@ -428,9 +428,9 @@ pub fn job_state(job: &Job) -> JobState {
     }
 }
 
-/// How an agent run ended.
+/// How an agent Job ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum RunEnd {
+pub enum JobEnd {
     /// The Job completed and the agent's summary says the whole operation succeeded.
     Succeeded(AgentSummary),
     /// Anything else. `reason` is a CamelCase word for a condition; `message` says what
@@ -438,30 +438,30 @@ pub enum RunEnd {
     Failed { reason: &'static str, message: String, summary: Option<AgentSummary> },
 }
 
-impl RunEnd {
+impl JobEnd {
     pub fn summary(&self) -> Option<&AgentSummary> {
         match self {
-            RunEnd::Succeeded(summary) => Some(summary),
-            RunEnd::Failed { summary, .. } => summary.as_ref(),
+            JobEnd::Succeeded(summary) => Some(summary),
+            JobEnd::Failed { summary, .. } => summary.as_ref(),
         }
     }
 }
 
-/// How the run of a finished Job ended, from the Job's state and its pods (`None` while the
+/// How a finished Job ended, from the Job's state and its pods (`None` while the
 /// Job is active). Success needs both a completed Job and the agent's own `ok` summary of
 /// `operation`: a Job that completed without one is a failure, never a silent success.
-pub fn run_end(state: &JobState, pods: &[Pod], operation: Operation, deadline_seconds: i64) -> Option<RunEnd> {
+pub fn job_end(state: &JobState, pods: &[Pod], operation: Operation, deadline_seconds: i64) -> Option<JobEnd> {
     let summary = pods.iter().filter_map(summary_of).next_back();
     match state {
         JobState::Active => None,
         JobState::Complete => Some(match summary {
-            Some(summary) if summary.ok && summary.operation == Some(operation) => RunEnd::Succeeded(summary),
-            Some(summary) => RunEnd::Failed {
+            Some(summary) if summary.ok && summary.operation == Some(operation) => JobEnd::Succeeded(summary),
+            Some(summary) => JobEnd::Failed {
                 reason: reason::INVALID_SUMMARY,
-                message: "the Job completed but the agent's summary does not report a successful run".into(),
+                message: "the Job completed but the agent's summary does not report a successful operation".into(),
                 summary: Some(summary),
             },
-            None => RunEnd::Failed {
+            None => JobEnd::Failed {
                 reason: reason::NO_SUMMARY,
                 message: "the Job completed but its pod left no agent summary in its termination message".into(),
                 summary: None,
@@ -477,15 +477,15 @@ fn failure(
     pods: &[Pod],
     summary: Option<AgentSummary>,
     deadline_seconds: i64,
-) -> RunEnd {
-    let failed = |reason: &'static str, message: String, summary: Option<AgentSummary>| RunEnd::Failed {
+) -> JobEnd {
+    let failed = |reason: &'static str, message: String, summary: Option<AgentSummary>| JobEnd::Failed {
         reason,
         message,
         summary,
     };
     if job_reason == "DeadlineExceeded" {
         let message =
-            format!("the run took longer than its deadline (activeDeadlineSeconds {deadline_seconds}) and was stopped");
+            format!("the Job took longer than its deadline (activeDeadlineSeconds {deadline_seconds}) and was stopped");
         return failed(reason::DEADLINE_EXCEEDED, message, summary);
     }
     if let Some(summary) = summary.filter(|s| !s.ok) {
@@ -732,8 +732,8 @@ mod tests {
         let line = serde_json::to_string(&summary(false)).unwrap();
         let failed = after_init_step(1, Some(line));
         let state = JobState::Failed { reason: "BackoffLimitExceeded".into(), message: String::new() };
-        let Some(RunEnd::Failed { reason, message, summary: reported }) =
-            run_end(&state, std::slice::from_ref(&failed), Operation::Backup, 60)
+        let Some(JobEnd::Failed { reason, message, summary: reported }) =
+            job_end(&state, std::slice::from_ref(&failed), Operation::Backup, 60)
         else {
             panic!("a failed step fails the run")
         };
@@ -761,18 +761,18 @@ mod tests {
     #[test]
     fn success_needs_the_agents_ok_summary() {
         let ok = exited(0, "Completed", Some(summary(true).to_line()));
-        assert_eq!(run_end(&JobState::Complete, &[ok], Operation::Backup, 60), Some(RunEnd::Succeeded(summary(true))));
+        assert_eq!(job_end(&JobState::Complete, &[ok], Operation::Backup, 60), Some(JobEnd::Succeeded(summary(true))));
         let silent = exited(0, "Completed", None);
         assert!(matches!(
-            run_end(&JobState::Complete, &[silent], Operation::Backup, 60),
-            Some(RunEnd::Failed { reason: "NoSummary", .. })
+            job_end(&JobState::Complete, &[silent], Operation::Backup, 60),
+            Some(JobEnd::Failed { reason: "NoSummary", .. })
         ));
         let restore = exited(0, "Completed", Some(summary(true).to_line()));
         assert!(matches!(
-            run_end(&JobState::Complete, &[restore], Operation::Restore, 60),
-            Some(RunEnd::Failed { reason: "InvalidSummary", .. })
+            job_end(&JobState::Complete, &[restore], Operation::Restore, 60),
+            Some(JobEnd::Failed { reason: "InvalidSummary", .. })
         ));
-        assert_eq!(run_end(&JobState::Active, &[], Operation::Backup, 60), None);
+        assert_eq!(job_end(&JobState::Active, &[], Operation::Backup, 60), None);
     }
 
     fn failed(reason: &str) -> JobState {
@@ -781,8 +781,8 @@ mod tests {
 
     #[test]
     fn failures_say_why() {
-        let reason_of = |state: JobState, pods: &[Pod]| match run_end(&state, pods, Operation::Backup, 90) {
-            Some(RunEnd::Failed { reason, message, .. }) => (reason, message),
+        let reason_of = |state: JobState, pods: &[Pod]| match job_end(&state, pods, Operation::Backup, 90) {
+            Some(JobEnd::Failed { reason, message, .. }) => (reason, message),
             other => panic!("{other:?}"),
         };
         let (reason, message) = reason_of(failed("DeadlineExceeded"), &[exited(137, "Error", None)]);

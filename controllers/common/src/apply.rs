@@ -36,14 +36,14 @@ where
 
 /// Deletes object `name` (a `kind`, for the error) with its dependents in the background; one
 /// already gone is fine.
-pub async fn delete_if_present<K>(api: &Api<K>, kind: &str, name: &str) -> Result<(), crate::reconcile::ApiError>
+pub async fn delete_if_present<K>(api: &Api<K>, kind: &str, name: &str) -> Result<(), crate::error::ApiError>
 where
     K: Resource + DeserializeOwned + Clone + Debug,
 {
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(source) => Err(crate::reconcile::ApiError { action: format!("deleting {kind} {name}"), source }),
+        Err(source) => Err(crate::error::ApiError { action: format!("deleting {kind} {name}"), source }),
     }
 }
 

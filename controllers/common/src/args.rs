@@ -63,12 +63,9 @@ pub struct ControllerArgs {
     pub crd_wait_seconds: u64,
 }
 
-/// The flags of a controller that runs the agent in Jobs (backup, restore).
+/// The own flags of a controller that runs the agent in Jobs (backup, restore).
 #[derive(Debug, Clone, Args)]
-pub struct AgentControllerArgs {
-    #[command(flatten)]
-    pub common: ControllerArgs,
-
+pub struct AgentArgs {
     /// Image of the agent Jobs, which run /usr/local/bin/visitors-agent from it; the Helm
     /// chart sets it to the controllers' own image.
     #[arg(long, env = "AGENT_IMAGE")]

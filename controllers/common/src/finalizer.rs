@@ -6,15 +6,13 @@
 //! no one else's finalizer is ever lost. An object being deleted keeps the finalizer until its
 //! clean-up says it is done; the clean-up may take several reconciles (a Job to wait for).
 
-use std::fmt::Debug;
-
 use kube::api::{Patch, PatchParams};
-use kube::core::NamespaceResourceScope;
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 
-use crate::reconcile::{ApiError, Runtime};
+use crate::error::ApiError;
+use crate::kind::NamespacedKind;
+use crate::reconcile::Runtime;
 
 /// Where the clean-up of an object being deleted stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +63,7 @@ impl Finalizer {
     /// there. Returns the finalizer list written, `None` when nothing had to change.
     pub async fn keep<K>(&self, runtime: &Runtime, object: &K, wanted: bool) -> Result<Option<Vec<String>>, ApiError>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K: NamespacedKind,
     {
         let finalizers: Vec<String> = match (wanted, self.is_on(object)) {
             (true, false) => object.finalizers().iter().cloned().chain([self.0.to_string()]).collect(),
@@ -82,7 +80,7 @@ impl Finalizer {
     /// forgotten.
     pub async fn finalize<K, T, E, F>(&self, runtime: &Runtime, object: &K, cleanup: F) -> Result<Finalized<T>, E>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K: NamespacedKind,
         E: From<ApiError>,
         F: Future<Output = Result<Cleanup<T>, E>>,
     {
@@ -109,7 +107,7 @@ impl Finalizer {
     /// fine.
     async fn write<K>(&self, runtime: &Runtime, object: &K, finalizers: &[String]) -> Result<(), ApiError>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K: NamespacedKind,
     {
         let api: Api<K> = Api::namespaced(runtime.client.clone(), &object.namespace().unwrap_or_default());
         let patch = serde_json::json!({

@@ -4,18 +4,15 @@
 //! object's status. Each controller adds what its operation means (which Job, which status);
 //! the steps they share live here once.
 
-use std::fmt::Debug;
-
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{ListParams, PostParams};
-use kube::core::{NamespaceResourceScope, Selector};
+use kube::core::Selector;
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use visitors_agent_contract::summary::Operation;
 use visitors_api::VisitorsApp;
 use visitors_api::conditions::{PENDING, reason};
@@ -24,22 +21,12 @@ use visitors_api::operation::{OperationKind, OperationStatus};
 use visitors_api::storage::BackupStorage;
 use visitors_api::visitors_app::{TlsMode, secret_keys};
 
-use crate::agent_job::{self, AgentInputs, DatabaseAccess, JobState, RunEnd, ServerTls};
+use crate::agent_job::{self, AgentInputs, DatabaseAccess, JobEnd, JobState, ServerTls};
+use crate::error::{ApiError, api_err};
+use crate::kind::NamespacedKind;
 use crate::lock::{Acquired, DatabaseLock, Holder, HolderKind, REASON_WAITING_FOR_LOCK};
-use crate::reconcile::{ApiError, Runtime, api_err};
-
-/// What a run waits for before its Job can start: a condition reason and a sentence.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Wait {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Wait {
-    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
-        Wait { reason, message: message.into() }
-    }
-}
+use crate::reconcile::Runtime;
+use crate::step::{Step, Wait};
 
 /// What a controller that runs the agent is configured with.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -101,11 +88,11 @@ impl<'a, K: OperationKind> DatabaseOperation<'a, K> {
 
 impl<K> DatabaseOperation<'_, K>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+    K: NamespacedKind,
 {
     pub fn api<T>(&self) -> Api<T>
     where
-        T: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+        T: NamespacedKind,
     {
         Api::namespaced(self.runtime.client.clone(), self.namespace)
     }
@@ -119,7 +106,7 @@ where
     /// How a Job reaches the app's MySQL, once the app exists, its credentials Secret holds the
     /// root password and its status says whether MySQL serves TLS. `app_field` names the spec
     /// field that names the app.
-    pub async fn app_access(&self, app_field: &str) -> Result<Result<DatabaseAccess, Wait>, ApiError> {
+    pub async fn app_access(&self, app_field: &str) -> Result<Step<DatabaseAccess>, ApiError> {
         let app_name = self.app;
         let app = self
             .api::<VisitorsApp>()
@@ -129,12 +116,12 @@ where
         let Some(app) = app else {
             let message =
                 format!("VisitorsApp {app_name} ({app_field}) does not exist in namespace {}", self.namespace);
-            return Ok(Err(Wait::new(reason::WAITING_FOR_VISITORS_APP, message)));
+            return Ok(Step::wait(reason::WAITING_FOR_VISITORS_APP, message));
         };
         let Some(tls) = app_tls(&app) else {
             let message =
                 format!("VisitorsApp {app_name} ({app_field}) has not reported whether its MySQL serves TLS yet");
-            return Ok(Err(Wait::new(reason::WAITING_FOR_VISITORS_APP, message)));
+            return Ok(Step::wait(reason::WAITING_FOR_VISITORS_APP, message));
         };
         let secret = app.spec.credentials_secret.clone().unwrap_or_else(|| names::credentials_secret(app_name));
         let check = self
@@ -145,11 +132,7 @@ where
 
     /// The storage's Secret holds its keys, or its claim exists. `claim_field` says where the
     /// claim is named, for example `spec.storage.persistentVolumeClaim.claimName`.
-    pub async fn storage_ready(
-        &self,
-        storage: &BackupStorage,
-        claim_field: &str,
-    ) -> Result<Result<(), Wait>, ApiError> {
+    pub async fn storage_ready(&self, storage: &BackupStorage, claim_field: &str) -> Result<Step<()>, ApiError> {
         if let Some(keys) = storage.s3.as_ref().and_then(|s3| s3.credentials_secret.as_ref()) {
             let needed = [keys.access_key_id_key(), keys.secret_access_key_key()];
             return self.secret_has_keys(&keys.name, &needed, reason::WAITING_FOR_STORAGE_SECRET).await;
@@ -166,10 +149,10 @@ where
                     "PersistentVolumeClaim {claim} ({claim_field}) does not exist in namespace {}",
                     self.namespace
                 );
-                return Ok(Err(Wait::new(reason::WAITING_FOR_BACKUP_VOLUME, message)));
+                return Ok(Step::wait(reason::WAITING_FOR_BACKUP_VOLUME, message));
             }
         }
-        Ok(Ok(()))
+        Ok(Step::Ready(()))
     }
 
     /// The Secret of encryption keys `secret` exists and holds `key_id` (when given); `field`
@@ -179,23 +162,20 @@ where
         secret: &str,
         key_id: Option<&str>,
         field: &str,
-    ) -> Result<Result<(), Wait>, ApiError> {
+    ) -> Result<Step<()>, ApiError> {
         let keys: Vec<&str> = key_id.into_iter().collect();
-        let check = self.secret_has_keys(secret, &keys, reason::WAITING_FOR_ENCRYPTION_KEY).await?;
-        Ok(check.map_err(|wait| Wait::new(wait.reason, format!("{} ({field})", wait.message))))
+        Ok(match self.secret_has_keys(secret, &keys, reason::WAITING_FOR_ENCRYPTION_KEY).await? {
+            Step::Wait(wait) => Step::wait(wait.reason, format!("{} ({field})", wait.message)),
+            checked => checked,
+        })
     }
 
     /// Checks that Secret `name` exists and holds non-empty `keys`; its values are never read
     /// into anything but this check.
-    async fn secret_has_keys(
-        &self,
-        name: &str,
-        keys: &[&str],
-        reason: &'static str,
-    ) -> Result<Result<(), Wait>, ApiError> {
+    async fn secret_has_keys(&self, name: &str, keys: &[&str], reason: &'static str) -> Result<Step<()>, ApiError> {
         let secret = self.api::<Secret>().get_opt(name).await.map_err(api_err(format!("reading Secret {name}")))?;
         let Some(secret) = secret else {
-            return Ok(Err(Wait::new(reason, format!("Secret {name} does not exist in namespace {}", self.namespace))));
+            return Ok(Step::wait(reason, format!("Secret {name} does not exist in namespace {}", self.namespace)));
         };
         let has = |key: &str| {
             let data = secret.data.as_ref().and_then(|d| d.get(key)).is_some_and(|v: &ByteString| !v.0.is_empty());
@@ -204,9 +184,9 @@ where
         };
         let missing: Vec<&str> = keys.iter().copied().filter(|key| !has(key)).collect();
         if missing.is_empty() {
-            return Ok(Ok(()));
+            return Ok(Step::Ready(()));
         }
-        Ok(Err(Wait::new(reason, format!("Secret {name} has no value for key {}", missing.join(", ")))))
+        Ok(Step::wait(reason, format!("Secret {name} has no value for key {}", missing.join(", "))))
     }
 
     // ----- the database lock -----
@@ -220,21 +200,21 @@ where
     }
 
     /// Takes the app's database lock, or says who holds it.
-    pub async fn take_lock(&self) -> Result<Result<(), Wait>, ApiError> {
+    pub async fn take_lock(&self) -> Result<Step<()>, ApiError> {
         let owner = self.object.controller_owner_ref(&()).expect("an object read from the API has a name and UID");
         let lock = self.lock();
         let acquired = lock.acquire(&self.holder(), owner, &self.runtime.field_manager).await.map_err(api_err(
             format!("taking Lease {} (the database lock of VisitorsApp {})", lock.name(), self.app),
         ))?;
         Ok(match acquired {
-            Acquired::Held => Ok(()),
-            Acquired::Busy(holder) => Err(Wait::new(
+            Acquired::Held => Step::Ready(()),
+            Acquired::Busy(holder) => Step::wait(
                 REASON_WAITING_FOR_LOCK,
                 format!(
                     "{holder} is using the database of VisitorsApp {}; one backup or restore runs at a time per database",
                     self.app
                 ),
-            )),
+            ),
         })
     }
 
@@ -279,7 +259,7 @@ where
     /// name exists; returns whether it created it.
     pub async fn create<C>(&self, child: &C, kind: &str) -> Result<bool, ApiError>
     where
-        C: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + Debug,
+        C: NamespacedKind,
     {
         let params = PostParams { field_manager: Some(self.runtime.field_manager.clone()), ..PostParams::default() };
         match self.api::<C>().create(&params, child).await {
@@ -326,7 +306,7 @@ where
         job: &Job,
         operation: Operation,
         deadline_seconds: i64,
-    ) -> Result<Option<RunEnd>, ApiError> {
+    ) -> Result<Option<JobEnd>, ApiError> {
         let state = agent_job::job_state(job);
         if state == JobState::Active {
             return Ok(None);
@@ -335,7 +315,7 @@ where
         // A Job deleted in the background leaves its pods for a while: one of a Job of the
         // same name before this one must not give this one's result.
         pods.retain(|pod| pod.owner_references().iter().all(|o| o.kind != "Job" || Some(&o.uid) == job.uid().as_ref()));
-        Ok(agent_job::run_end(&state, &pods, operation, deadline_seconds))
+        Ok(agent_job::job_end(&state, &pods, operation, deadline_seconds))
     }
 
     pub async fn pods(&self, job_name: &str) -> Result<Vec<Pod>, ApiError> {
@@ -362,11 +342,11 @@ where
     /// Tells the user how the operation ended, once its status says so: a Normal Event with
     /// `success` (the note of a success), or a Warning Event with the failure's reason.
     /// `action` names the operation (`Backup`, `Restore`).
-    pub async fn announce_end(&self, end: &RunEnd, action: &str, success: impl FnOnce() -> String) {
+    pub async fn announce_end(&self, end: &JobEnd, action: &str, success: impl FnOnce() -> String) {
         let events = &self.runtime.events;
         match end {
-            RunEnd::Succeeded(_) => events.normal(self.object, reason::SUCCEEDED, action, success()).await,
-            RunEnd::Failed { reason, message, .. } => {
+            JobEnd::Succeeded(_) => events.normal(self.object, reason::SUCCEEDED, action, success()).await,
+            JobEnd::Failed { reason, message, .. } => {
                 tracing::warn!(reason, error = %message, "{} failed", action.to_lowercase());
                 events.warning(self.object, reason, action, message.clone()).await;
             }

@@ -14,9 +14,10 @@ use visitors_api::labels::Component;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::args::{AgentControllerArgs, ControllerArgs, ENVIRONMENT_HELP};
+use crate::args::{AgentArgs, ControllerArgs, ENVIRONMENT_HELP};
 use crate::backoff::ObjectBackoff;
 use crate::events::Events;
+use crate::kind::NamespacedKind;
 use crate::leader::{self, Leadership};
 use crate::metrics::Metrics;
 use crate::operation::AgentSettings;
@@ -24,7 +25,6 @@ use crate::reconcile::Runtime;
 use crate::server::{self, Health};
 use crate::shutdown;
 use crate::startup::{self, StartupError};
-use crate::watch::OwnKind;
 
 /// Who a controller is: its name (field manager, event reporter, lease and service name) and
 /// the CRD it reconciles.
@@ -123,7 +123,11 @@ impl Started {
 
 /// The whole life of a controller binary: telemetry, start-up, `reconcile_until` shutdown,
 /// then clean-up. Start-up errors are printed as one line and give a non-zero exit code.
-pub async fn main<F, Fut>(identity: Identity, args: &ControllerArgs, reconcile_until: F) -> std::process::ExitCode
+async fn run_until_shutdown<F, Fut>(
+    identity: Identity,
+    args: &ControllerArgs,
+    reconcile_until: F,
+) -> std::process::ExitCode
 where
     F: FnOnce(Arc<Runtime>, CancellationToken) -> Fut,
     Fut: Future<Output = ()>,
@@ -150,17 +154,19 @@ where
     }
 }
 
-/// What a controller that runs the agent in Jobs reconciles with, once started.
-pub struct AgentController {
+/// What a started controller reconciles with: the shared runtime, the namespace it watches,
+/// the shutdown signal, and the flags `A` of its own.
+pub struct Running<A> {
     pub runtime: Arc<Runtime>,
     /// The namespace it watches, or `None` for all.
     pub namespace: Option<String>,
-    pub settings: AgentSettings,
     /// Cancelled on SIGTERM, SIGINT or lost leadership.
     pub shutdown: CancellationToken,
+    /// The controller's own flags.
+    pub args: A,
 }
 
-impl AgentController {
+impl<A> Running<A> {
     /// The namespace watched, as the API calls take it.
     pub fn namespace(&self) -> Option<&str> {
         self.namespace.as_deref()
@@ -174,11 +180,11 @@ impl AgentController {
         component: Component,
     ) -> (
         Store<K>,
-        impl Stream<Item = Result<K, watcher::Error>> + Send + use<K>,
-        impl Stream<Item = Result<PartialObjectMeta<Job>, watcher::Error>> + Send + use<K>,
+        impl Stream<Item = Result<K, watcher::Error>> + Send + use<K, A>,
+        impl Stream<Item = Result<PartialObjectMeta<Job>, watcher::Error>> + Send + use<K, A>,
     )
     where
-        K: OwnKind,
+        K: NamespacedKind,
     {
         let client = self.runtime.client.clone();
         let (reader, objects) = crate::watch::own_kind::<K>(client.clone(), self.namespace());
@@ -186,42 +192,38 @@ impl AgentController {
     }
 }
 
-/// [`main`] for a controller that runs the agent in Jobs: `reconcile_until` gets the namespace
-/// to watch and the agent's settings besides.
-pub async fn main_with_agent<F, Fut>(
-    identity: Identity,
-    args: AgentControllerArgs,
-    reconcile_until: F,
-) -> std::process::ExitCode
-where
-    F: FnOnce(AgentController) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let namespace = args.common.watch_namespace().map(str::to_string);
-    let settings = AgentSettings::from_env(args.agent_image);
-    main(identity, &args.common, |runtime, shutdown| {
-        reconcile_until(AgentController { runtime, namespace, settings, shutdown })
-    })
-    .await
+impl Running<AgentArgs> {
+    /// What the agent Jobs of a controller that runs them are started with.
+    pub fn agent_settings(&self) -> AgentSettings {
+        AgentSettings::from_env(self.args.agent_image.clone())
+    }
 }
 
-/// The whole `main` of a controller that runs the agent in Jobs: its command line (the shared
-/// flags and `--agent-image`, `about` as its description), then [`main_with_agent`].
-pub async fn agent_controller_main<F, Fut>(
+/// The whole `main` of every controller binary: its command line (the flags every controller
+/// shares, then its own flags `A`, `about` as its description, the environment in `--help`),
+/// then its life: telemetry, start-up, `reconcile_until` shutdown, clean-up.
+pub async fn controller_main<A, F, Fut>(
     identity: Identity,
     about: &'static str,
     reconcile_until: F,
 ) -> std::process::ExitCode
 where
-    F: FnOnce(AgentController) -> Fut,
+    A: clap::Args + clap::FromArgMatches,
+    F: FnOnce(Running<A>) -> Fut,
     Fut: Future<Output = ()>,
 {
     use clap::{Args, FromArgMatches};
-    let command = AgentControllerArgs::augment_args(clap::Command::new(identity.name))
+    let command = A::augment_args(ControllerArgs::augment_args(clap::Command::new(identity.name)))
         .version(env!("CARGO_PKG_VERSION"))
         .about(about)
         .after_help(ENVIRONMENT_HELP);
     let matches = command.get_matches();
-    let args = AgentControllerArgs::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
-    main_with_agent(identity, args, reconcile_until).await
+    let parsed =
+        ControllerArgs::from_arg_matches(&matches).and_then(|common| Ok((common, A::from_arg_matches(&matches)?)));
+    let (common, args) = parsed.unwrap_or_else(|error| error.exit());
+    let namespace = common.watch_namespace().map(str::to_string);
+    run_until_shutdown(identity, &common, |runtime, shutdown| {
+        reconcile_until(Running { runtime, namespace, shutdown, args })
+    })
+    .await
 }

@@ -1,22 +1,21 @@
-//! What every reconcile shares: the runtime handed to it (client, metrics, backoff, events,
-//! field manager) and the three ways a reconcile ends: converged, waiting, failed.
+//! The runtime every reconcile runs in: the client, metrics, backoff, events and field
+//! manager handed to it, the ways a reconcile ends (converged, waiting, watching, failed) and the
+//! error policy the controllers share. The errors themselves are in [`crate::error`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::fmt::Debug;
-
 use kube::api::Api;
-use kube::core::NamespaceResourceScope;
 use kube::runtime::controller::Action;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tracing::Instrument;
 use visitors_api::InvalidSpec;
 
 use crate::backoff::ObjectBackoff;
+use crate::error::ReconcileFailure;
 use crate::events::Events;
+use crate::kind::NamespacedKind;
 use crate::metrics::Metrics;
 use crate::telemetry::reconcile_span;
 
@@ -25,12 +24,6 @@ use crate::telemetry::reconcile_span;
 /// backs off to the failure cap. What an owned-object watch reports (a workload becoming
 /// ready) is not waited for this way at all: see [`Runtime::watching`].
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
-
-/// An error a reconcile can fail with; `metric_label` is its kind in the failure metric (a
-/// short fixed word, never a message, to keep the metric's cardinality bounded).
-pub trait ReconcileFailure: std::error::Error {
-    fn metric_label(&self) -> &'static str;
-}
 
 /// The shared part of each controller's context.
 pub struct Runtime {
@@ -115,7 +108,7 @@ impl Runtime {
     /// reconcile writes nothing. Returns whether it wrote.
     pub async fn write_status<K, S>(&self, object: &K, current: Option<&S>, desired: &S) -> Result<bool, kube::Error>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K: NamespacedKind,
         S: Serialize + PartialEq,
     {
         if current == Some(desired) {
@@ -157,98 +150,6 @@ where
         tokio::spawn(async move { runtime.events.warning(&*object, reason, "Reconcile", note).await });
     }
     action
-}
-
-/// A namespaced object came without a namespace: a bug of the API server or the CRD.
-#[derive(Debug, thiserror::Error)]
-#[error("{kind} {name:?} has no namespace, but the kind is namespaced; this is a bug in the API server or the CRD")]
-pub struct NoNamespace {
-    kind: String,
-    name: String,
-}
-
-/// The namespace of `object`.
-pub fn namespace_of<K: Resource<DynamicType = ()>>(object: &K) -> Result<String, NoNamespace> {
-    object.namespace().ok_or_else(|| NoNamespace { kind: K::kind(&()).into_owned(), name: object.name_any() })
-}
-
-/// Why a reconcile whose steps only talk to the API failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    NoNamespace(#[from] NoNamespace),
-    #[error(transparent)]
-    Api(#[from] ApiError),
-}
-
-impl ReconcileFailure for Error {
-    fn metric_label(&self) -> &'static str {
-        match self {
-            Error::NoNamespace(_) => "NoNamespace",
-            Error::Api(error) => error.metric_label(),
-        }
-    }
-}
-
-/// A failed API request and what the reconcile was doing: `"{action} failed: {why}"`.
-#[derive(Debug, thiserror::Error)]
-#[error("{action} failed: {}", explain_kube_error(.source))]
-pub struct ApiError {
-    pub action: String,
-    #[source]
-    pub source: kube::Error,
-}
-
-impl ApiError {
-    pub fn metric_label(&self) -> &'static str {
-        kube_error_label(&self.source)
-    }
-
-    /// The API server found the request invalid (422).
-    pub fn is_rejected(&self) -> bool {
-        matches!(&self.source, kube::Error::Api(status) if status.code == 422)
-    }
-
-    /// The object was not found (404).
-    pub fn is_not_found(&self) -> bool {
-        matches!(&self.source, kube::Error::Api(status) if status.code == 404)
-    }
-}
-
-/// Wraps a kube error with what was being done.
-pub fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
-    let action = action.into();
-    move |source| ApiError { action, source }
-}
-
-/// The metric label of a failed API request: `Forbidden`, `Conflict`, `Rejected` or `Kube`.
-pub fn kube_error_label(error: &kube::Error) -> &'static str {
-    match error {
-        kube::Error::Api(status) if status.code == 403 => "Forbidden",
-        kube::Error::Api(status) if status.code == 409 => "Conflict",
-        kube::Error::Api(status) if status.code == 422 || status.code == 400 => "Rejected",
-        _ => "Kube",
-    }
-}
-
-/// A failed API request in words a user can act on (a missing RBAC rule names the chart).
-pub fn explain_kube_error(error: &kube::Error) -> String {
-    match error {
-        // RBAC denials read "... cannot <verb> resource ..."; other 403s come from admission
-        // (a storage class that cannot expand, a quota) and are no permission problem.
-        kube::Error::Api(status) if status.code == 403 && status.message.contains(" cannot ") => format!(
-            "the controller's ServiceAccount lacks a permission ({}); check the Role or ClusterRole from the Helm chart",
-            status.message
-        ),
-        kube::Error::Api(status) if status.code == 403 => format!("the API server refused it: {}", status.message),
-        kube::Error::Api(status) if status.code == 422 || status.code == 400 => {
-            format!("the API server rejected it: {}", status.message)
-        }
-        kube::Error::Api(status) => {
-            format!("the API server answered {} {}: {}", status.code, status.reason, status.message)
-        }
-        other => format!("{other} (is the API server reachable?)"),
-    }
 }
 
 /// Backoff is keyed by UID, so a deleted and re-created object starts fresh.

@@ -10,7 +10,7 @@ use visitors_api::InvalidSpec;
 use visitors_api::conditions::{self, Desired, PENDING, READY, Status, reason};
 use visitors_api::operation::{OperationKind, OperationPhase, OperationStatus};
 
-use crate::agent_job::RunEnd;
+use crate::agent_job::JobEnd;
 
 /// A status being written for `object` at `now`.
 pub struct Update<'a, K: OperationKind> {
@@ -85,7 +85,7 @@ impl<'a, K: OperationKind + Resource> Update<'a, K> {
     pub fn ended(
         &mut self,
         job: Option<&str>,
-        end: &RunEnd,
+        end: &JobEnd,
         succeeded: &str,
         fill: impl FnOnce(&mut K::Status, &AgentSummary),
     ) -> &mut Self {
@@ -110,13 +110,13 @@ impl<'a, K: OperationKind + Resource> Update<'a, K> {
             *self.status.duration_seconds_mut() = Some(seconds_between(&start, &end));
         }
         match end {
-            RunEnd::Succeeded(_) => {
+            JobEnd::Succeeded(_) => {
                 self.status.set_phase(OperationPhase::Succeeded);
                 *self.status.error_mut() = None;
                 let message = succeeded.to_string();
                 self.set(Desired { type_: READY, status: Status::True, reason: reason::SUCCEEDED, message })
             }
-            RunEnd::Failed { reason, message, .. } => {
+            JobEnd::Failed { reason, message, .. } => {
                 self.status.set_phase(OperationPhase::Failed);
                 *self.status.error_mut() = Some(message.clone());
                 self.not_ready(reason, message.clone())

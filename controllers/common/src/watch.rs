@@ -19,7 +19,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::core::PartialObjectMeta;
 use visitors_api::labels::{Component, tier_selector};
 
-use crate::args::ControllerArgs;
+use crate::kind::NamespacedKind;
 
 /// Reconciles that may run at once. Reconciles spend their time waiting on the API server (and
 /// the visitors controller on a database check of up to a few seconds): 64 keep a burst of new
@@ -70,19 +70,8 @@ pub async fn drive<K, C, F, E>(
         .await;
 }
 
-/// An `Api` for `K` in the watched namespace, or in all namespaces.
-pub fn scoped_api<K>(client: Client, args: &ControllerArgs) -> Api<K>
-where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
-{
-    api_in(client, args.watch_namespace())
-}
-
 /// An `Api` for `K` in `namespace`, or in all namespaces when `None`.
-pub fn api_in<K>(client: Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
-{
+pub fn api_in<K: NamespacedKind>(client: Client, namespace: Option<&str>) -> Api<K> {
     match namespace {
         Some(namespace) => Api::namespaced(client, namespace),
         None => Api::all(client),
@@ -117,32 +106,9 @@ where
         .boxed()
 }
 
-/// A kind a controller reconciles: namespaced, cached and watched across tasks.
-pub trait OwnKind:
-    Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-    + Clone
-    + DeserializeOwned
-    + Debug
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<K> OwnKind for K where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static
-{
-}
-
 /// The objects of a controller's own kind in `namespace` (or all), as [`primary_stream`]
 /// reports them, and the cache they fill.
-pub fn own_kind<K: OwnKind>(
+pub fn own_kind<K: NamespacedKind>(
     client: Client,
     namespace: Option<&str>,
 ) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send + use<K>) {

@@ -15,4 +15,4 @@ pub struct Context {
 }
 
 /// Why a reconcile failed: its steps only talk to the API.
-pub use controller_common::reconcile::Error;
+pub use controller_common::error::Error;

@@ -8,9 +8,12 @@
 
 use std::sync::Arc;
 
-use controller_common::agent_job::RunEnd;
+use controller_common::agent_job::DatabaseAccess;
+use controller_common::agent_job::JobEnd;
+use controller_common::error::{ApiError, api_err, namespace_of};
 use controller_common::operation::{DatabaseOperation, JobSteps};
-use controller_common::reconcile::{ApiError, api_err, namespace_of};
+use controller_common::ready;
+use controller_common::step::{Blocked, Step};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -22,13 +25,13 @@ use visitors_api::conditions::reason;
 use visitors_api::labels::{names, runs_of_schedule};
 use visitors_api::point_in_time::PointInTimeSource;
 use visitors_api::restore::{RestorePhase, reason as restore_reason};
-use visitors_api::{MySQLBackup, MySQLRestore, MySQLRestoreStatus};
+use visitors_api::{InvalidSpec, MySQLBackup, MySQLRestore, MySQLRestoreStatus};
 
 use crate::build::Backup;
 use crate::build::job::{STAGE_CONTAINER, job_name, restore_job};
 use crate::context::{Context, Error};
 use crate::metrics::RestoreLabels;
-use crate::source::{Blocked, backup_of_point_in_time, backup_of_run, wait};
+use crate::source::{backup_of_point_in_time, backup_of_run};
 use crate::{status, validate};
 
 pub async fn reconcile(restore: Arc<MySQLRestore>, context: Arc<Context>) -> Result<Action, Error> {
@@ -74,17 +77,21 @@ impl<'a> Restore<'a> {
     }
 
     async fn reconcile(&self) -> Result<Action, Error> {
-        let runtime = &self.ctx.runtime;
         if self.restore.has_ended() {
             return self.ended().await;
         }
         if let Err(invalid) = validate::restore(self.restore) {
-            if self.publish(status::invalid(self.restore, &invalid, now())).await? {
-                runtime.report_invalid_spec(self.restore, &invalid).await;
-            }
-            return Ok(runtime.until_spec_changes(self.restore));
+            return self.reject(&invalid).await;
         }
         self.op.next_step(self, &job_name(self.restore)).await
+    }
+
+    async fn reject(&self, invalid: &InvalidSpec) -> Result<Action, Error> {
+        let runtime = &self.ctx.runtime;
+        if self.publish(status::invalid(self.restore, invalid, now())).await? {
+            runtime.report_invalid_spec(self.restore, invalid).await;
+        }
+        Ok(runtime.until_spec_changes(self.restore))
     }
 
     /// An ended restore is a record: a later spec change is only noted.
@@ -104,13 +111,10 @@ impl<'a> Restore<'a> {
 
     /// The backup to read: a run that succeeded (its recorded location and manifest), or the
     /// explicit storage location; its storage's Secret or claim must exist.
-    async fn resolve_backup(&self) -> Result<Result<Backup, Blocked>, ApiError> {
+    async fn resolve_backup(&self) -> Result<Step<Backup>, ApiError> {
         let source = &self.restore.spec.source;
         if let Some(point_in_time) = &source.point_in_time {
-            let backup = match self.resolve_point_in_time(point_in_time).await? {
-                Ok(backup) => backup,
-                Err(blocked) => return Ok(Err(blocked)),
-            };
+            let backup = ready!(self.resolve_point_in_time(point_in_time).await?);
             let claim_field = format!("the storage of MySQLBackup {}", point_in_time.backup);
             return self.ready_to_read(backup, &claim_field).await;
         }
@@ -138,12 +142,9 @@ impl<'a> Restore<'a> {
                         "MySQLBackup {run_name} (spec.source.backup) does not exist in namespace {}; the restore waits for it",
                         self.op.namespace
                     );
-                    return Ok(Err(wait(restore_reason::BACKUP_NOT_FOUND, message)));
+                    return Ok(Step::wait(restore_reason::BACKUP_NOT_FOUND, message));
                 };
-                match backup_of_run(&run) {
-                    Ok(backup) => (backup, format!("the storage of MySQLBackup {run_name}")),
-                    Err(blocked) => return Ok(Err(blocked)),
-                }
+                (ready!(backup_of_run(&run)), format!("the storage of MySQLBackup {run_name}"))
             }
         };
         self.ready_to_read(backup, &claim_field).await
@@ -151,7 +152,7 @@ impl<'a> Restore<'a> {
 
     /// The backup, once its storage's Secret or claim exists, and the Secret of its keys
     /// (`spec.source.keySecret`, else its MySQLBackup's) when it has one.
-    async fn ready_to_read(&self, mut backup: Backup, claim_field: &str) -> Result<Result<Backup, Blocked>, ApiError> {
+    async fn ready_to_read(&self, mut backup: Backup, claim_field: &str) -> Result<Step<Backup>, ApiError> {
         if let Some(secret) = &self.restore.spec.source.key_secret {
             backup.key_secret = Some(secret.clone());
         }
@@ -161,17 +162,14 @@ impl<'a> Restore<'a> {
             } else {
                 "spec.encryption.keySecret of the backup"
             };
-            if let Err(wait) = self.op.encryption_keys_ready(secret, None, field).await? {
-                return Ok(Err(Blocked::from(wait)));
-            }
+            ready!(self.op.encryption_keys_ready(secret, None, field).await?);
         }
-        let ready = self.op.storage_ready(&backup.storage, claim_field).await?;
-        Ok(ready.map(|()| backup).map_err(Blocked::from))
+        Ok(self.op.storage_ready(&backup.storage, claim_field).await?.map(|()| backup))
     }
 
     /// The base run and the archive of a restore to a point in time, from the schedule and its
     /// runs as they are now.
-    async fn resolve_point_in_time(&self, source: &PointInTimeSource) -> Result<Result<Backup, Blocked>, ApiError> {
+    async fn resolve_point_in_time(&self, source: &PointInTimeSource) -> Result<Step<Backup>, ApiError> {
         let name = &source.backup;
         let api = self.op.api::<MySQLBackup>();
         let Some(schedule) = api.get_opt(name).await.map_err(api_err(format!("reading MySQLBackup {name}")))? else {
@@ -179,7 +177,7 @@ impl<'a> Restore<'a> {
                 "MySQLBackup {name} (spec.source.pointInTime.backup) does not exist in namespace {}; the restore waits for it",
                 self.op.namespace
             );
-            return Ok(Err(wait(restore_reason::BACKUP_NOT_FOUND, message)));
+            return Ok(Step::wait(restore_reason::BACKUP_NOT_FOUND, message));
         };
         let listed = api
             .list(&ListParams::default().labels_from(&runs_of_schedule(name)))
@@ -195,6 +193,12 @@ impl<'a> Restore<'a> {
         let created = self.restore.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
         let age = now.as_second() - created.as_second();
         Ok(backup_of_point_in_time(&schedule, &runs, source, age, now))
+    }
+
+    /// How the Job reaches the target app's MySQL, then the app's database lock.
+    async fn access_and_lock(&self) -> Result<Step<DatabaseAccess>, ApiError> {
+        let access = ready!(self.op.app_access("spec.target.visitorsApp").await?);
+        Ok(self.op.take_lock().await?.map(|()| access))
     }
 
     /// What still runs of the app's backend (`None` once it has no pods), read from its
@@ -226,19 +230,22 @@ impl<'a> Restore<'a> {
         Ok(self.ctx.runtime.watching(self.restore))
     }
 
-    async fn blocked(&self, blocked: Blocked, backup: Option<&Backup>) -> Result<Action, Error> {
-        match blocked {
-            Blocked::Wait(wait) => {
+    /// A restore whose Job cannot start: it waits and says for what, or it is refused and ends.
+    async fn stopped<T>(&self, stopped: Step<T>, backup: Option<&Backup>) -> Result<Action, Error> {
+        match stopped {
+            Step::Ready(_) => Ok(self.ctx.runtime.watching(self.restore)),
+            Step::Wait(wait) => {
                 let before = self.op.waiting_for();
                 if self.publish(status::pending(self.restore, wait.reason, wait.message.clone(), now())).await? {
                     self.op.announce_wait(&wait, before.as_deref()).await;
                 }
                 Ok(self.ctx.runtime.waiting(self.restore))
             }
-            Blocked::Refuse { reason, message } => {
-                let end = RunEnd::Failed { reason, message, summary: None };
+            Step::Blocked(Blocked { reason, message }) => {
+                let end = JobEnd::Failed { reason, message, summary: None };
                 self.finish(None, backup.cloned().unwrap_or_default(), end).await
             }
+            Step::Invalid(invalid) => self.reject(&invalid).await,
         }
     }
 
@@ -257,14 +264,14 @@ impl<'a> Restore<'a> {
 
     /// A successful agent run checked against what the backup run recorded: the same manifest
     /// and the same number of tables and rows.
-    fn verified(&self, end: RunEnd) -> RunEnd {
-        let RunEnd::Succeeded(summary) = &end else { return end };
+    fn verified(&self, end: JobEnd) -> JobEnd {
+        let JobEnd::Succeeded(summary) = &end else { return end };
         if !self.restore.spec.verify() {
             return end;
         }
         let status = self.restore.status.clone().unwrap_or_default();
         let expected_sha = status.manifest_sha256.as_deref();
-        let mismatch = |what: String| RunEnd::Failed {
+        let mismatch = |what: String| JobEnd::Failed {
             reason: restore_reason::VERIFY_MISMATCH,
             message: format!("the restore does not match the backup: {what}"),
             summary: Some(summary.clone()),
@@ -279,7 +286,7 @@ impl<'a> Restore<'a> {
 
     /// Releases the lock first, then writes the end; the phase leaving `Running` is what lets
     /// the VisitorsApp controller start the backend again.
-    async fn finish(&self, job_name: Option<&str>, backup: Backup, end: RunEnd) -> Result<Action, Error> {
+    async fn finish(&self, job_name: Option<&str>, backup: Backup, end: JobEnd) -> Result<Action, Error> {
         self.op.release_lock().await?;
         let status = status::finished(self.restore, job_name, &backup, &end, now());
         if self.publish(status.clone()).await? {
@@ -288,7 +295,7 @@ impl<'a> Restore<'a> {
         Ok(self.ctx.runtime.until_spec_changes(self.restore))
     }
 
-    async fn announce(&self, end: &RunEnd, status: &MySQLRestoreStatus) {
+    async fn announce(&self, end: &JobEnd, status: &MySQLRestoreStatus) {
         let restored = || {
             format!(
                 "restored {} into VisitorsApp {}: {} tables, {} rows",
@@ -317,22 +324,19 @@ impl JobSteps for Restore<'_> {
 
     async fn start(&self, job_name: &str) -> Result<Action, Error> {
         let backup = match self.resolve_backup().await? {
-            Ok(backup) => backup,
-            Err(blocked) => return self.blocked(blocked, None).await,
+            Step::Ready(backup) => backup,
+            stopped => return self.stopped(stopped, None).await,
         };
-        let credentials = match self.op.app_access("spec.target.visitorsApp").await? {
-            Ok(credentials) => credentials,
-            Err(wait) => return self.blocked(wait.into(), Some(&backup)).await,
+        let access = match self.access_and_lock().await? {
+            Step::Ready(access) => access,
+            stopped => return self.stopped(stopped, Some(&backup)).await,
         };
-        if let Err(wait) = self.op.take_lock().await? {
-            return self.blocked(wait.into(), Some(&backup)).await;
-        }
         if self.restore.spec.quiesce()
             && let Some(running) = self.backend_still_running().await?
         {
             return self.quiescing(&backup, running).await;
         }
-        let job = restore_job(self.restore, &backup, &self.ctx.settings.inputs(), &credentials);
+        let job = restore_job(self.restore, &backup, &self.ctx.settings.inputs(), &access);
         let note = format!("Job {job_name} restores {} into VisitorsApp {}", backup.location, self.app());
         self.op.create_job(&job, note).await?;
         self.publish(status::running(self.restore, job_name, &backup, None, now())).await?;
@@ -341,7 +345,7 @@ impl JobSteps for Restore<'_> {
 
     async fn follow(&self, job: &Job) -> Result<Action, Error> {
         if !self.op.owns(job) {
-            return self.blocked(self.op.job_name_taken(job).into(), None).await;
+            return self.stopped(Step::<()>::Wait(self.op.job_name_taken(job)), None).await;
         }
         let job_name = job.name_any();
         let backup = self.recorded_backup();
@@ -379,7 +383,7 @@ impl JobSteps for Restore<'_> {
         self.finish(
             Some(job_name),
             self.recorded_backup(),
-            RunEnd::Failed { reason: reason::JOB_DELETED, message, summary: None },
+            JobEnd::Failed { reason: reason::JOB_DELETED, message, summary: None },
         )
         .await
     }

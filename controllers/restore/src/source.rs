@@ -2,7 +2,7 @@
 //! manifest), or an explicit storage location. A run that failed is refused, one that has not
 //! finished is waited for.
 
-use controller_common::operation::Wait;
+use controller_common::step::Step;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -19,37 +19,16 @@ use crate::build::{Backup, PointInTimePlan, agent_location_of_recorded, display_
 /// archiver reports: the last few seconds of a healthy archive are on their way.
 pub const ARCHIVE_WAIT_SECONDS: i64 = 120;
 
-/// Why a restore cannot start now: it waits (and says for what), or it can never run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Blocked {
-    Wait(Wait),
-    Refuse { reason: &'static str, message: String },
-}
-
-impl From<Wait> for Blocked {
-    fn from(wait: Wait) -> Self {
-        Blocked::Wait(wait)
-    }
-}
-
-pub fn wait(reason: &'static str, message: String) -> Blocked {
-    Blocked::Wait(Wait::new(reason, message))
-}
-
-fn refuse(reason: &'static str, message: String) -> Blocked {
-    Blocked::Refuse { reason, message }
-}
-
 /// The backup of run `run`, if it can be restored: a `Succeeded` run with a recorded location
 /// and manifest; a failed one, or one whose restore drill found it defective, is refused; one
 /// still to finish is waited for.
-pub fn backup_of_run(run: &MySQLBackup) -> Result<Backup, Blocked> {
+pub fn backup_of_run(run: &MySQLBackup) -> Step<Backup> {
     let name = run.name_any();
     if run.spec.is_schedule() {
         let message = format!(
             "MySQLBackup {name} (spec.source.backup) is a schedule, not a run: name one of its runs (status.lastSuccessfulRun)"
         );
-        return Err(refuse(reason::BACKUP_IS_SCHEDULE, message));
+        return Step::blocked(reason::BACKUP_IS_SCHEDULE, message);
     }
     let status = run.status.clone().unwrap_or_default();
     match status.phase {
@@ -59,13 +38,13 @@ pub fn backup_of_run(run: &MySQLBackup) -> Result<Backup, Blocked> {
             let message = format!(
                 "MySQLBackup {name} (spec.source.backup) failed{why}; a failed backup is never restored, nothing was touched"
             );
-            return Err(refuse(reason::BACKUP_FAILED, message));
+            return Step::blocked(reason::BACKUP_FAILED, message);
         }
         phase => {
             let phase = phase.map(|p| format!("{p:?}")).unwrap_or_else(|| "not started".into());
             let message =
                 format!("MySQLBackup {name} (spec.source.backup) is {phase}; the restore waits until it succeeds");
-            return Err(wait(reason::BACKUP_NOT_FINISHED, message));
+            return Step::wait(reason::BACKUP_NOT_FINISHED, message);
         }
     }
     if run.failed_drill() {
@@ -73,20 +52,20 @@ pub fn backup_of_run(run: &MySQLBackup) -> Result<Backup, Blocked> {
         let message = format!(
             "MySQLBackup {name} (spec.source.backup) failed its restore drill{why}; it does not restore what was dumped, so it is never restored, nothing was touched"
         );
-        return Err(refuse(reason::BACKUP_FAILED_DRILL, message));
+        return Step::blocked(reason::BACKUP_FAILED_DRILL, message);
     }
     let recorded = status.location.clone().unwrap_or_default();
     let Some(agent_location) = agent_location_of_recorded(&recorded) else {
         let message = format!("MySQLBackup {name} records no location the restore can read ({recorded:?})");
-        return Err(refuse(reason::BACKUP_LOCATION_UNKNOWN, message));
+        return Step::blocked(reason::BACKUP_LOCATION_UNKNOWN, message);
     };
     let Some(manifest_sha256) = status.manifest_sha256.clone() else {
         let message = format!(
             "MySQLBackup {name} records no manifestSha256, so a backup changed in storage could not be detected"
         );
-        return Err(refuse(reason::BACKUP_UNVERIFIABLE, message));
+        return Step::blocked(reason::BACKUP_UNVERIFIABLE, message);
     };
-    Ok(Backup {
+    Step::Ready(Backup {
         location: display_location(&run.spec.storage, &agent_location),
         agent_location,
         storage: run.spec.storage.clone(),
@@ -110,31 +89,33 @@ pub fn backup_of_point_in_time(
     source: &PointInTimeSource,
     restore_age_seconds: i64,
     now: Timestamp,
-) -> Result<Backup, Blocked> {
+) -> Step<Backup> {
     let name = schedule.name_any();
     if !schedule.spec.is_schedule() {
         let message =
             format!("MySQLBackup {name} (spec.source.pointInTime.backup) is a run, not a schedule with pointInTime");
-        return Err(refuse(reason::BACKUP_NOT_SCHEDULE, message));
+        return Step::blocked(reason::BACKUP_NOT_SCHEDULE, message);
     }
     if schedule.spec.point_in_time.is_none() {
         let message = format!(
             "MySQLBackup {name} does not archive its binary log (spec.pointInTime is unset): it can only be restored to one of its runs"
         );
-        return Err(refuse(reason::POINT_IN_TIME_NOT_ENABLED, message));
+        return Step::blocked(reason::POINT_IN_TIME_NOT_ENABLED, message);
     }
     let archive = schedule.status.as_ref().and_then(|s| s.point_in_time.clone()).unwrap_or_default();
     let target = source.target_text();
-    let (base, base_time) = match (&source.target_time, &source.target_gtid) {
-        (Some(time), _) => {
-            if time.0 > now {
-                let message = format!("the target {target} is in the future (now is {now}): nothing was touched");
-                return Err(refuse(reason::TARGET_IN_THE_FUTURE, message));
-            }
-            base_before_time(&name, runs, time.0)?
+    let base = match (&source.target_time, &source.target_gtid) {
+        (Some(time), _) if time.0 > now => {
+            let message = format!("the target {target} is in the future (now is {now}): nothing was touched");
+            return Step::blocked(reason::TARGET_IN_THE_FUTURE, message);
         }
-        (None, Some(gtid)) => base_before_gtids(&name, runs, gtid)?,
-        (None, None) => return Err(refuse(reason::TARGET_NOT_ARCHIVED, "no target".into())),
+        (Some(time), _) => base_before_time(&name, runs, time.0),
+        (None, Some(gtid)) => base_before_gtids(&name, runs, gtid),
+        (None, None) => return Step::blocked(reason::TARGET_NOT_ARCHIVED, "no target"),
+    };
+    let (base, base_time) = match base.into_ready() {
+        Ok(base) => base,
+        Err(stopped) => return stopped,
     };
     if let Some(time) = &source.target_time {
         let crossed = archive.gaps.iter().find(|gap| {
@@ -150,7 +131,7 @@ pub fn backup_of_point_in_time(
                 gap.reason,
                 gap.message
             );
-            return Err(refuse(reason::ACROSS_ARCHIVE_GAP, message));
+            return Step::blocked(reason::ACROSS_ARCHIVE_GAP, message);
         }
         let recoverable = archive.last_recoverable_time.as_ref().map(|t| t.0);
         if recoverable.is_none_or(|recoverable| time.0 > recoverable) {
@@ -162,12 +143,15 @@ pub fn backup_of_point_in_time(
             let message =
                 format!("the archive of MySQLBackup {name} holds every transaction up to {until}, not yet {target}");
             if archiving && restore_age_seconds < ARCHIVE_WAIT_SECONDS {
-                return Err(wait(reason::WAITING_FOR_ARCHIVE, format!("{message}; the restore waits for it")));
+                return Step::wait(reason::WAITING_FOR_ARCHIVE, format!("{message}; the restore waits for it"));
             }
-            return Err(refuse(reason::TARGET_NOT_ARCHIVED, format!("{message}: nothing was touched")));
+            return Step::blocked(reason::TARGET_NOT_ARCHIVED, format!("{message}: nothing was touched"));
         }
     }
-    let mut backup = backup_of_run(&base)?;
+    let mut backup = match backup_of_run(&base).into_ready() {
+        Ok(backup) => backup,
+        Err(stopped) => return stopped,
+    };
     // Segments archived since the schedule was encrypted need its keys even when the base
     // run was not encrypted.
     backup.key_secret = backup.key_secret.or_else(|| schedule.spec.encryption.as_ref().map(|e| e.key_secret.clone()));
@@ -179,7 +163,7 @@ pub fn backup_of_point_in_time(
         target,
         base_snapshot_time: Some(Time(base_time)),
     });
-    Ok(backup)
+    Step::Ready(backup)
 }
 
 /// The runs a restore to a point in time can start from, with the server time of their
@@ -189,15 +173,11 @@ fn bases(runs: &[MySQLBackup]) -> Vec<(&MySQLBackup, Timestamp)> {
     runs.iter().filter_map(|run| run.base_snapshot().map(|base| (run, base.time))).collect()
 }
 
-fn base_before_time(
-    schedule: &str,
-    runs: &[MySQLBackup],
-    target: Timestamp,
-) -> Result<(MySQLBackup, Timestamp), Blocked> {
+fn base_before_time(schedule: &str, runs: &[MySQLBackup], target: Timestamp) -> Step<(MySQLBackup, Timestamp)> {
     let all = bases(runs);
     let base = all.iter().filter(|(_, at)| *at <= target).max_by_key(|(run, at)| (*at, run.name_any()));
     match base {
-        Some((run, at)) => Ok(((*run).clone(), *at)),
+        Some((run, at)) => Step::Ready(((*run).clone(), *at)),
         None => {
             let oldest = all.iter().map(|(_, at)| *at).min();
             let message = match oldest {
@@ -208,13 +188,16 @@ fn base_before_time(
                     "MySQLBackup {schedule} has no successful run with a recorded binary log position to start from: nothing was touched"
                 ),
             };
-            Err(refuse(reason::TARGET_BEFORE_OLDEST_BACKUP, message))
+            Step::blocked(reason::TARGET_BEFORE_OLDEST_BACKUP, message)
         }
     }
 }
 
-fn base_before_gtids(schedule: &str, runs: &[MySQLBackup], target: &str) -> Result<(MySQLBackup, Timestamp), Blocked> {
-    let target_set = GtidSet::parse(target).map_err(|e| refuse(reason::TARGET_NOT_ARCHIVED, e))?;
+fn base_before_gtids(schedule: &str, runs: &[MySQLBackup], target: &str) -> Step<(MySQLBackup, Timestamp)> {
+    let target_set = match GtidSet::parse(target) {
+        Ok(set) => set,
+        Err(problem) => return Step::blocked(reason::TARGET_NOT_ARCHIVED, problem),
+    };
     let gtids_of = |run: &MySQLBackup| {
         run.status.as_ref()?.snapshot.as_ref()?.gtid.as_deref().and_then(|g| GtidSet::parse(g).ok())
     };
@@ -222,16 +205,21 @@ fn base_before_gtids(schedule: &str, runs: &[MySQLBackup], target: &str) -> Resu
         .into_iter()
         .filter(|(run, _)| gtids_of(run).is_some_and(|gtids| target_set.includes(&gtids)))
         .max_by_key(|(run, at)| (*at, run.name_any()));
-    base.map(|(run, at)| (run.clone(), at)).ok_or_else(|| {
-        let message = format!(
-            "no successful run of MySQLBackup {schedule} has a snapshot within the target gtid {target}: nothing was touched"
-        );
-        refuse(reason::TARGET_BEFORE_OLDEST_BACKUP, message)
-    })
+    match base {
+        Some((run, at)) => Step::Ready((run.clone(), at)),
+        None => {
+            let message = format!(
+                "no successful run of MySQLBackup {schedule} has a snapshot within the target gtid {target}: nothing was touched"
+            );
+            Step::blocked(reason::TARGET_BEFORE_OLDEST_BACKUP, message)
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use controller_common::step::{Blocked, Wait};
+
     use super::*;
 
     fn run(status: serde_json::Value) -> MySQLBackup {
@@ -248,14 +236,14 @@ mod tests {
     fn only_a_succeeded_run_is_restored_and_a_failed_one_is_refused() {
         let succeeded = run(serde_json::json!({"phase": "Succeeded", "location": "file:///backup/shop/ex/b1",
             "manifestSha256": "ab".repeat(32), "completionTime": "2026-11-23T10:00:00Z", "tables": 2, "rows": 7}));
-        let backup = backup_of_run(&succeeded).unwrap();
+        let backup = backup_of_run(&succeeded).ready().unwrap();
         assert_eq!(backup.agent_location, "file:///backup/shop/ex/b1");
         assert_eq!(backup.location, "pvc://backups/shop/ex/b1");
         assert_eq!(backup.manifest_sha256, Some("ab".repeat(32)));
         assert_eq!((backup.tables, backup.rows), (Some(2), Some(7)));
 
         let failed = run(serde_json::json!({"phase": "Failed", "error": "MySQL rejected user root"}));
-        let Err(Blocked::Refuse { reason, message }) = backup_of_run(&failed) else {
+        let Step::Blocked(Blocked { reason, message }) = backup_of_run(&failed) else {
             panic!("a failed run is refused")
         };
         assert_eq!(reason, "BackupFailed");
@@ -263,12 +251,12 @@ mod tests {
 
         for phase in ["Running", "Pending"] {
             let unfinished = run(serde_json::json!({"phase": phase}));
-            assert!(matches!(backup_of_run(&unfinished), Err(Blocked::Wait(Wait { reason: "BackupNotFinished", .. }))));
+            assert!(matches!(backup_of_run(&unfinished), Step::Wait(Wait { reason: "BackupNotFinished", .. })));
         }
         let defective = run(serde_json::json!({"phase": "Succeeded", "location": "file:///backup/shop/ex/b1",
             "manifestSha256": "ab".repeat(32), "drill": {"phase": "Failed", "requestedAt": "2026-11-23T10:00:00Z",
             "reason": "BackupDefect", "message": "the restored table `d`.`t` does not hold what was backed up"}}));
-        let Err(Blocked::Refuse { reason, message }) = backup_of_run(&defective) else {
+        let Step::Blocked(Blocked { reason, message }) = backup_of_run(&defective) else {
             panic!("a run that failed its drill is refused")
         };
         assert_eq!(reason, "BackupFailedDrill");
@@ -276,14 +264,16 @@ mod tests {
         let drill_trouble = run(serde_json::json!({"phase": "Succeeded", "location": "file:///backup/shop/ex/b1",
             "manifestSha256": "ab".repeat(32), "drill": {"phase": "Failed", "requestedAt": "2026-11-23T10:00:00Z",
             "reason": "DatabaseLost"}}));
-        assert!(backup_of_run(&drill_trouble).is_ok(), "a drill that could not run proves nothing");
+        assert!(backup_of_run(&drill_trouble).is_ready(), "a drill that could not run proves nothing");
         let unverifiable = run(serde_json::json!({"phase": "Succeeded", "location": "s3://b/x"}));
-        assert!(matches!(backup_of_run(&unverifiable), Err(Blocked::Refuse { reason: "BackupUnverifiable", .. })));
+        assert!(matches!(backup_of_run(&unverifiable), Step::Blocked(Blocked { reason: "BackupUnverifiable", .. })));
     }
 }
 
 #[cfg(test)]
 mod point_in_time_tests {
+    use controller_common::step::{Blocked, Wait};
+
     use super::*;
 
     fn at(second: i64) -> Timestamp {
@@ -324,9 +314,9 @@ mod point_in_time_tests {
         serde_json::json!({"lastRecoverableTime": at(recoverable).to_string()})
     }
 
-    fn refused(result: Result<Backup, Blocked>) -> &'static str {
+    fn refused(result: Step<Backup>) -> &'static str {
         match result {
-            Err(Blocked::Refuse { reason, .. }) => reason,
+            Step::Blocked(Blocked { reason, .. }) => reason,
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
@@ -334,14 +324,16 @@ mod point_in_time_tests {
     #[test]
     fn the_newest_run_before_the_target_is_the_base_and_the_archive_is_replayed_after_it() {
         let runs = [succeeded("n-1", 0, "0-1-10"), succeeded("n-2", 100, "0-1-50"), succeeded("n-3", 300, "0-1-90")];
-        let backup = backup_of_point_in_time(&schedule(archive(400), true), &runs, &to_time(250), 0, at(500)).unwrap();
+        let backup =
+            backup_of_point_in_time(&schedule(archive(400), true), &runs, &to_time(250), 0, at(500)).ready().unwrap();
         assert_eq!(backup.run.as_deref(), Some("n-2"));
         let plan = backup.point_in_time.unwrap();
         assert_eq!(plan.archive, "file:///backup/shop/ex/_binlog/nightly");
         assert_eq!(plan.until_time.as_deref(), Some(at(250).to_string().as_str()));
         assert_eq!(plan.base_snapshot_time, Some(Time(at(100))));
         let by_gtid = PointInTimeSource { target_time: None, target_gtid: Some("0-1-60".into()), ..to_time(0) };
-        let backup = backup_of_point_in_time(&schedule(archive(400), true), &runs, &by_gtid, 0, at(500)).unwrap();
+        let backup =
+            backup_of_point_in_time(&schedule(archive(400), true), &runs, &by_gtid, 0, at(500)).ready().unwrap();
         assert_eq!(backup.run.as_deref(), Some("n-2"));
     }
 
@@ -353,14 +345,14 @@ mod point_in_time_tests {
         let key = |secret: &str| Some(BackupEncryption { key_secret: secret.into(), key_id: "k1".into() });
         let mut sched = schedule(archive(400), true);
         let plain_base = [succeeded("n-1", 100, "0-1-10")];
-        let backup = backup_of_point_in_time(&sched, &plain_base, &to_time(200), 0, at(500)).unwrap();
+        let backup = backup_of_point_in_time(&sched, &plain_base, &to_time(200), 0, at(500)).ready().unwrap();
         assert_eq!(backup.key_secret, None, "nothing encrypted, nothing mounted");
         sched.spec.encryption = key("schedule-keys");
-        let backup = backup_of_point_in_time(&sched, &plain_base, &to_time(200), 0, at(500)).unwrap();
+        let backup = backup_of_point_in_time(&sched, &plain_base, &to_time(200), 0, at(500)).ready().unwrap();
         assert_eq!(backup.key_secret.as_deref(), Some("schedule-keys"));
         let mut encrypted_base = plain_base.clone();
         encrypted_base[0].spec.encryption = key("run-keys");
-        let backup = backup_of_point_in_time(&sched, &encrypted_base, &to_time(200), 0, at(500)).unwrap();
+        let backup = backup_of_point_in_time(&sched, &encrypted_base, &to_time(200), 0, at(500)).ready().unwrap();
         assert_eq!(backup.key_secret.as_deref(), Some("run-keys"));
     }
 
@@ -377,14 +369,17 @@ mod point_in_time_tests {
             "reason": "BinlogPurged", "message": "purged", "afterTime": at(150).to_string(), "beforeTime": at(200).to_string()}]});
         let sched = schedule(gapped, true);
         assert_eq!(refused(backup_of_point_in_time(&sched, &runs, &to_time(300), 0, at(500))), "AcrossArchiveGap");
-        assert!(backup_of_point_in_time(&sched, &runs, &to_time(149), 0, at(500)).is_ok(), "before the gap is fine");
+        assert!(backup_of_point_in_time(&sched, &runs, &to_time(149), 0, at(500)).is_ready(), "before the gap is fine");
         assert_eq!(
             refused(backup_of_point_in_time(&sched, &runs, &to_time(150), 0, at(500))),
             "AcrossArchiveGap",
             "the second of the last archived transaction may not be whole"
         );
         let after_gap = [succeeded("n-1", 100, "0-1-10"), succeeded("n-2", 250, "0-1-20")];
-        assert!(backup_of_point_in_time(&sched, &after_gap, &to_time(300), 0, at(500)).is_ok(), "a base after the gap");
+        assert!(
+            backup_of_point_in_time(&sched, &after_gap, &to_time(300), 0, at(500)).is_ready(),
+            "a base after the gap"
+        );
     }
 
     #[test]
@@ -393,7 +388,8 @@ mod point_in_time_tests {
         let snapshot = before_binlog.status.as_mut().unwrap().snapshot.as_mut().unwrap();
         (snapshot.binlog_file, snapshot.binlog_position) = (None, None);
         let runs = [succeeded("n-1", 100, "0-1-5"), before_binlog];
-        let backup = backup_of_point_in_time(&schedule(archive(400), true), &runs, &to_time(300), 0, at(500)).unwrap();
+        let backup =
+            backup_of_point_in_time(&schedule(archive(400), true), &runs, &to_time(300), 0, at(500)).ready().unwrap();
         assert_eq!(backup.run.as_deref(), Some("n-1"), "the newer run cannot be found in the archive");
         let only = [runs[1].clone()];
         let refusal = backup_of_point_in_time(&schedule(archive(400), true), &only, &to_time(300), 0, at(500));
@@ -404,7 +400,7 @@ mod point_in_time_tests {
     fn a_target_the_archive_has_not_reached_is_waited_for_a_while_then_refused() {
         let runs = [succeeded("n-1", 100, "0-1-10")];
         let waiting = backup_of_point_in_time(&schedule(archive(400), true), &runs, &to_time(450), 10, at(500));
-        assert!(matches!(waiting, Err(Blocked::Wait(Wait { reason: "WaitingForArchive", .. }))), "{waiting:?}");
+        assert!(matches!(waiting, Step::Wait(Wait { reason: "WaitingForArchive", .. })), "{waiting:?}");
         let late = backup_of_point_in_time(&schedule(archive(400), true), &runs, &to_time(450), 500, at(500));
         assert_eq!(refused(late), "TargetNotArchived");
         let down = backup_of_point_in_time(&schedule(archive(400), false), &runs, &to_time(450), 10, at(500));

@@ -2,7 +2,7 @@
 //! What a restore shares with a backup run is written by [`controller_common::status::Update`];
 //! this module adds the backup it reads, the quiescing of the app and the verifying step.
 
-use controller_common::agent_job::RunEnd;
+use controller_common::agent_job::JobEnd;
 use controller_common::status::{Update, summary_counts, summary_started};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use visitors_agent_contract::summary::AgentSummary;
@@ -92,7 +92,7 @@ pub fn finished(
     restore: &MySQLRestore,
     job: Option<&str>,
     backup: &Backup,
-    end: &RunEnd,
+    end: &JobEnd,
     now: Time,
 ) -> MySQLRestoreStatus {
     let mut update = Update::of(restore, now);
@@ -201,7 +201,7 @@ mod tests {
             rows: Some(1200),
             ..AgentSummary::default()
         };
-        let status = finished(&restore, Some("r1-restore"), &backup(), &RunEnd::Succeeded(summary), at(1_090));
+        let status = finished(&restore, Some("r1-restore"), &backup(), &JobEnd::Succeeded(summary), at(1_090));
         assert_eq!(status.phase, Some(RestorePhase::Succeeded));
         assert_eq!((status.tables, status.rows), (Some(3), Some(1200)));
         assert_eq!(status.backup_name.as_deref(), Some("b1"));
@@ -234,7 +234,7 @@ mod tests {
     fn a_failure_keeps_its_reason_and_never_looks_successful() {
         let restore = from_run();
         let end =
-            RunEnd::Failed { reason: "AgentFailed", message: "chunk corrupt (checksumMismatch)".into(), summary: None };
+            JobEnd::Failed { reason: "AgentFailed", message: "chunk corrupt (checksumMismatch)".into(), summary: None };
         let status = finished(&restore, Some("r1-restore"), &backup(), &end, at(10));
         assert_eq!(status.phase, Some(RestorePhase::Failed));
         assert_eq!(status.error.as_deref(), Some("chunk corrupt (checksumMismatch)"));
@@ -250,7 +250,7 @@ mod tests {
         restore.status = Some(first.clone());
         assert_eq!(pending(&restore, "BackupRunning", "MySQLBackup b1 is Running".into(), at(99)), first);
 
-        let end = RunEnd::Failed { reason: "JobDeleted", message: "gone".into(), summary: None };
+        let end = JobEnd::Failed { reason: "JobDeleted", message: "gone".into(), summary: None };
         restore.status = Some(finished(&restore, None, &backup(), &end, at(100)));
         restore.metadata.generation = Some(2);
         let noted = spec_ignored(&restore, at(200));

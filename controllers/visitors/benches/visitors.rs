@@ -170,16 +170,9 @@ fn now() -> Time {
 
 /// The pure part of one reconcile: validate, build every child, compute the status.
 fn pipeline(app: &VisitorsApp, observed: &Observed) -> usize {
-    visitors_controller::validate::spec(&app.spec).unwrap();
-    let objects = (
-        build::mysql::statefulset(app, "creds", None, None),
-        build::mysql::headless_service(app),
-        build::mysql::client_service(app),
-        build::backend::deployment(app, "creds", None),
-        build::backend::service(app),
-        build::frontend::deployment(app),
-        build::frontend::service(app),
-    );
+    let valid = visitors_controller::validate::app(app).unwrap();
+    let inputs = build::Inputs { credentials_secret: &valid.credentials.name, ..build::Inputs::default() };
+    let objects = build::children(app, &inputs);
     let status = status::compute(app, observed, now());
     std::hint::black_box((&objects, &status));
     status.conditions.len()

@@ -7,54 +7,52 @@ use kube::runtime::controller::Action;
 use visitors_api::visitors_app::DeletionPolicy;
 
 use crate::build;
-use crate::context::Error;
-use crate::reconcile::Reconciler;
+use crate::context::{AppScope, Error};
 
 /// Holds a deleted app until the controller has reported what happens to its data volume.
 pub const FINALIZER: &str = "example.com/visitors-app-cleanup";
 const CLEANUP: Finalizer = Finalizer(FINALIZER);
 
-impl Reconciler<'_> {
-    pub(crate) async fn add_finalizer(&self) -> Result<(), Error> {
-        if let Some(finalizers) = CLEANUP.keep(&self.ctx.runtime, self.app, true).await? {
-            // The watch will report the app with its finalizer: this reconcile goes on with it.
-            let mut with_finalizer = self.app.clone();
-            with_finalizer.metadata.finalizers = Some(finalizers);
-            self.ctx.seen.record(&with_finalizer);
-        }
-        Ok(())
+/// Adds the finalizer before anything is created.
+pub async fn add_finalizer(scope: &AppScope<'_>) -> Result<(), Error> {
+    if let Some(finalizers) = CLEANUP.keep(scope.runtime(), scope.app, true).await? {
+        // The watch will report the app with its finalizer: this reconcile goes on with it.
+        let mut with_finalizer = scope.app.clone();
+        with_finalizer.metadata.finalizers = Some(finalizers);
+        scope.ctx.seen.record(&with_finalizer);
     }
+    Ok(())
+}
 
-    /// The app is being deleted: say what happens to its volume, then let the deletion finish.
-    pub(crate) async fn clean_up(&self) -> Result<Action, Error> {
-        let finalized =
-            CLEANUP.finalize(&self.ctx.runtime, self.app, async { Ok::<_, Error>(self.report_volume().await) }).await?;
-        Ok(finalized.action())
-    }
+/// The app is being deleted: say what happens to its volume, then let the deletion finish.
+pub async fn clean_up(scope: &AppScope<'_>) -> Result<Action, Error> {
+    let report = async { Ok::<_, Error>(report_volume(scope).await) };
+    Ok(CLEANUP.finalize(scope.runtime(), scope.app, report).await?.action())
+}
 
-    async fn report_volume(&self) -> Cleanup {
-        let claim = build::mysql::claim_name(&self.name);
-        match self.app.spec.deletion_policy() {
-            DeletionPolicy::Retain => {
-                let secret = if build::secret::is_generated(self.app) {
-                    format!(" and Secret {}", build::secret::secret_name(self.app))
-                } else {
-                    String::new()
-                };
-                let note = format!(
-                    "deletionPolicy is Retain: PersistentVolumeClaim {claim}{secret} are kept; a new VisitorsApp named {} in this namespace reuses them; delete them by hand to free the storage",
-                    self.name
-                );
-                tracing::info!(%claim, "retaining the database volume");
-                self.ctx.runtime.events.normal(self.app, "VolumeRetained", "Delete", note).await;
-            }
-            DeletionPolicy::Delete => {
-                let note = format!("deletionPolicy is Delete: PersistentVolumeClaim {claim} is deleted with the app");
-                self.ctx.runtime.events.normal(self.app, "VolumeDeleted", "Delete", note).await;
-            }
+async fn report_volume(scope: &AppScope<'_>) -> Cleanup {
+    let (app, name) = (scope.app, &scope.name);
+    let claim = build::mysql::claim_name(name);
+    let events = &scope.runtime().events;
+    match app.spec.deletion_policy() {
+        DeletionPolicy::Retain => {
+            let secret = if build::secret::is_generated(app) {
+                format!(" and Secret {}", build::secret::secret_name(app))
+            } else {
+                String::new()
+            };
+            let note = format!(
+                "deletionPolicy is Retain: PersistentVolumeClaim {claim}{secret} are kept; a new VisitorsApp named {name} in this namespace reuses them; delete them by hand to free the storage"
+            );
+            tracing::info!(%claim, "retaining the database volume");
+            events.normal(app, "VolumeRetained", "Delete", note).await;
         }
-        self.ctx.seen.forget(self.app);
-        self.ctx.hold.forget(self.app);
-        Cleanup::Done(())
+        DeletionPolicy::Delete => {
+            let note = format!("deletionPolicy is Delete: PersistentVolumeClaim {claim} is deleted with the app");
+            events.normal(app, "VolumeDeleted", "Delete", note).await;
+        }
     }
+    scope.ctx.seen.forget(app);
+    scope.ctx.hold.forget(app);
+    Cleanup::Done(())
 }

@@ -1,16 +1,19 @@
 //! What every step of a VisitorsApp reconcile shares: the context (the runtime, the database
-//! check, the caches the watches fill, what the watches have seen) and the error a reconcile
-//! fails with.
+//! check, the caches the watches fill, what the watches have seen), the app one reconcile works
+//! on ([`AppScope`]), and the error a reconcile fails with.
 
 use std::sync::Arc;
 
-use controller_common::reconcile::ApiError;
+use controller_common::error::{ApiError, NoNamespace, api_err, namespace_of};
+use controller_common::kind::NamespacedKind;
 use controller_common::{ReconcileFailure, Runtime};
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use kube::ResourceExt;
-use kube::runtime::reflector::{self, Store};
-use visitors_api::MySQLRestore;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::PostParams;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::{Api, ResourceExt};
+use visitors_api::{MySQLRestore, VisitorsApp};
 
 use crate::db::DatabaseProbe;
 use crate::hold::Hold;
@@ -67,33 +70,83 @@ impl Stores {
     }
 }
 
-/// Why a reconcile failed. Every variant says which object and what to do.
+/// The app one reconcile works on, with the context: what each step of the reconcile takes.
+pub struct AppScope<'a> {
+    pub app: &'a VisitorsApp,
+    pub ctx: &'a Context,
+    pub name: String,
+    pub namespace: String,
+}
+
+impl<'a> AppScope<'a> {
+    pub fn of(app: &'a VisitorsApp, ctx: &'a Context) -> Result<Self, Error> {
+        Ok(AppScope { app, ctx, name: app.name_any(), namespace: namespace_of(app)? })
+    }
+
+    pub fn runtime(&self) -> &Runtime {
+        &self.ctx.runtime
+    }
+
+    /// The API of kind `K` in the app's namespace.
+    pub fn api<K: NamespacedKind>(&self) -> Api<K> {
+        Api::namespaced(self.ctx.runtime.client.clone(), &self.namespace)
+    }
+
+    /// Object `name` of the app's namespace, as the watch of its kind cached it.
+    pub fn cached<K: NamespacedKind>(&self, store: &Store<K>, name: &str) -> Option<Arc<K>> {
+        store.get(&ObjectRef::new(name).within(&self.namespace))
+    }
+
+    /// Creates `secret` under the controller's field manager; one created meanwhile (by an
+    /// interrupted reconcile, or by someone else: the caller checks whose it is) is read instead.
+    pub async fn create_or_read_secret(&self, secret: &Secret) -> Result<Secret, Error> {
+        let name = secret.name_any();
+        let params = PostParams { field_manager: Some(self.runtime().field_manager.clone()), ..PostParams::default() };
+        match self.api::<Secret>().create(&params, secret).await {
+            Ok(created) => Ok(created),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                Ok(self.api::<Secret>().get(&name).await.map_err(api_err(format!("reading Secret {name}")))?)
+            }
+            Err(source) => Err(ApiError { action: format!("creating Secret {name}"), source }.into()),
+        }
+    }
+}
+
+/// Why a reconcile failed: what every controller can fail with, and the one failure of its own.
+/// Every variant says which object and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(
-        "VisitorsApp {0:?} has no namespace, but the kind is namespaced; this is a bug in the API server or the CRD"
-    )]
-    NoNamespace(String),
     #[error(transparent)]
-    Api(#[from] ApiError),
+    Common(#[from] controller_common::error::Error),
     #[error(
         "{child} keeps items in lists the controller sets even after they were removed ({items}); a mutating admission webhook may be adding them: exclude the child from it"
     )]
     ForeignItemsReturn { child: String, items: String },
 }
 
+impl From<ApiError> for Error {
+    fn from(error: ApiError) -> Self {
+        Error::Common(error.into())
+    }
+}
+
+impl From<NoNamespace> for Error {
+    fn from(error: NoNamespace) -> Self {
+        Error::Common(error.into())
+    }
+}
+
 impl Error {
     /// The API server found the request invalid (422).
     pub fn is_rejected(&self) -> bool {
-        matches!(self, Error::Api(error) if error.is_rejected())
+        matches!(self, Error::Common(controller_common::error::Error::Api(error)) if error.is_rejected())
     }
 }
 
 impl ReconcileFailure for Error {
     fn metric_label(&self) -> &'static str {
         match self {
-            Error::NoNamespace(_) => "NoNamespace",
-            Error::Api(error) => error.metric_label(),
+            Error::Common(error) => error.metric_label(),
             Error::ForeignItemsReturn { .. } => "ForeignItemsReturn",
         }
     }

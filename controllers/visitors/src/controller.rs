@@ -3,8 +3,11 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
+use clap::ValueEnum;
 use controller_common::Runtime;
-use controller_common::process::Identity;
+use controller_common::process::{Identity, Running};
 use controller_common::watch::{api_in, controller_config, drive, primary_stream, trim_for_cache};
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -19,7 +22,7 @@ use visitors_api::labels::children_selector;
 use visitors_api::{MySQLRestore, VisitorsApp};
 
 use crate::context::{Context, Stores};
-use crate::db::DatabaseProbe;
+use crate::db::{DatabaseProbe, MysqlProbe};
 use crate::hold::{Hold, owner_of};
 use crate::reconcile::{error_policy, reconcile};
 use crate::seen::{Fingerprint, News, Seen};
@@ -30,6 +33,48 @@ pub const NAME: &str = "visitors-controller";
 pub const CRD: &str = "visitorsapps.example.com";
 /// Who this controller is, for the shared start-up sequence.
 pub const IDENTITY: Identity = Identity { name: NAME, crd: CRD };
+
+/// How the controller decides that a database is ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DatabaseCheck {
+    /// The pod's readiness probe, then the controller's own `SELECT 1` through the client
+    /// Service (the controller needs network access to the app's namespace).
+    Query,
+    /// The pod's readiness probe only (for a controller outside the cluster network).
+    Pod,
+}
+
+/// The flags of this controller besides those every controller has.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DatabaseCheckArgs {
+    /// How the database's readiness is decided.
+    #[arg(long, env = "DATABASE_CHECK", value_enum, default_value_t = DatabaseCheck::Query)]
+    pub database_check: DatabaseCheck,
+
+    /// Time limit of the controller's `SELECT 1`, in milliseconds; a reconcile never waits
+    /// longer on a database.
+    #[arg(long, env = "DATABASE_CHECK_TIMEOUT_MS", default_value_t = 2000)]
+    pub database_check_timeout_ms: u64,
+}
+
+impl DatabaseCheckArgs {
+    /// The controller's own check, unless it trusts the pod's readiness probe alone.
+    pub fn probe(&self) -> Option<Arc<dyn DatabaseProbe>> {
+        match self.database_check {
+            DatabaseCheck::Query => {
+                Some(Arc::new(MysqlProbe { timeout: Duration::from_millis(self.database_check_timeout_ms) }))
+            }
+            DatabaseCheck::Pod => None,
+        }
+    }
+}
+
+/// Watches and reconciles VisitorsApps (see [`Watches`]) until the controller shuts down.
+pub async fn watch_and_reconcile(running: Running<DatabaseCheckArgs>) {
+    let probe = running.args.probe();
+    let Running { runtime, namespace, shutdown, .. } = running;
+    Watches::new().watch_and_reconcile(runtime, namespace.as_deref(), probe, shutdown).await
+}
 
 /// The app a MySQLRestore targets: its changes (a phase, a deletion) wake that app.
 pub fn target_app(restore: &MySQLRestore) -> Option<ObjectRef<VisitorsApp>> {

@@ -1,10 +1,11 @@
 //! The VisitorsApp controller: keeps a Visitors Site (MySQL, the REST backend and the web
 //! frontend) converged with its VisitorsApp.
 //!
-//! [`controller`] wires the watches to [`reconcile`], whose pipeline is: [`validate`] the spec
-//! and the [`credentials`], find or issue MySQL's certificate ([`tls`]), [`build`] the desired children (pure), [`apply`] them, check the
-//! database ([`db`]), then compute the [`status`]. A deleted app goes through [`cleanup`].
-//! [`seen`] and [`hold`] decide which watch events wake an app.
+//! [`controller`] wires the watches to [`reconcile`], whose pipeline is: [`validate`] the app,
+//! read the [`credentials`], find or issue MySQL's certificate ([`tls`]), [`build`] the desired
+//! children (pure), [`apply`] them, check the database ([`db_check`], through [`db`]), apply the
+//! backend, then compute the [`status`]. A deleted app goes through [`cleanup`]. [`seen`] and
+//! [`hold`] decide which watch events wake an app; [`repair`] finds what apply cannot fix.
 
 pub mod apply;
 pub mod build;

@@ -1,28 +1,34 @@
-//! The reconcile of a VisitorsApp — validate → build → apply → status — and its error
-//! policy. A deleted app goes to [`crate::cleanup`] first.
+//! The reconcile of a VisitorsApp and its error policy. A deleted app goes through
+//! [`crate::cleanup`]; a live one down one pipeline, each step in its own module:
+//! [`crate::validate`] → [`crate::credentials`] → [`crate::tls`] → [`crate::build`] (the whole
+//! desired set, pure) → [`crate::apply`] (every child but the backend) → [`crate::db_check`] →
+//! [`crate::apply`] (the backend, once the database is ready) → [`crate::status`] (pure), written
+//! here. A step that cannot go on stops the pipeline with a [`Step`] that the status names.
 
 use std::sync::Arc;
 
-use controller_common::reconcile::api_err;
+use controller_common::error::api_err;
+use controller_common::ready;
+use controller_common::step::Step;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Resource, ResourceExt};
-use visitors_api::conditions::{self, READY, REASON_INVALID_SPEC};
-use visitors_api::visitors_app::reason::{CREDENTIALS_LOST, CREDENTIALS_SECRET_CONFLICT, INVALID_CREDENTIALS_SECRET};
+use visitors_api::conditions::{self, READY};
 use visitors_api::{VisitorsApp, VisitorsAppStatus};
 
-use crate::context::{Context, Error};
-use crate::seen::News;
-use crate::status;
-use crate::validate::{self, Invalid};
+use crate::apply::{self, Applied, Existing};
+use crate::build::{self, Inputs};
+use crate::context::{AppScope, Context, Error};
+use crate::status::{self, Announcement, Observed, Workload};
+use crate::validate::{self, ValidApp};
+use crate::{cleanup, credentials, db_check, tls};
 
 /// How long a reconcile waits for the caches' initial list at start-up.
 const CACHE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The entry point the kube `Controller` calls.
 pub async fn reconcile(app: Arc<VisitorsApp>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.runtime.instrumented(app.as_ref(), async { Reconciler::new(&app, &ctx)?.reconcile().await }).await
+    ctx.runtime.instrumented(app.as_ref(), async { reconcile_app(&AppScope::of(&app, &ctx)?).await }).await
 }
 
 /// kube's error policy: count the failure, tell the user by a Warning Event (repeats are
@@ -32,173 +38,142 @@ pub fn error_policy(app: Arc<VisitorsApp>, error: &Error, ctx: Arc<Context>) -> 
     controller_common::reconcile::error_policy(&ctx.runtime, app, error)
 }
 
-/// One reconcile of one app. Its steps live in the modules of the crate: [`crate::cleanup`],
-/// [`crate::credentials`], [`crate::apply`], [`crate::db`]; this module holds the pipeline
-/// that calls them and the status it ends with.
-pub(crate) struct Reconciler<'a> {
-    pub(crate) app: &'a VisitorsApp,
-    pub(crate) ctx: &'a Context,
-    pub(crate) name: String,
-    pub(crate) namespace: String,
-    /// The most a watch reported of a child while this reconcile's apply of it was on its way
-    /// (see [`crate::seen::Seen::record_apply`]): the app needs another look.
-    reported: std::sync::Mutex<News>,
-}
-
-impl<'a> Reconciler<'a> {
-    fn new(app: &'a VisitorsApp, ctx: &'a Context) -> Result<Self, Error> {
-        let namespace = app.namespace().ok_or_else(|| Error::NoNamespace(app.name_any()))?;
-        Ok(Self { app, ctx, name: app.name_any(), namespace, reported: std::sync::Mutex::new(News::Nothing) })
+async fn reconcile_app(scope: &AppScope<'_>) -> Result<Action, Error> {
+    let (app, ctx) = (scope.app, scope.ctx);
+    ctx.hold.reconciling(app);
+    ctx.seen.record(app);
+    if app.metadata.deletion_timestamp.is_some() {
+        return cleanup::clean_up(scope).await;
     }
-
-    pub(crate) fn api<K>(&self) -> Api<K>
-    where
-        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
-    {
-        Api::namespaced(self.ctx.runtime.client.clone(), &self.namespace)
+    if !ctx.stores.ready() {
+        // Only right after start-up: without the caches the claim template and the existing
+        // backend are unknown, so wait for them instead of guessing.
+        return Ok(Action::requeue(CACHE_WAIT));
     }
-
-    async fn reconcile(&self) -> Result<Action, Error> {
-        self.ctx.hold.reconciling(self.app);
-        self.ctx.seen.record(self.app);
-        if self.app.metadata.deletion_timestamp.is_some() {
-            return self.clean_up().await;
-        }
-        if !self.ctx.stores.ready() {
-            // Only right after start-up: without the caches the claim template and the
-            // existing backend are unknown, so wait for them instead of guessing.
-            return Ok(Action::requeue(CACHE_WAIT));
-        }
-        self.add_finalizer().await?;
-        if let Err(invalid) = validate::spec(&self.app.spec) {
-            return self.reject(invalid).await;
-        }
-        // Checked at the first reconcile of each spec and once a resync period; in between only
-        // the database check needs the credentials, and reads them then.
-        let credentials = if self.ctx.seen.credentials_checked_within(self.app, self.ctx.runtime.resync) {
-            None
-        } else {
-            match self.credentials().await? {
-                Ok(credentials) => Some(credentials),
-                Err(invalid) => return self.reject(invalid).await,
-            }
-        };
-        let tls = match self.serving_tls().await? {
-            Ok(tls) => tls,
-            Err(invalid) => return self.reject(invalid).await,
-        };
-        let (observed, failed) = match self.apply_children(credentials, tls.as_ref()).await? {
-            Ok(applied) => applied,
-            Err(invalid) => return self.reject(invalid).await,
-        };
-        let status = status::compute(self.app, &observed, now());
-        let ready = conditions::is_true(&status.conditions, READY);
-        if readiness(self.app.status.as_ref()) != readiness(Some(&status)) {
-            self.ctx.hold.progressed(self.app);
-        }
-        self.publish(status).await?;
-        if let Some(first) = failed.into_iter().next() {
-            // The status names every failed child; the error policy backs off and tells.
-            return Err(first);
-        }
-        let runtime = &self.ctx.runtime;
-        let action = match (ready, observed.waits_for_the_query()) {
-            // The user's certificate Secret is not watched: a replaced one is seen here.
-            (true, _) if tls.is_some() && !crate::build::tls::is_generated(self.app) => {
-                Action::requeue(self.tls_recheck())
-            }
-            (true, _) => runtime.converged(self.app),
-            // No watch sees the database start answering: poll, backing off to about a minute.
-            (false, true) => runtime.waiting(self.app),
-            // Workloads becoming ready wake the app through the owned-object watches.
-            (false, false) => runtime.watching(self.app),
-        };
-        Ok(self.look_again_if_reported(action))
-    }
-
-    /// A watch reported a child while this reconcile's apply of it was on its way, other than
-    /// the apply's own echo: the wake-up it did not cause comes now, or as [`Hold::wake`] says.
-    fn look_again_if_reported(&self, action: Action) -> Action {
-        let reported = *self.reported.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if self.ctx.hold.wake(ObjectRef::from_obj(self.app), reported) {
-            return Action::requeue(controller_common::watch::DEBOUNCE);
-        }
-        action
-    }
-
-    pub(crate) fn note_reported(&self, news: News) {
-        let mut reported = self.reported.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        *reported = match (*reported, news) {
-            (News::Change, _) | (_, News::Change) => News::Change,
-            (News::Readiness, _) | (_, News::Readiness) => News::Readiness,
-            (News::Status, _) | (_, News::Status) => News::Status,
-            _ => News::Nothing,
-        };
-    }
-
-    /// The spec (or an object it names) is unusable: say so in status and once as an Event,
-    /// and do not retry hot.
-    pub(crate) async fn reject(&self, invalid: Invalid) -> Result<Action, Error> {
-        tracing::info!(reason = invalid.reason(), problem = %invalid, "not reconciling");
-        let status = status::invalid(self.app, &invalid, now());
-        self.publish(status).await?;
-        Ok(if invalid.fixed_elsewhere() {
-            self.ctx.runtime.waiting(self.app)
-        } else {
-            self.ctx.runtime.until_spec_changes(self.app)
-        })
-    }
-
-    // ----- status -----
-
-    /// Writes the status when it changed, and announces a change of the Ready condition that
-    /// matters to a user: a problem (Warning), becoming ready, and losing readiness. The progress
-    /// of a new app is in its status only: at scale an Event per app and step is thousands of
-    /// writes to the API server.
-    async fn publish(&self, status: VisitorsAppStatus) -> Result<(), Error> {
-        let before = self.app.status.as_ref().and_then(|s| conditions::find(&s.conditions, READY)).cloned();
-        let written = self
-            .ctx
-            .runtime
-            .write_status(self.app, self.app.status.as_ref(), &status)
-            .await
-            .map_err(api_err(format!("writing the status of VisitorsApp {}", self.name)))?;
-        if !written {
-            return Ok(());
-        }
-        let Some(after) = conditions::find(&status.conditions, READY) else { return Ok(()) };
-        let changed = before
-            .as_ref()
-            .is_none_or(|b| (&b.status, &b.reason, &b.message) != (&after.status, &after.reason, &after.message));
-        let was_ready = before.as_ref().is_some_and(|b| b.status == "True");
-        if changed {
-            let events = &self.ctx.runtime.events;
-            match (after.status.as_str(), after.reason.as_str()) {
-                // The error policy's Warning Event says it, with the API error.
-                (_, status::CHILD_APPLY_FAILED) => {}
-                ("True", _) => {
-                    events
-                        .normal(self.app, visitors_api::visitors_app::reason::READY, "Reconcile", after.message.clone())
-                        .await
-                }
-                (_, reason) if is_problem(reason) => {
-                    events.warning(self.app, reason, "Reconcile", after.message.clone()).await
-                }
-                (_, reason) if was_ready => events.normal(self.app, reason, "Reconcile", after.message.clone()).await,
-                _ => {}
-            }
-        }
-        Ok(())
+    cleanup::add_finalizer(scope).await?;
+    let valid = match validate::app(app) {
+        Ok(valid) => valid,
+        Err(invalid) => return stop(scope, Step::<()>::from(invalid)).await,
+    };
+    // Boxed: the steps' futures inline would make the reconcile's future too big for a thread's
+    // stack.
+    match Box::pin(converge(scope, &valid)).await? {
+        Step::Ready((observed, applied)) => Box::pin(report(scope, &observed, applied)).await,
+        stopped => Box::pin(stop(scope, stopped)).await,
     }
 }
 
-/// Reasons that need a user's action (the rest are progress).
-fn is_problem(reason: &str) -> bool {
-    [REASON_INVALID_SPEC, INVALID_CREDENTIALS_SECRET, CREDENTIALS_LOST, CREDENTIALS_SECRET_CONFLICT].contains(&reason)
+/// The steps of a live app with a valid spec, in order: what they found and applied.
+async fn converge(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<(Observed, Applied)>, Error> {
+    let (app, ctx) = (scope.app, scope.ctx);
+    // Checked at the first reconcile of each spec and once a resync period; in between only the
+    // database check needs the credentials, and reads them then.
+    let credentials = if ctx.seen.credentials_checked_within(app, scope.runtime().resync) {
+        None
+    } else {
+        Some(ready!(Box::pin(credentials::read(scope, valid)).await?))
+    };
+    let tls = ready!(Box::pin(tls::serving(scope, valid)).await?);
+    let existing = Existing::cached(scope);
+    let quiesced_by = ctx.stores.quiescing_restore(&scope.namespace, &scope.name);
+    let inputs = Inputs {
+        credentials_secret: &valid.credentials.name,
+        claim_template: existing.claim_template(),
+        tls: tls.as_ref(),
+        quiesced: quiesced_by.is_some(),
+    };
+    // Boxed, as the steps' futures are: seven objects inline would make the reconcile's future
+    // too big for a thread's stack.
+    let desired = Box::new(build::children(app, &inputs));
+    let mut applied = Box::pin(apply::all_but_the_backend(scope, &desired, &inputs, &existing)).await;
+    let database = ready!(Box::pin(db_check::check(scope, valid, &applied.mysql, credentials, tls.as_ref())).await?);
+    // A restore stops the backend even while the database is not ready.
+    let backend_held = !database.is_ready() && quiesced_by.is_none();
+    if backend_held {
+        applied.backend = existing.backend.as_deref().map(Workload::from_deployment);
+    } else {
+        Box::pin(apply::backend(scope, &desired, &existing, &mut applied)).await;
+    }
+    let observed = Observed {
+        secret: valid.credentials.name.clone(),
+        mysql: applied.mysql.clone(),
+        database,
+        backend: applied.backend.clone(),
+        backend_held,
+        quiesced_by,
+        frontend: applied.frontend.clone(),
+        tls,
+        failed_children: applied.failed.iter().map(ToString::to_string).collect(),
+    };
+    Ok(Step::Ready((observed, applied)))
 }
 
-pub(crate) fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
+/// Writes the status of what the pipeline observed, and says when to look again.
+async fn report(scope: &AppScope<'_>, observed: &Observed, applied: Applied) -> Result<Action, Error> {
+    let (app, ctx, runtime) = (scope.app, scope.ctx, scope.runtime());
+    let status = status::compute(app, observed, now());
+    let ready = conditions::is_true(&status.conditions, READY);
+    if readiness(app.status.as_ref()) != readiness(Some(&status)) {
+        ctx.hold.progressed(app);
+    }
+    publish(scope, status).await?;
+    if let Some(first) = applied.failed.into_iter().next() {
+        // The status names every failed child; the error policy backs off and tells.
+        return Err(first);
+    }
+    let action = match (ready, observed.waits_for_the_query()) {
+        // The user's certificate Secret is not watched: a replaced one is seen here.
+        (true, _) if observed.tls.is_some() && !build::tls::is_generated(app) => {
+            Action::requeue(tls::recheck(app, runtime.resync))
+        }
+        (true, _) => runtime.converged(app),
+        // No watch sees the database start answering: poll, backing off to about a minute.
+        (false, true) => runtime.waiting(app),
+        // Workloads becoming ready wake the app through the owned-object watches.
+        (false, false) => runtime.watching(app),
+    };
+    // A watch reported a child while this reconcile's apply of it was on its way, other than
+    // the apply's own echo: the wake-up it did not cause comes now, or as `Hold::wake` says.
+    if ctx.hold.wake(ObjectRef::from_obj(app), applied.reported) {
+        return Ok(Action::requeue(controller_common::watch::DEBOUNCE));
+    }
+    Ok(action)
+}
+
+/// A step stopped the pipeline: say why in the status (and, for a problem, once as an Event),
+/// and do not retry hot. An invalid spec waits for its next change; what waits for another
+/// object (a Secret, a volume: not watched) is looked at again after a backoff.
+async fn stop<T>(scope: &AppScope<'_>, stopped: Step<T>) -> Result<Action, Error> {
+    let runtime = scope.runtime();
+    let Some((reason, message)) = stopped.stopped_because() else { return Ok(runtime.watching(scope.app)) };
+    tracing::info!(reason, problem = %message, "not reconciling");
+    publish(scope, status::stopped(scope.app, reason, message, now())).await?;
+    Ok(match stopped {
+        Step::Invalid(_) | Step::Blocked(_) => runtime.until_spec_changes(scope.app),
+        Step::Wait(_) | Step::Ready(_) => runtime.waiting(scope.app),
+    })
+}
+
+/// Writes the status when it changed, and tells a change of the Ready condition that matters
+/// to a user by an Event (see [`status::announcement`]).
+async fn publish(scope: &AppScope<'_>, status: VisitorsAppStatus) -> Result<(), Error> {
+    let (app, runtime) = (scope.app, scope.runtime());
+    let written = runtime
+        .write_status(app, app.status.as_ref(), &status)
+        .await
+        .map_err(api_err(format!("writing the status of VisitorsApp {}", scope.name)))?;
+    let before = app.status.as_ref().and_then(|s| conditions::find(&s.conditions, READY));
+    let told = conditions::find(&status.conditions, READY).and_then(|after| status::announcement(before, after));
+    match told.filter(|_| written) {
+        Some(Announcement::Normal { reason, note }) => runtime.events.normal(app, &reason, "Reconcile", note).await,
+        Some(Announcement::Warning { reason, note }) => runtime.events.warning(app, &reason, "Reconcile", note).await,
+        None => {}
+    }
+    Ok(())
+}
+
+fn now() -> Time {
+    Time(jiff::Timestamp::now())
 }
 
 /// Whether each condition holds: what a change of the app's readiness moves.

@@ -143,10 +143,11 @@ fn spec_fingerprint(app: &VisitorsApp) -> u64 {
 /// How long what a watch reports of a child waits for the answer of an apply on its way.
 const IN_FLIGHT_AT_MOST: Duration = Duration::from_secs(30);
 
-/// What a watch event of an object brings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a watch event of an object brings, from the least to the most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum News {
     /// A state a reconcile has seen (the echo of its own write) or been woken for.
+    #[default]
     Nothing,
     /// Only what the app's status reads of the object moved (a workload counting its pods), not
     /// what its readiness depends on: the app's reconcile only refreshes its status text.

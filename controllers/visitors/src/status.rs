@@ -6,9 +6,11 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
-use visitors_api::conditions::{self, BACKEND_READY, DATABASE_READY, Desired, FRONTEND_READY, READY, Status};
+use visitors_api::conditions::{
+    self, BACKEND_READY, DATABASE_READY, Desired, FRONTEND_READY, READY, REASON_INVALID_SPEC, Status,
+};
 use visitors_api::labels::names;
 use visitors_api::visitors_app::{
     BACKEND_PORT, DATABASE_USER, Endpoints, FRONTEND_PORT, MYSQL_PORT, TlsMode, TlsStatus, reason,
@@ -17,7 +19,6 @@ use visitors_api::{VisitorsApp, VisitorsAppStatus};
 
 use crate::build::mysql::client_host;
 use crate::build::tls::ServingTls;
-use crate::validate::Invalid;
 
 /// What a workload's own status says.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -195,15 +196,15 @@ fn tls_status(tls: Option<&ServingTls>) -> TlsStatus {
     }
 }
 
-/// The status when the app cannot be reconciled: `Ready=False` with the reason, and the other
-/// conditions `Unknown` for the same reason; the rest of the status is left as it was.
-pub fn invalid(app: &VisitorsApp, invalid: &Invalid, now: Time) -> VisitorsAppStatus {
+/// The status when the app cannot be reconciled (a step stopped for `reason`, saying
+/// `message`): `Ready=False` with the reason, and the other conditions `Unknown` for the same
+/// reason; the rest of the status is left as it was.
+pub fn stopped(app: &VisitorsApp, reason: &'static str, message: String, now: Time) -> VisitorsAppStatus {
     let mut status = app.status.clone().unwrap_or_default();
     let generation = app.metadata.generation;
-    let reason = invalid.reason();
     conditions::set(
         &mut status.conditions,
-        Desired { type_: READY, status: Status::False, reason, message: invalid.to_string() },
+        Desired { type_: READY, status: Status::False, reason, message },
         generation,
         now.clone(),
     );
@@ -218,6 +219,42 @@ pub fn invalid(app: &VisitorsApp, invalid: &Invalid, now: Time) -> VisitorsAppSt
     }
     status.observed_generation = generation;
     status
+}
+
+/// The Event that tells a user of a change of the Ready condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Announcement {
+    Normal { reason: String, note: String },
+    Warning { reason: String, note: String },
+}
+
+/// Reasons that need a user's action (the rest are progress).
+const PROBLEMS: [&str; 4] = [
+    REASON_INVALID_SPEC,
+    reason::INVALID_CREDENTIALS_SECRET,
+    reason::CREDENTIALS_LOST,
+    reason::CREDENTIALS_SECRET_CONFLICT,
+];
+
+/// How a change of the Ready condition from `before` to `after` is told, when it matters to a
+/// user: a problem (Warning), becoming ready, and losing readiness. The progress of a new app
+/// is in its status only: at scale an Event per app and step is thousands of writes to the API
+/// server. A child that cannot be applied is told by the error policy's Warning, with the API
+/// error.
+pub fn announcement(before: Option<&Condition>, after: &Condition) -> Option<Announcement> {
+    let same = |b: &Condition| (&b.status, &b.reason, &b.message) == (&after.status, &after.reason, &after.message);
+    if before.is_some_and(same) {
+        return None;
+    }
+    let was_ready = before.is_some_and(|b| b.status == "True");
+    let (reason, note) = (after.reason.clone(), after.message.clone());
+    match (after.status.as_str(), after.reason.as_str()) {
+        (_, CHILD_APPLY_FAILED) => None,
+        ("True", _) => Some(Announcement::Normal { reason: reason::READY.to_string(), note }),
+        (_, problem) if PROBLEMS.contains(&problem) => Some(Announcement::Warning { reason, note }),
+        _ if was_ready => Some(Announcement::Normal { reason, note }),
+        _ => None,
+    }
 }
 
 fn database_condition(app: &str, database: &Database) -> Desired<'static> {
@@ -462,13 +499,53 @@ mod tests {
         let mut app = book_app();
         app.metadata.generation = Some(4);
         app.spec.size = 99;
-        let err = crate::validate::spec(&app.spec).unwrap_err();
-        let status = invalid(&app, &err, at(1));
+        let err = crate::validate::app(&app).unwrap_err();
+        let status = stopped(&app, err.reason(), err.to_string(), at(1));
         let ready = find(&status.conditions, READY).unwrap();
         assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidSpec"));
         assert!(ready.message.contains("spec.size"), "{}", ready.message);
         assert_eq!(find(&status.conditions, BACKEND_READY).unwrap().status, "Unknown");
         assert_eq!(status.observed_generation, Some(4));
+    }
+
+    fn ready_condition_as(status: &str, reason: &str, message: &str) -> Condition {
+        Condition {
+            type_: READY.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: at(1),
+            observed_generation: None,
+        }
+    }
+
+    /// Which changes of the Ready condition a user hears of, and how.
+    #[test]
+    fn problems_readiness_and_its_loss_are_announced_and_progress_is_not() {
+        let ready = ready_condition_as("True", "Ready", "all ready");
+        let rolling = ready_condition_as("False", "RollingOut", "the backend is rolling out");
+        let bad_secret = ready_condition_as("False", "InvalidCredentialsSecret", "Secret x is missing");
+        let failed_child = ready_condition_as("False", CHILD_APPLY_FAILED, "applying Service x failed");
+        let normal = |reason: &str, note: &str| Some(Announcement::Normal { reason: reason.into(), note: note.into() });
+        let cases = [
+            (None, &rolling, None),
+            (Some(&rolling), &ready, normal("Ready", "all ready")),
+            (Some(&ready), &ready, None),
+            (Some(&ready), &rolling, normal("RollingOut", "the backend is rolling out")),
+            (
+                None,
+                &bad_secret,
+                Some(Announcement::Warning {
+                    reason: "InvalidCredentialsSecret".into(),
+                    note: "Secret x is missing".into(),
+                }),
+            ),
+            (Some(&bad_secret), &bad_secret, None),
+            (Some(&ready), &failed_child, None),
+        ];
+        for (before, after, told) in cases {
+            assert_eq!(announcement(before, after), told, "{before:?} -> {after:?}");
+        }
     }
 
     #[test]

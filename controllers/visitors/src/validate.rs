@@ -1,14 +1,49 @@
-//! Turns a spec (and the objects it refers to) into either "go ahead" or one error a user can act
-//! on, naming the field. Pure: the controller fetches the Secret and passes it in.
+//! Turns an app (and the objects it refers to) into either a validated value to go ahead with,
+//! or one error a user can act on, naming the field. Pure: the controller fetches the Secrets
+//! and passes them in.
 
 use controller_common::certificates::{CertificateFacts, fingerprint};
+use controller_common::step::{Step, Wait};
 use k8s_openapi::api::core::v1::Secret;
-use visitors_api::InvalidSpec;
 use visitors_api::conditions::REASON_INVALID_SPEC;
 use visitors_api::labels::{MANAGED_BY, VISITORS_APP_LABEL};
-use visitors_api::visitors_app::{VisitorsAppSpec, reason, secret_keys, tls_keys};
+use visitors_api::visitors_app::{reason, secret_keys, tls_keys};
+use visitors_api::{InvalidSpec, VisitorsApp};
 
+use crate::build;
 use crate::build::tls::ServingTls;
+
+/// A VisitorsApp whose spec passed every check, and what the steps of its reconcile read of it,
+/// decided once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidApp<'a> {
+    pub app: &'a VisitorsApp,
+    /// The Secret of the database credentials.
+    pub credentials: SecretSource,
+    /// The Secret MySQL's certificate is read from (used only while TLS is on).
+    pub tls: SecretSource,
+}
+
+/// A Secret an app names, or the one the controller generates for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretSource {
+    pub name: String,
+    /// The controller generates (and owns or renews) it; otherwise it is the user's.
+    pub generated: bool,
+}
+
+/// Checks what the app alone can tell, and decides what the steps read of it.
+pub fn app(app: &VisitorsApp) -> Result<ValidApp<'_>, Invalid> {
+    app.spec.validate()?;
+    Ok(ValidApp {
+        app,
+        credentials: SecretSource {
+            name: build::secret::secret_name(app),
+            generated: build::secret::is_generated(app),
+        },
+        tls: SecretSource { name: build::tls::secret_name(app), generated: build::tls::is_generated(app) },
+    })
+}
 
 /// Why the app cannot be reconciled as it stands.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -83,18 +118,18 @@ impl Invalid {
             | Invalid::TlsGeneration { .. } => reason::INVALID_TLS_SECRET,
         }
     }
-
-    /// Whether the fix lives in another object than the VisitorsApp (a Secret, a volume). The
-    /// controller does not watch those, so it looks again after a backoff; a bad spec instead
-    /// waits for the next spec change and is never retried.
-    pub fn fixed_elsewhere(&self) -> bool {
-        !matches!(self, Invalid::Spec(_))
-    }
 }
 
-/// Checks what the spec alone can tell.
-pub fn spec(spec: &VisitorsAppSpec) -> Result<(), Invalid> {
-    spec.validate().map_err(Invalid::from)
+/// A bad spec is [`Step::Invalid`]: it waits for the next spec change and is never retried.
+/// Any other problem is fixed in another object than the VisitorsApp (a Secret, a volume): the
+/// app waits for it, and as the controller does not watch those, it looks again after a backoff.
+impl<T> From<Invalid> for Step<T> {
+    fn from(invalid: Invalid) -> Self {
+        match invalid {
+            Invalid::Spec(spec) => Step::Invalid(spec),
+            elsewhere => Step::Wait(Wait::new(elsewhere.reason(), elsewhere.to_string())),
+        }
+    }
 }
 
 /// Checks a user-supplied credentials Secret (`None`: it does not exist).
@@ -258,7 +293,7 @@ mod tests {
         let err = user_secret("mine", Some(&s)).unwrap_err();
         assert_eq!(err, Invalid::SecretKeys { name: "mine".into(), missing: "password, root-password".into() });
         assert!(err.to_string().starts_with("spec.credentialsSecret:"), "{err}");
-        assert!(err.fixed_elsewhere());
+        assert!(matches!(Step::<()>::from(err), Step::Wait(Wait { reason: "InvalidCredentialsSecret", .. })));
     }
 
     #[test]
@@ -279,11 +314,22 @@ mod tests {
 
     #[test]
     fn bad_spec_is_not_retried() {
-        let spec = VisitorsAppSpec { size: 99, ..VisitorsAppSpec::default() };
-        let err = super::spec(&spec).unwrap_err();
+        let mut bad = crate::build::fixtures::book_app();
+        bad.spec.size = 99;
+        let err = app(&bad).unwrap_err();
         assert_eq!(err.reason(), REASON_INVALID_SPEC);
-        assert!(!err.fixed_elsewhere());
         assert!(err.to_string().contains("spec.size"), "{err}");
+        assert!(matches!(Step::<()>::from(err), Step::Invalid(_)), "waits for a spec change");
+    }
+
+    #[test]
+    fn a_valid_app_names_the_secrets_its_steps_read() {
+        let mut mine = crate::build::fixtures::book_app();
+        let valid = app(&mine).unwrap();
+        assert_eq!(valid.credentials, SecretSource { name: "ex-mysql-credentials".into(), generated: true });
+        assert_eq!(valid.tls, SecretSource { name: "ex-mysql-tls".into(), generated: true });
+        mine.spec.credentials_secret = Some("theirs".into());
+        assert_eq!(app(&mine).unwrap().credentials, SecretSource { name: "theirs".into(), generated: false });
     }
 
     #[test]
@@ -297,6 +343,6 @@ mod tests {
         foreign.metadata.labels = None;
         let err = generated_secret_is_ours("ex", &foreign).unwrap_err();
         assert!(err.to_string().contains("set spec.credentialsSecret"), "{err}");
-        assert!(err.fixed_elsewhere());
+        assert!(matches!(Step::<()>::from(err), Step::Wait(_)), "fixed in the Secret");
     }
 }

@@ -1,5 +1,7 @@
 //! Pure builders: a VisitorsApp in, the desired Kubernetes objects out. No client, no clock, no
 //! randomness (generated passwords are passed in), so every object can be checked field by field.
+//! [`children`] builds the whole desired set of an app's children at once; the modules build
+//! one tier each.
 
 pub mod backend;
 pub mod frontend;
@@ -9,13 +11,60 @@ pub mod tls;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ContainerPort, Service, ServicePort, ServiceSpec as K8sServiceSpec};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    ContainerPort, PersistentVolumeClaim, Service, ServicePort, ServiceSpec as K8sServiceSpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use visitors_api::VisitorsApp;
 use visitors_api::labels::{Component, labels, selector};
 use visitors_api::visitors_app::ServiceType;
+
+use tls::ServingTls;
+
+/// Every child of an app, as desired.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Children {
+    pub mysql: StatefulSet,
+    /// The headless Service that names each MySQL pod.
+    pub mysql_headless: Service,
+    /// The Service clients reach MySQL through.
+    pub mysql_client: Service,
+    pub backend: Deployment,
+    pub backend_service: Service,
+    pub frontend: Deployment,
+    pub frontend_service: Service,
+}
+
+/// What the desired children depend on besides the app: what the reconcile's steps found.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Inputs<'a> {
+    /// The Secret of the database credentials.
+    pub credentials_secret: &'a str,
+    /// The claim template of the MySQL StatefulSet that exists (immutable: it is kept as it is).
+    pub claim_template: Option<&'a PersistentVolumeClaim>,
+    /// The TLS MySQL serves; `None` for plain text.
+    pub tls: Option<&'a ServingTls>,
+    /// A restore holds the database: the backend is stopped.
+    pub quiesced: bool,
+}
+
+/// The whole desired set of children of `app`.
+pub fn children(app: &VisitorsApp, inputs: &Inputs<'_>) -> Children {
+    let secret = inputs.credentials_secret;
+    let backend = backend::deployment(app, secret, inputs.tls);
+    Children {
+        mysql: mysql::statefulset(app, secret, inputs.claim_template, inputs.tls),
+        mysql_headless: mysql::headless_service(app),
+        mysql_client: mysql::client_service(app),
+        backend: if inputs.quiesced { backend::quiesced(backend) } else { backend },
+        backend_service: backend::service(app),
+        frontend: frontend::deployment(app),
+        frontend_service: frontend::service(app),
+    }
+}
 
 /// The controller owner reference every child carries, so that deleting the app deletes it.
 pub fn owner_reference(app: &VisitorsApp) -> OwnerReference {
@@ -103,6 +152,16 @@ mod tests {
     use super::fixtures::book_app;
     use super::*;
     use visitors_api::visitors_app::ServiceSpec;
+
+    #[test]
+    fn a_restore_stops_the_backend_and_nothing_else() {
+        let app = book_app();
+        let running = children(&app, &Inputs::default());
+        let quiesced = children(&app, &Inputs { quiesced: true, ..Inputs::default() });
+        assert_eq!(quiesced.backend.spec.as_ref().unwrap().replicas, Some(0));
+        assert_eq!(running.backend.spec.as_ref().unwrap().replicas, Some(1));
+        assert_eq!(Children { backend: running.backend.clone(), ..quiesced }, running);
+    }
 
     #[test]
     fn children_are_owned_and_labelled() {

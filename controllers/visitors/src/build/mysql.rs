@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use controller_common::mysql_server;
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
 };
@@ -126,7 +127,7 @@ pub fn statefulset(
                     containers: vec![container(app, secret, tls.is_some())],
                     volumes: Some(volumes),
                     security_context: tls.map(|_| PodSecurityContext {
-                        fs_group: Some(tls::MYSQL_GROUP),
+                        fs_group: Some(mysql_server::MYSQL_GROUP),
                         fs_group_change_policy: Some("OnRootMismatch".to_string()),
                         ..PodSecurityContext::default()
                     }),
@@ -168,8 +169,8 @@ fn container(app: &VisitorsApp, secret: &str, tls: bool) -> Container {
         VolumeMount { name: TMP_VOLUME.to_string(), mount_path: "/tmp".to_string(), ..VolumeMount::default() },
     ];
     if tls {
-        args.extend(tls::server_args());
-        mounts.push(tls::mount(tls::SERVER_MOUNT));
+        args.extend(mysql_server::tls_args());
+        mounts.push(tls::mount(mysql_server::TLS_MOUNT));
     }
     let readiness = if tls { TLS_READINESS_SCRIPT } else { READINESS_SCRIPT };
     Container {
@@ -373,7 +374,7 @@ mod tests {
         let annotations = template.metadata.as_ref().unwrap().annotations.as_ref().unwrap();
         assert_eq!(annotations[tls::CERTIFICATE_ANNOTATION], "server-fingerprint");
         let pod = template.spec.as_ref().unwrap();
-        assert_eq!(pod.security_context.as_ref().unwrap().fs_group, Some(tls::MYSQL_GROUP));
+        assert_eq!(pod.security_context.as_ref().unwrap().fs_group, Some(mysql_server::MYSQL_GROUP));
 
         let plain = statefulset(&book_app(), "creds", None, None);
         assert_eq!(plain.metadata.annotations.as_ref().unwrap()[tls::MODE_ANNOTATION], "Disabled");

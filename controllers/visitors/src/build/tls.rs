@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use controller_common::certificates::{KeyedCertificate, service_names};
-use k8s_openapi::ByteString;
+use controller_common::mysql_server;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Secret, Volume, VolumeMount};
 use kube::ResourceExt;
@@ -21,8 +21,6 @@ pub const MODE_ANNOTATION: &str = "example.com/mysql-tls";
 /// Annotation on a pod template: the fingerprint of the certificates it mounts, so that new
 /// ones restart the pods once (mounted Secrets are read at start).
 pub const CERTIFICATE_ANNOTATION: &str = "example.com/tls-certificate-sha256";
-/// Where MySQL's pod mounts its certificate and key.
-pub const SERVER_MOUNT: &str = "/etc/mysql/tls";
 /// Where a client pod (the backend) mounts the CA certificate only.
 pub const CA_MOUNT: &str = "/etc/visitors/mysql-ca";
 /// The volume of either mount.
@@ -90,8 +88,8 @@ pub fn ca_secret(app: &VisitorsApp, authority: &KeyedCertificate) -> Secret {
         metadata: child_meta(app, names::mysql_ca_secret(&app.name_any()), Component::Mysql),
         type_: Some("Opaque".into()),
         data: Some(BTreeMap::from([
-            (tls_keys::CA.to_string(), bytes(&authority.certificate_pem)),
-            ("ca.key".to_string(), bytes(&authority.private_key_pem)),
+            (tls_keys::CA.to_string(), mysql_server::bytes(&authority.certificate_pem)),
+            ("ca.key".to_string(), mysql_server::bytes(&authority.private_key_pem)),
         ])),
         ..Secret::default()
     }
@@ -102,34 +100,12 @@ pub fn server_secret(app: &VisitorsApp, server: &KeyedCertificate, ca_pem: &str)
     Secret {
         metadata: child_meta(app, names::mysql_tls_secret(&app.name_any()), Component::Mysql),
         type_: Some("kubernetes.io/tls".into()),
-        data: Some(BTreeMap::from([
-            (tls_keys::CERTIFICATE.to_string(), bytes(&server.certificate_pem)),
-            (tls_keys::PRIVATE_KEY.to_string(), bytes(&server.private_key_pem)),
-            (tls_keys::CA.to_string(), bytes(ca_pem)),
-        ])),
+        data: Some(mysql_server::tls_secret_data(server, ca_pem)),
         ..Secret::default()
     }
 }
 
-fn bytes(text: &str) -> ByteString {
-    ByteString(text.as_bytes().to_vec())
-}
-
-/// mysqld's TLS options: its certificate, and no plain-text connections over TCP.
-pub fn server_args() -> Vec<String> {
-    vec![
-        format!("--ssl-ca={SERVER_MOUNT}/{}", tls_keys::CA),
-        format!("--ssl-cert={SERVER_MOUNT}/{}", tls_keys::CERTIFICATE),
-        format!("--ssl-key={SERVER_MOUNT}/{}", tls_keys::PRIVATE_KEY),
-        "--require-secure-transport=ON".to_string(),
-    ]
-}
-
-/// The group MySQL's official images (and MariaDB's) run mysqld as: the server's files are
-/// readable by that group only, through the pod's `fsGroup`.
-pub const MYSQL_GROUP: i64 = 999;
-
-/// The server's volume: the whole TLS Secret, readable by root and [`MYSQL_GROUP`] only.
+/// The server's volume: the whole TLS Secret, readable by root and mysqld's group only.
 pub fn server_volume(tls: &ServingTls) -> Volume {
     secret_volume(&tls.secret_name, &tls_keys::REQUIRED, 0o440)
 }
