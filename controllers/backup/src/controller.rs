@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use controller_common::args::AgentArgs;
-use controller_common::process::{Identity, Running};
+use controller_common::process::{Identity, Reconciling};
 use controller_common::watch::{OPERATION_CONCURRENCY, api_in, drive, watched_objects};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::{Expression, PartialObjectMeta, Selector};
@@ -22,7 +22,7 @@ pub const IDENTITY: Identity = Identity { name: "backup-controller", crd: "mysql
 /// Watches MySQLBackups, their Jobs (a run wakes when its Job changes or is deleted), the
 /// databases of their restore drills (a run wakes when its drill's MySQL is ready or lost) and
 /// the runs of schedules (a schedule wakes when a run changes or ends), until `shutdown`.
-pub async fn watch_and_reconcile(started: Running<AgentArgs>) {
+pub async fn watch_and_reconcile(started: Reconciling<AgentArgs>) {
     let (reader, backups, jobs) = started.operations::<MySQLBackup>(Component::Backup);
     let runs = watched_objects(
         api_in::<PartialObjectMeta<MySQLBackup>>(started.runtime.client.clone(), started.namespace()),
@@ -33,7 +33,7 @@ pub async fn watch_and_reconcile(started: Running<AgentArgs>) {
         watcher::Config::default().labels_from(&Selector::from(Expression::Exists(DRILL_LABEL.to_string()))),
     );
     let settings = started.agent_settings();
-    let Running { runtime, shutdown, .. } = started;
+    let Reconciling { runtime, shutdown, .. } = started;
     let context = Arc::new(Context::new(runtime, settings));
     let controller = Controller::for_stream(backups, reader)
         .with_config(ControllerConfig::default().concurrency(OPERATION_CONCURRENCY))

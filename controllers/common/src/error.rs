@@ -58,11 +58,6 @@ impl ApiError {
     pub fn is_rejected(&self) -> bool {
         matches!(&self.source, kube::Error::Api(status) if status.code == 422)
     }
-
-    /// The object was not found (404).
-    pub fn is_not_found(&self) -> bool {
-        matches!(&self.source, kube::Error::Api(status) if status.code == 404)
-    }
 }
 
 /// Wraps a kube error with what was being done.

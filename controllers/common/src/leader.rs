@@ -74,7 +74,7 @@ impl Leadership {
     /// Cancels `shutdown` as soon as the lease is lost, by the lease manager's account or the
     /// watchdog's.
     pub fn stop_on_loss(&self, shutdown: CancellationToken) {
-        tokio::spawn(self.watchdog.clone().run(shutdown.clone()));
+        tokio::spawn(self.watchdog.clone().watch_until(shutdown.clone()));
         let mut state = self.state.clone();
         tokio::spawn(async move {
             loop {
@@ -119,7 +119,7 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    pub async fn run(self, shutdown: CancellationToken) {
+    pub async fn watch_until(self, shutdown: CancellationToken) {
         let mut last_confirmed = tokio::time::Instant::now();
         loop {
             tokio::select! {
@@ -216,7 +216,7 @@ mod tests {
     async fn stops_the_replica_when_another_holds_the_lease() {
         let (client, mut server) = mock_client();
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(watchdog(client).run(shutdown.clone()));
+        let task = tokio::spawn(watchdog(client).watch_until(shutdown.clone()));
         let now = jiff::Timestamp::now();
         server.expect(Method::GET, PATH, StatusCode::OK, serde_json::to_value(lease("pod-a", now)).unwrap()).await;
         assert!(!shutdown.is_cancelled(), "still the holder");
@@ -229,7 +229,7 @@ mod tests {
     async fn stops_the_replica_when_its_hold_cannot_be_confirmed() {
         let (client, mut server) = mock_client();
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(watchdog(client).run(shutdown.clone()));
+        let task = tokio::spawn(watchdog(client).watch_until(shutdown.clone()));
         let answering = tokio::spawn(async move {
             loop {
                 let answer = status_error(503, "ServiceUnavailable", "etcd is down");

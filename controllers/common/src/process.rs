@@ -123,7 +123,7 @@ impl Started {
 
 /// The whole life of a controller binary: telemetry, start-up, `reconcile_until` shutdown,
 /// then clean-up. Start-up errors are printed as one line and give a non-zero exit code.
-async fn run_until_shutdown<F, Fut>(
+async fn reconcile_until_shutdown<F, Fut>(
     identity: Identity,
     args: &ControllerArgs,
     reconcile_until: F,
@@ -156,7 +156,7 @@ where
 
 /// What a started controller reconciles with: the shared runtime, the namespace it watches,
 /// the shutdown signal, and the flags `A` of its own.
-pub struct Running<A> {
+pub struct Reconciling<A> {
     pub runtime: Arc<Runtime>,
     /// The namespace it watches, or `None` for all.
     pub namespace: Option<String>,
@@ -166,7 +166,7 @@ pub struct Running<A> {
     pub args: A,
 }
 
-impl<A> Running<A> {
+impl<A> Reconciling<A> {
     /// The namespace watched, as the API calls take it.
     pub fn namespace(&self) -> Option<&str> {
         self.namespace.as_deref()
@@ -192,7 +192,7 @@ impl<A> Running<A> {
     }
 }
 
-impl Running<AgentArgs> {
+impl Reconciling<AgentArgs> {
     /// What the agent Jobs of a controller that runs them are started with.
     pub fn agent_settings(&self) -> AgentSettings {
         AgentSettings::from_env(self.args.agent_image.clone())
@@ -209,7 +209,7 @@ pub async fn controller_main<A, F, Fut>(
 ) -> std::process::ExitCode
 where
     A: clap::Args + clap::FromArgMatches,
-    F: FnOnce(Running<A>) -> Fut,
+    F: FnOnce(Reconciling<A>) -> Fut,
     Fut: Future<Output = ()>,
 {
     use clap::{Args, FromArgMatches};
@@ -222,8 +222,8 @@ where
         ControllerArgs::from_arg_matches(&matches).and_then(|common| Ok((common, A::from_arg_matches(&matches)?)));
     let (common, args) = parsed.unwrap_or_else(|error| error.exit());
     let namespace = common.watch_namespace().map(str::to_string);
-    run_until_shutdown(identity, &common, |runtime, shutdown| {
-        reconcile_until(Running { runtime, namespace, shutdown, args })
+    reconcile_until_shutdown(identity, &common, |runtime, shutdown| {
+        reconcile_until(Reconciling { runtime, namespace, shutdown, args })
     })
     .await
 }

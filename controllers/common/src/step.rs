@@ -67,14 +67,6 @@ impl<T> Step<T> {
         }
     }
 
-    /// The same stop, or the step `f` makes of the ready value.
-    pub fn and_then<U>(self, f: impl FnOnce(T) -> Step<U>) -> Step<U> {
-        match self.into_ready() {
-            Ok(value) => f(value),
-            Err(stopped) => stopped,
-        }
-    }
-
     /// The ready value, or the stop as a step of any value type.
     pub fn into_ready<U>(self) -> Result<T, Step<U>> {
         match self {
@@ -106,24 +98,6 @@ impl<T> Step<T> {
             }
             Step::Invalid(invalid) => Some((REASON_INVALID_SPEC, invalid.to_string())),
         }
-    }
-}
-
-impl<T> From<Wait> for Step<T> {
-    fn from(wait: Wait) -> Self {
-        Step::Wait(wait)
-    }
-}
-
-impl<T> From<Blocked> for Step<T> {
-    fn from(blocked: Blocked) -> Self {
-        Step::Blocked(blocked)
-    }
-}
-
-impl<T> From<InvalidSpec> for Step<T> {
-    fn from(invalid: InvalidSpec) -> Self {
-        Step::Invalid(invalid)
     }
 }
 
@@ -164,8 +138,6 @@ mod tests {
         let blocked: Step<u32> = Step::blocked("BackupFailed", "never restored");
         assert_eq!(blocked.map(|n| n.to_string()), Step::blocked("BackupFailed", "never restored"));
         assert_eq!(Step::Ready(2).map(|n: u32| n + 1), Step::Ready(3));
-        assert_eq!(Step::Ready(8).and_then(half), Step::Ready(4));
-        assert_eq!(Step::Ready(3).and_then(half), Step::wait("Odd", "3 is odd"));
         assert!(!Step::<u32>::wait("A", "b").is_ready());
         assert_eq!(Step::<u32>::blocked("A", "b").stopped_because(), Some(("A", "b".to_string())));
         assert_eq!(Step::Ready(1).stopped_because(), None);

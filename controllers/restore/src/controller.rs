@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use controller_common::args::AgentArgs;
-use controller_common::process::{Identity, Running};
+use controller_common::process::{Identity, Reconciling};
 use controller_common::watch::{OPERATION_CONCURRENCY, api_in, drive, watched_objects};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -45,7 +45,7 @@ pub fn restores_of_backend(restores: &Store<MySQLRestore>, deployment: &Deployme
 /// Watches MySQLRestores, their Jobs (a restore wakes when its Job changes or is deleted) and
 /// the backend Deployments (a quiescing restore wakes when its app's backend stops), until
 /// `shutdown`.
-pub async fn watch_and_reconcile(started: Running<AgentArgs>) {
+pub async fn watch_and_reconcile(started: Reconciling<AgentArgs>) {
     let (reader, restores, jobs) = started.operations::<MySQLRestore>(Component::Restore);
     let (client, namespace) = (started.runtime.client.clone(), started.namespace());
     // Full pods and Deployments: a metadata-only watch would not report their status changing.
@@ -58,7 +58,7 @@ pub async fn watch_and_reconcile(started: Running<AgentArgs>) {
         watcher::Config::default().labels_from(&tier_selector(Component::Backend)),
     );
     let settings = started.agent_settings();
-    let Running { runtime, shutdown, .. } = started;
+    let Reconciling { runtime, shutdown, .. } = started;
     let metrics = RestoreMetrics::default();
     metrics.register(&runtime.metrics);
     let context = Arc::new(Context { runtime, settings, metrics });

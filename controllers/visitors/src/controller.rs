@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use controller_common::Runtime;
-use controller_common::process::{Identity, Running};
+use controller_common::process::{Identity, Reconciling};
 use controller_common::watch::{api_in, controller_config, drive, primary_stream, trim_for_cache};
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -70,9 +70,9 @@ impl DatabaseCheckArgs {
 }
 
 /// Watches and reconciles VisitorsApps (see [`Watches`]) until the controller shuts down.
-pub async fn watch_and_reconcile(running: Running<DatabaseCheckArgs>) {
-    let probe = running.args.probe();
-    let Running { runtime, namespace, shutdown, .. } = running;
+pub async fn watch_and_reconcile(reconciling: Reconciling<DatabaseCheckArgs>) {
+    let probe = reconciling.args.probe();
+    let Reconciling { runtime, namespace, shutdown, .. } = reconciling;
     Watches::new().watch_and_reconcile(runtime, namespace.as_deref(), probe, shutdown).await
 }
 

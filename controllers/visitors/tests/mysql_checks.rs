@@ -51,11 +51,11 @@ impl Server {
 
     /// Runs a probe command of the MySQL container with the container's environment (the
     /// image's defaults, 3306 and its socket, pointed at this server).
-    fn run_probe(&self, probe: &Probe, password: &str) -> bool {
-        self.run_probe_with(probe, password, ROOT_PASSWORD)
+    fn probe_passes(&self, probe: &Probe, password: &str) -> bool {
+        self.probe_passes_with(probe, password, ROOT_PASSWORD)
     }
 
-    fn run_probe_with(&self, probe: &Probe, password: &str, root_password: &str) -> bool {
+    fn probe_passes_with(&self, probe: &Probe, password: &str, root_password: &str) -> bool {
         let command = probe.exec.as_ref().unwrap().command.clone().unwrap();
         Command::new(&command[0])
             .args(&command[1..])
@@ -108,21 +108,21 @@ async fn controller_select_one_succeeds_and_explains_failures() {
 fn readiness_probe_passes_only_when_the_application_user_can_query() {
     let Some(server) = Server::start() else { return };
     let (readiness, _) = probes();
-    assert!(server.run_probe(&readiness, PASSWORD), "the probe must pass against a running server");
-    assert!(!server.run_probe(&readiness, "wrong"), "the probe must fail when the credentials do not work");
+    assert!(server.probe_passes(&readiness, PASSWORD), "the probe must pass against a running server");
+    assert!(!server.probe_passes(&readiness, "wrong"), "the probe must fail when the credentials do not work");
 }
 
 #[test]
 fn liveness_probe_follows_the_server_process() {
     let Some(mut server) = Server::start() else { return };
     let (_, liveness) = probes();
-    assert!(server.run_probe(&liveness, PASSWORD), "alive");
+    assert!(server.probe_passes(&liveness, PASSWORD), "alive");
     assert!(
-        server.run_probe_with(&liveness, "wrong", "also-wrong"),
+        server.probe_passes_with(&liveness, "wrong", "also-wrong"),
         "credentials never make liveness fail (a restart would not fix them)"
     );
     server.db.kill();
-    assert!(!server.run_probe(&liveness, PASSWORD), "a dead server fails liveness");
+    assert!(!server.probe_passes(&liveness, PASSWORD), "a dead server fails liveness");
 }
 
 /// The controller's check over TLS against a server that requires it: with the server's CA it
