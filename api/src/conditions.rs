@@ -9,6 +9,11 @@ pub const READY: &str = "Ready";
 pub const DATABASE_READY: &str = "DatabaseReady";
 pub const BACKEND_READY: &str = "BackendReady";
 pub const FRONTEND_READY: &str = "FrontendReady";
+/// A replicated app's replicas all replicate from its primary.
+pub const REPLICATING: &str = "Replicating";
+/// A replicated app's primary waits for a replica's acknowledgement of each commit, and one
+/// gives it.
+pub const WRITES_ACKNOWLEDGED: &str = "WritesAcknowledged";
 /// An operation (a backup run, a restore): True while it waits to start (the reason names what
 /// for), False once its Job runs.
 pub const PENDING: &str = "Pending";

@@ -17,6 +17,20 @@ pub const VISITORS_APP_LABEL: &str = "visitorssite_cr";
 pub const SCHEDULE_LABEL: &str = "example.com/backup-schedule";
 /// Label on backup runs and restores naming the VisitorsApp they act on.
 pub const DATABASE_LABEL: &str = "example.com/visitors-app";
+/// Label the VisitorsApp controller puts on each MySQL pod of a replicated app: its role
+/// ([`ROLE_PRIMARY`] or [`ROLE_REPLICA`]); the client Service selects the primary, the replicas'
+/// Service the replicas. A pod without it (a fenced or diverged server) takes no traffic.
+pub const MYSQL_ROLE_LABEL: &str = "example.com/mysql-role";
+pub const ROLE_PRIMARY: &str = "primary";
+pub const ROLE_REPLICA: &str = "replica";
+/// Label on the MySQL pods of a replicated app (from its pod template), which the VisitorsApp
+/// controller watches.
+pub const REPLICATED_LABEL: &str = "example.com/mysql-replicated";
+
+/// Selects the MySQL pods of every replicated app.
+pub fn replicated_mysql_pods() -> Selector {
+    Selector::from_iter([(REPLICATED_LABEL, "true"), ("app.kubernetes.io/managed-by", MANAGED_BY)])
+}
 
 /// A tier of the Visitors Site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +127,14 @@ pub mod names {
     /// The headless Service that governs the MySQL StatefulSet.
     pub fn mysql_headless(app: &str) -> String {
         format!("{app}-mysql-headless")
+    }
+    /// The Service that leads to the replicas of a replicated MySQL, for reads.
+    pub fn mysql_replicas(app: &str) -> String {
+        format!("{app}-mysql-replicas")
+    }
+    /// MySQL pod `ordinal` of the StatefulSet.
+    pub fn mysql_pod(app: &str, ordinal: i32) -> String {
+        format!("{app}-mysql-{ordinal}")
     }
     /// The backend Deployment and Service.
     pub fn backend(app: &str) -> String {

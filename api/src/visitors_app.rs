@@ -33,6 +33,14 @@ pub const BACKEND_PORT: i32 = 8000;
 pub const FRONTEND_PORT: i32 = 3000;
 /// Largest accepted `spec.size`.
 pub const MAX_SIZE: i32 = 50;
+/// Largest accepted `spec.mysql.replicas`.
+pub const MAX_MYSQL_REPLICAS: i32 = 9;
+/// Annotation asking for a switchover: when set to a new value (a time, or any unique text),
+/// the controller hands the primary over to [`SWITCHOVER_TO_ANNOTATION`]'s pod, or to the best
+/// replica, once.
+pub const SWITCHOVER_REQUESTED_AT_ANNOTATION: &str = "example.com/switchover-requested-at";
+/// Annotation naming the pod a switchover hands the primary to; unset: the best replica.
+pub const SWITCHOVER_TO_ANNOTATION: &str = "example.com/switchover-to";
 /// Longest accepted `spec.title`.
 pub const MAX_TITLE_LEN: usize = 256;
 
@@ -66,6 +74,11 @@ pub mod reason {
     pub const INVALID_TLS_SECRET: &str = "InvalidTLSSecret";
     /// Event: the controller renewed the server certificate before it expired.
     pub const CERTIFICATE_RENEWED: &str = "CertificateRenewed";
+    // Replication.
+    /// `WritesAcknowledged` True: a replica acknowledges every commit.
+    pub const ACKNOWLEDGED: &str = "Acknowledged";
+    /// `WritesAcknowledged` False: the durability asks for no acknowledgement.
+    pub const ASYNCHRONOUS: &str = "Asynchronous";
 }
 
 /// Keys of a TLS Secret: the generated `<name>-mysql-tls` or the one `spec.tls.secretName`
@@ -113,6 +126,18 @@ pub mod secret_keys {
         type_ = "integer",
         json_path = ".status.backendReadyReplicas",
         description = "Ready backend replicas"
+    ),
+    printcolumn(
+        name = "Primary",
+        type_ = "string",
+        json_path = ".status.replication.primary",
+        description = "The MySQL pod that accepts writes (replicated apps)"
+    ),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".status.replication.readyReplicas",
+        description = "MySQL replicas replicating from the primary (replicated apps)"
     ),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(
@@ -210,6 +235,39 @@ pub struct MysqlSpec {
     /// CPU and memory requests and limits of the MySQL container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// How many MySQL servers run. 1 (the default) runs one. 2 or more run one primary, which
+    /// alone accepts writes, and replicas of it (GTID replication), with automatic failover
+    /// when the primary is lost: 3 keeps writes going while any one server is down. See
+    /// docs/high-availability.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 9))]
+    pub replicas: Option<i32>,
+    /// How a replicated MySQL acknowledges commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationSpec>,
+}
+
+/// Replication between the MySQL servers of an app with `spec.mysql.replicas` of 2 or more.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationSpec {
+    /// `Acknowledged` (the default): a commit returns to the client only once a replica has
+    /// received it (semi-synchronous replication that never falls back to asynchronous), so a
+    /// failover loses no acknowledged write; while no replica can acknowledge, writes wait.
+    /// `Asynchronous`: commits return at once; a failover can lose the last commits, which the
+    /// old primary then holds alone (they are extracted and reported, never discarded silently).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<Durability>,
+}
+
+/// When a commit on a replicated MySQL returns to the client.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Durability {
+    /// Once at least one replica has received it.
+    #[default]
+    Acknowledged,
+    /// At once.
+    Asynchronous,
 }
 
 /// The MySQL data volume.
@@ -290,7 +348,7 @@ pub struct VisitorsAppStatus {
     /// The MySQL image in use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mysql_image: Option<String>,
-    /// Ready MySQL replicas (0 or 1).
+    /// Ready MySQL servers (pods).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mysql_ready_replicas: Option<i32>,
     /// Ready backend replicas.
@@ -308,6 +366,88 @@ pub struct VisitorsAppStatus {
     /// TLS as MySQL serves it: what backup and restore Jobs connect with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsStatus>,
+    /// The MySQL servers of a replicated app (`spec.mysql.replicas` of 2 or more): which one is
+    /// the primary, how each replica is doing, and the last failover and switchover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationStatus>,
+}
+
+/// The MySQL servers of a replicated app.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationStatus {
+    /// The pod that accepts writes, where the client Service (`<name>-mysql`) leads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary: Option<String>,
+    /// Replicas that replicate from the primary and can acknowledge its commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// Every MySQL server, by pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<ReplicationMember>,
+    /// The last automatic failover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failover: Option<RoleChange>,
+    /// The last switchover asked for by annotation, done or refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_switchover: Option<RoleChange>,
+}
+
+/// One MySQL server of a replicated app.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationMember {
+    /// The pod.
+    pub name: String,
+    /// `Primary`, `Replica`, `Seeding`, `Fenced` (a former primary no longer accepting writes,
+    /// waiting to rejoin), `Diverged` (holds transactions the primary lacks) or `Unavailable`.
+    pub role: MemberRole,
+    /// How far a replica's applied transactions are behind the primary, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_seconds: Option<i64>,
+    /// What is wrong, when something is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The role of one MySQL server.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum MemberRole {
+    Primary,
+    Replica,
+    Seeding,
+    Fenced,
+    Diverged,
+    #[default]
+    Unavailable,
+}
+
+/// A change of primary.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleChange {
+    /// When the new primary started accepting writes (or the request was refused).
+    pub time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// The primary before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The new primary; unset when refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Why: the failure that started a failover (`PodDeleted`, `PodNotReady`, `NotAnswering`),
+    /// `Requested` for a switchover, or why a switchover was refused.
+    pub reason: String,
+    /// What happened, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Seconds from the last moment the old primary was seen accepting writes to the moment
+    /// the new one accepted them: the longest a client could wait for a commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_gap_seconds: Option<f64>,
+    /// The switchover request (the value of the `example.com/switchover-requested-at`
+    /// annotation) this answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
 }
 
 /// TLS as MySQL serves it.
@@ -394,6 +534,21 @@ impl VisitorsAppSpec {
         self.deletion_policy.unwrap_or_default()
     }
 
+    /// How many MySQL servers run.
+    pub fn mysql_replicas(&self) -> i32 {
+        self.mysql.as_ref().and_then(|m| m.replicas).unwrap_or(1)
+    }
+
+    /// Whether MySQL runs a primary and replicas.
+    pub fn replicated(&self) -> bool {
+        self.mysql_replicas() > 1
+    }
+
+    /// How a replicated MySQL acknowledges commits.
+    pub fn durability(&self) -> Durability {
+        self.mysql.as_ref().and_then(|m| m.replication.as_ref()).and_then(|r| r.durability).unwrap_or_default()
+    }
+
     /// The TLS mode the spec asks for, when it says.
     pub fn tls_mode(&self) -> Option<TlsMode> {
         self.tls.as_ref().and_then(|tls| tls.mode)
@@ -425,6 +580,13 @@ impl VisitorsAppSpec {
             Ok(0) => problems.add("spec.mysql.storage.size", "must be larger than zero"),
             Ok(_) => {}
             Err(problem) => problems.add("spec.mysql.storage.size", problem),
+        }
+        if !(1..=MAX_MYSQL_REPLICAS).contains(&self.mysql_replicas()) {
+            let replicas = self.mysql_replicas();
+            problems.add(
+                "spec.mysql.replicas",
+                format!("{replicas} is out of range: use 1 to {MAX_MYSQL_REPLICAS} MySQL servers"),
+            );
         }
         if let Some(class) = self.storage_class_name() {
             problems.check("spec.mysql.storage.storageClassName", dns_subdomain(class));
@@ -476,7 +638,8 @@ mod tests {
             mysql: Some(MysqlSpec {
                 image: Some("MySQL:8".into()),
                 storage: Some(StorageSpec { size: Some("lots".into()), storage_class_name: None }),
-                resources: None,
+                replicas: Some(0),
+                ..Default::default()
             }),
             service: Some(ServiceSpec {
                 type_: Some(ServiceType::NodePort),
@@ -488,7 +651,13 @@ mod tests {
         let fields: Vec<String> = spec.validate().unwrap_err().0.into_iter().map(|e| e.field).collect();
         assert_eq!(
             fields,
-            ["spec.size", "spec.mysql.image", "spec.mysql.storage.size", "spec.service.frontendNodePort"]
+            [
+                "spec.size",
+                "spec.mysql.image",
+                "spec.mysql.storage.size",
+                "spec.mysql.replicas",
+                "spec.service.frontendNodePort"
+            ]
         );
     }
 

@@ -71,7 +71,7 @@ fn column_names(crd: &CustomResourceDefinition) -> Vec<String> {
 #[test]
 fn kubectl_get_shows_phase_size_duration_and_schedule_times() {
     let wanted: [(CustomResourceDefinition, &[&str]); 3] = [
-        (VisitorsApp::crd(), &["Size", "Backend", "Ready", "Reason", "Age"]),
+        (VisitorsApp::crd(), &["Size", "Backend", "Primary", "Replicas", "Ready", "Reason", "Age"]),
         (
             MySQLBackup::crd(),
             &["App", "Schedule", "Phase", "Size", "Duration", "Last", "Next", "LastBackup", "Drill", "Age"],

@@ -45,11 +45,11 @@ NOT_REASONS = {
                     "a kind or a Rust type name"),
     # condition types that are never a reason (Ready and Quiesced are both)
     **dict.fromkeys(["BackendReady", "DatabaseReady", "FrontendReady", "LastBackupSucceeded", "ScheduleValid",
-                     "Pending", "Deleting"], "a condition type or a phase"),
+                     "Pending", "Deleting", "WritesAcknowledged"], "a condition type or a phase"),
     **dict.fromkeys(["True", "False", "Unknown"], "a condition status"),
     # printer column names (CRD attributes)
     **dict.fromkeys(["Active", "Age", "App", "Backend", "Duration", "Error", "Last", "LastBackup", "LastSuccessful", "Next",
-                     "Phase", "Reason", "Recoverable", "Rows", "Size"], "a printer column"),
+                     "Phase", "Reason", "Recoverable", "Rows", "Size", "Primary", "Replicas"], "a printer column"),
     # the `action` of an Event (its reason is another argument)
     **dict.fromkeys(["Apply", "Backup", "Create", "CreateJob", "Delete", "GrowClaim", "Quiesce", "Reconcile",
                      "Recreate", "RepairLists", "Restore", "Retention", "Schedule", "Start", "Validate", "DeleteStorage",
@@ -58,7 +58,7 @@ NOT_REASONS = {
     **dict.fromkeys(["Complete", "DeletionByPodGC", "DeletionByTaintManager", "DisruptionTarget", "Evicted", "OOMKilled",
                      "PreemptionByScheduler", "Never", "RuntimeDefault", "File", "Opaque", "ClusterIP", "NodePort",
                      "ReadWriteOnce", "RollingUpdate", "Retain", "None", "Credentials", "Target", "OnRootMismatch",
-                     "Required", "Disabled"],
+                     "Required", "Disabled", "Parallel", "OrderedReady", "Yes", "Connecting"],
                     "a Kubernetes field value, label or enum value"),
     **dict.fromkeys(["Ei", "Gi", "Ki", "Mi", "Pi", "Ti"], "a quantity suffix"),
 }

@@ -5,6 +5,7 @@
 
 pub mod archive;
 pub mod moto;
+pub mod replication;
 
 use std::path::PathBuf;
 use std::time::Duration;

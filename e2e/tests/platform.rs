@@ -44,13 +44,15 @@ async fn chart_pods_are_admitted_under_the_restricted_profile() {
 #[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
 async fn each_service_account_is_denied_what_its_controller_does_not_need() {
     let client = cluster().await;
-    let checks: [(&str, &str, &str, &str, bool); 18] = [
+    let checks: [(&str, &str, &str, &str, bool); 19] = [
         ("visitors", "apps", "statefulsets", "patch", true),
         ("visitors", "", "services", "delete", true),
         ("visitors", "apps", "deployments", "delete", false),
         ("visitors", "", "secrets", "list", false),
         ("visitors", "", "secrets", "delete", false),
-        ("visitors", "batch", "jobs", "create", false),
+        // A replicated app's extraction Jobs are created, never deleted; its pods labelled.
+        ("visitors", "batch", "jobs", "delete", false),
+        ("visitors", "", "pods", "patch", true),
         ("visitors", "example.com", "mysqlbackups", "create", false),
         ("backup", "batch", "jobs", "create", true),
         ("backup", "apps", "deployments", "patch", false),

@@ -308,7 +308,13 @@ WATCHED_RULES = {
         ("", "secrets"): {"get", "create", "patch"},
         # A Service whose clusterIP cannot change in place is deleted and created again.
         ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-        ("", "persistentvolumeclaims"): {"get", "patch"},
+        # A replicated app's claim of diverged transactions is applied (issue 29).
+        ("", "persistentvolumeclaims"): {"get", "create", "patch"},
+        # A replicated app's MySQL pods: watched, labelled with their role, deleted to restart
+        # or re-seed a server; its seeding tokens; the Job copying a diverged server's writes.
+        ("", "pods"): {"get", "list", "watch", "patch", "delete"},
+        ("", "configmaps"): {"get", "create", "patch"},
+        ("batch", "jobs"): {"get", "create"},
         ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch"},
         ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
         # Restores that hold an app's database keep its backend at 0 replicas.

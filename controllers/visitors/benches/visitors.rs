@@ -89,7 +89,7 @@ fn managed_fields<T: serde::Serialize>(spec: &T) -> Option<Vec<ManagedFieldsEntr
 
 /// The objects a real cluster would hold for one app, with status and managedFields.
 fn children(app: &VisitorsApp) -> (StatefulSet, Deployment, Deployment) {
-    let mut sts = build::mysql::statefulset(app, "creds", None, None);
+    let mut sts = build::mysql::statefulset(app, "creds", build::mysql::Kept::default(), None);
     sts.metadata.managed_fields = managed_fields(&sts.spec);
     sts.status = Some(StatefulSetStatus { replicas: 1, ready_replicas: Some(1), ..StatefulSetStatus::default() });
     let ready = DeploymentStatus { replicas: Some(1), ready_replicas: Some(1), ..DeploymentStatus::default() };
@@ -161,6 +161,7 @@ fn converged() -> Observed {
         frontend: ready("jdob/visitors-webui:1.0.0"),
         failed_children: Vec::new(),
         tls: None,
+        replication: None,
     }
 }
 

@@ -42,9 +42,9 @@ impl Existing {
         }
     }
 
-    /// The data claim template of the MySQL StatefulSet, which cannot change once created.
-    pub fn claim_template(&self) -> Option<&PersistentVolumeClaim> {
-        self.mysql.as_deref().and_then(build::mysql::data_claim_template)
+    /// What the MySQL StatefulSet keeps from its creation, which cannot change.
+    pub fn kept(&self) -> build::mysql::Kept<'_> {
+        build::mysql::Kept::of(self.mysql.as_deref())
     }
 }
 
@@ -86,18 +86,25 @@ pub async fn all_but_the_backend(
     inputs: &Inputs<'_>,
     existing: &Existing,
 ) -> Applied {
-    let (mysql, headless, client, frontend, frontend_service) = futures::join!(
+    let replicas_service = async {
+        match &desired.mysql_replicas {
+            Some(service) => Some(ensure_service(scope, service).await),
+            None => None,
+        }
+    };
+    let (mysql, headless, client, replicas, frontend, frontend_service) = futures::join!(
         ensure_workload(scope, &desired.mysql, existing.mysql.as_deref()),
         ensure_service(scope, &desired.mysql_headless),
         ensure_service(scope, &desired.mysql_client),
+        replicas_service,
         ensure_workload(scope, &desired.frontend, existing.frontend.as_deref()),
         ensure_service(scope, &desired.frontend_service),
     );
-    if inputs.claim_template.is_none()
+    if inputs.kept.claim.is_none()
         && let Ok((created, _)) = &mysql
     {
-        let claim_template = build::mysql::data_claim_template(created);
-        let settled = build::mysql::statefulset(scope.app, inputs.credentials_secret, claim_template, inputs.tls);
+        let kept = build::mysql::Kept::of(Some(created));
+        let settled = build::mysql::statefulset(scope.app, inputs.credentials_secret, kept, inputs.tls);
         scope.ctx.seen.record_settled_form(&desired.mysql, &settled);
     }
     let mut applied = Applied::default();
@@ -105,11 +112,14 @@ pub async fn all_but_the_backend(
     applied.mysql = mysql.as_ref().or(existing.mysql.as_deref()).map(Workload::from_statefulset).unwrap_or_default();
     applied.collect(headless);
     applied.collect(client);
+    if let Some(replicas) = replicas {
+        applied.collect(replicas);
+    }
     let frontend = applied.collect(frontend);
     applied.frontend =
         frontend.as_ref().or(existing.frontend.as_deref()).map(Workload::from_deployment).unwrap_or_default();
     applied.collect(frontend_service);
-    if inputs.claim_template.is_some_and(|template| build::mysql::asks_for_more_than_template(scope.app, template)) {
+    if inputs.kept.claim.is_some_and(|template| build::mysql::asks_for_more_than_template(scope.app, template)) {
         grow_claim_if_asked(scope).await;
     }
     applied

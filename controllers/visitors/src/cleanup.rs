@@ -54,5 +54,6 @@ async fn report_volume(scope: &AppScope<'_>) -> Cleanup {
     }
     scope.ctx.seen.forget(app);
     scope.ctx.hold.forget(app);
+    scope.ctx.replication.forget(app);
     Cleanup::Done(())
 }

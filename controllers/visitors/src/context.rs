@@ -9,7 +9,7 @@ use controller_common::kind::NamespacedKind;
 use controller_common::{ReconcileFailure, Runtime};
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::PostParams;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, ResourceExt};
@@ -32,6 +32,8 @@ pub struct Context {
     /// Status-only wake-ups wait while new apps wait for their first reconcile, and for each
     /// app's pace.
     pub hold: Hold,
+    /// What the replication step remembers of each replicated app between looks.
+    pub replication: crate::replication::Memory,
 }
 
 /// Caches of the owned workloads, filled by the owned-object watches. The reconcile reads them
@@ -43,6 +45,8 @@ pub struct Stores {
     pub deployments: Store<Deployment>,
     /// The MySQLRestores: one that holds an app's database keeps its backend stopped.
     pub restores: Store<MySQLRestore>,
+    /// The MySQL pods of replicated apps: their readiness, deletion and role labels.
+    pub pods: Store<Pod>,
 }
 
 impl Stores {
@@ -52,6 +56,7 @@ impl Stores {
         ready(self.statefulsets.wait_until_ready().now_or_never())
             && ready(self.deployments.wait_until_ready().now_or_never())
             && ready(self.restores.wait_until_ready().now_or_never())
+            && ready(self.pods.wait_until_ready().now_or_never())
     }
 
     /// The restore that keeps the backend of app `name` in `namespace` stopped now, if any
@@ -122,6 +127,10 @@ pub enum Error {
         "{child} keeps items in lists the controller sets even after they were removed ({items}); a mutating admission webhook may be adding them: exclude the child from it"
     )]
     ForeignItemsReturn { child: String, items: String },
+    /// A replication operation on one MySQL server failed (the server's answer, never a
+    /// statement: some hold a password).
+    #[error("{action} on MySQL server {member} failed: {problem}")]
+    Replication { member: String, action: &'static str, problem: String },
 }
 
 impl From<ApiError> for Error {
@@ -148,6 +157,7 @@ impl ReconcileFailure for Error {
         match self {
             Error::Common(error) => error.metric_label(),
             Error::ForeignItemsReturn { .. } => "ForeignItemsReturn",
+            Error::Replication { .. } => "Replication",
         }
     }
 }

@@ -11,14 +11,14 @@ use controller_common::process::{Identity, Reconciling};
 use controller_common::watch::{api_in, controller_config, drive, primary_stream, trim_for_cache};
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, Service};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec, Service};
 use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
-use visitors_api::labels::children_selector;
+use visitors_api::labels::{children_selector, replicated_mysql_pods};
 use visitors_api::{MySQLRestore, VisitorsApp};
 
 use crate::context::{Context, Stores};
@@ -90,6 +90,7 @@ pub struct Watches {
     statefulsets: reflector::store::Writer<StatefulSet>,
     deployments: reflector::store::Writer<Deployment>,
     restores: reflector::store::Writer<MySQLRestore>,
+    pods: reflector::store::Writer<Pod>,
 }
 
 impl Watches {
@@ -97,12 +98,14 @@ impl Watches {
         let statefulsets = reflector::store::Writer::default();
         let deployments = reflector::store::Writer::default();
         let restores = reflector::store::Writer::default();
+        let pods = reflector::store::Writer::default();
         let stores = Stores {
             statefulsets: statefulsets.as_reader(),
             deployments: deployments.as_reader(),
             restores: restores.as_reader(),
+            pods: pods.as_reader(),
         };
-        Self { stores, statefulsets, deployments, restores }
+        Self { stores, statefulsets, deployments, restores, pods }
     }
 
     /// Watches and reconciles until `shutdown` is cancelled.
@@ -148,6 +151,16 @@ impl Watches {
             seen.clone(),
             hold.clone(),
         );
+        // A replicated app's MySQL pod going, coming, or changing readiness wakes the app at once:
+        // a failover starts there.
+        let pods = mysql_pod_news(
+            watcher(
+                api_in::<Pod>(client.clone(), namespace),
+                watcher::Config::default().labels_from(&replicated_mysql_pods()),
+            )
+            .modify(trim_pod)
+            .reflect(self.pods),
+        );
         // Every change of a restore (its phase above all) wakes the app it targets.
         let restores = watcher(api_in::<MySQLRestore>(client, namespace), watcher::Config::default())
             .default_backoff()
@@ -155,13 +168,15 @@ impl Watches {
             .reflect(self.restores)
             .touched_objects();
         let held_wake_ups = hold.clone().released(app_reader.clone());
-        let ctx = Arc::new(Context { runtime, probe, stores: self.stores, seen, hold });
+        let ctx =
+            Arc::new(Context { runtime, probe, stores: self.stores, seen, hold, replication: Default::default() });
         let controller = Controller::for_stream(apps, app_reader)
             .with_config(controller_config())
             .owns_stream(statefulsets)
             .owns_stream(deployments)
             .owns_stream(services)
             .watches_stream(restores, |restore| target_app(&restore))
+            .watches_stream(pods, |pod| app_of_pod(&pod))
             .reconcile_on(held_wake_ups);
         drive(controller, reconcile, error_policy, ctx, shutdown).await;
     }
@@ -203,6 +218,48 @@ pub fn trim_deployment(deployment: &mut Deployment) {
     if let Some(spec) = deployment.spec.as_mut() {
         keep_images_only(&mut spec.template);
     }
+}
+
+/// The app a MySQL pod belongs to (its `instance` label).
+pub fn app_of_pod(pod: &Pod) -> Option<ObjectRef<VisitorsApp>> {
+    let app = pod.labels().get("app.kubernetes.io/instance")?;
+    Some(ObjectRef::new(app).within(&pod.namespace()?))
+}
+
+/// What the cache keeps of a MySQL pod: its metadata (labels, UID, deletion) and its readiness,
+/// what the replication step reads.
+pub fn trim_pod(pod: &mut Pod) {
+    trim_for_cache(pod);
+    pod.spec = None;
+    if let Some(status) = pod.status.as_mut() {
+        let ready = status.conditions.take().map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect());
+        *status = PodStatus { conditions: ready, ..PodStatus::default() };
+    }
+}
+
+/// The pods whose news can change a replication decision: a new pod, readiness gained or lost,
+/// a deletion begun or done. Status refreshes that change none of it wake nothing.
+pub fn mysql_pod_news<S>(events: S) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static
+where
+    S: Stream<Item = Result<watcher::Event<Pod>, watcher::Error>> + Send + 'static,
+{
+    let mut seen: std::collections::HashMap<String, (bool, bool)> = std::collections::HashMap::new();
+    events.default_backoff().filter_map(move |event| {
+        let wake = match event {
+            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                let state = (crate::replication::is_ready(&pod), pod.metadata.deletion_timestamp.is_some());
+                let key = pod.uid().unwrap_or_default();
+                (seen.insert(key, state) != Some(state)).then_some(Ok(pod))
+            }
+            Ok(watcher::Event::Delete(pod)) => {
+                seen.remove(&pod.uid().unwrap_or_default());
+                Some(Ok(pod))
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Err(error) => Some(Err(error)),
+        };
+        std::future::ready(wake)
+    })
 }
 
 /// A child's deletion wakes its owner (a deleted child must come back), and so does a change no
@@ -251,7 +308,8 @@ mod tests {
     /// only (no new generation), which must still wake the app.
     fn became_ready() -> StatefulSet {
         let app = book_app();
-        let mut sts = build::mysql::statefulset(&app, "ex-mysql-credentials", None, None);
+        let mut sts =
+            build::mysql::statefulset(&app, "ex-mysql-credentials", crate::build::mysql::Kept::default(), None);
         sts.metadata.generation = Some(1);
         sts.status = Some(StatefulSetStatus {
             observed_generation: Some(1),
@@ -278,7 +336,8 @@ mod tests {
     /// What the StatefulSet watch reports right after the reconcile created it: the apply
     /// response itself, and then the StatefulSet controller's first status.
     fn created() -> StatefulSet {
-        let mut sts = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None, None);
+        let mut sts =
+            build::mysql::statefulset(&book_app(), "ex-mysql-credentials", crate::build::mysql::Kept::default(), None);
         sts.metadata.uid = Some("uid-sts".into());
         sts.metadata.generation = Some(1);
         sts.metadata.resource_version = Some("5".into());
@@ -352,7 +411,8 @@ mod tests {
     #[tokio::test]
     async fn the_echo_of_an_apply_still_on_its_way_does_not_wake_the_app() {
         let seen = Seen::default();
-        let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None, None);
+        let desired =
+            build::mysql::statefulset(&book_app(), "ex-mysql-credentials", crate::build::mysql::Kept::default(), None);
         let ticket = seen.ticket(&desired);
         let events = futures::stream::iter([Ok(watcher::Event::Apply(created()))]);
         let woken: Vec<StatefulSet> =

@@ -14,8 +14,17 @@ use crate::build::{self, secret::Credentials};
 use crate::context::{AppScope, Error};
 use crate::validate::{self, Invalid, ValidApp};
 
+/// The database credentials: as a read less than a resync period ago found them, else the
+/// user's Secret checked, or the generated one (created once).
+pub async fn current(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<Credentials>, Error> {
+    match scope.ctx.seen.credentials_within(scope.app, scope.runtime().resync) {
+        Some(credentials) => Ok(Step::Ready(credentials)),
+        None => read(scope, valid).await,
+    }
+}
+
 /// The database credentials: the user's Secret checked, or the generated one (created once).
-pub async fn read(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<Credentials>, Error> {
+async fn read(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<Credentials>, Error> {
     let source = &valid.credentials;
     let name = &source.name;
     let existing = scope.api::<Secret>().get_opt(name).await.map_err(api_err(format!("reading Secret {name}")))?;
@@ -35,14 +44,15 @@ pub async fn read(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<Cre
     if source.generated {
         sync_owner(scope, &secret).await?;
     }
-    scope.ctx.seen.record_credentials_checked(scope.app);
     let text =
         |key: &str| String::from_utf8(validate::secret_value(&secret, key).unwrap_or_default()).unwrap_or_default();
-    Ok(Step::Ready(Credentials {
+    let credentials = Credentials {
         username: text(secret_keys::USERNAME),
         password: text(secret_keys::PASSWORD),
         root_password: text(secret_keys::ROOT_PASSWORD),
-    }))
+    };
+    scope.ctx.seen.record_credentials(scope.app, credentials.clone());
+    Ok(Step::Ready(credentials))
 }
 
 /// Creates the generated Secret with new passwords, unless the database volume already exists:

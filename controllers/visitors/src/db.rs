@@ -53,7 +53,9 @@ impl DatabaseProbe for MysqlProbe {
     }
 }
 
-async fn query(target: &Target) -> Result<(), mysql_async::Error> {
+/// A connection to `target`, in `database` when given. Over TLS, only the app's CA is trusted
+/// and the certificate must name the host connected to.
+pub async fn connect(target: &Target, database: Option<&str>) -> Result<mysql_async::Conn, mysql_async::Error> {
     // mysql_async asks rustls for the process's provider; without one chosen, a build that
     // links both ring and aws-lc-rs panics on the first TLS handshake.
     controller_common::startup::install_crypto_provider();
@@ -63,12 +65,15 @@ async fn query(target: &Target) -> Result<(), mysql_async::Error> {
         .prefer_socket(false)
         .user(Some(target.user.clone()))
         .pass(Some(target.password.clone()))
-        .db_name(Some(DATABASE_NAME))
+        .db_name(database)
         .ssl_opts(target.ca_pem.as_ref().map(|ca| {
-            // Only the app's CA is trusted, and the certificate must name the Service.
             mysql_async::SslOpts::default().with_root_certs(vec![ca.clone().into()]).with_disable_built_in_roots(true)
         }));
-    let mut conn = mysql_async::Conn::new(opts).await?;
+    mysql_async::Conn::new(opts).await
+}
+
+async fn query(target: &Target) -> Result<(), mysql_async::Error> {
+    let mut conn = connect(target, Some(DATABASE_NAME)).await?;
     let one: Option<i64> = conn.query_first("SELECT 1").await?;
     // The answer is in; a failed goodbye does not make the database unreachable.
     let _ = conn.disconnect().await;

@@ -1,36 +1,26 @@
-//! The reconcile's database step: once the MySQL pod is ready, the controller's own check
-//! ([`crate::db`]) as the application user, with the credentials read for it when this
-//! reconcile did not read them already.
+//! The reconcile's database step: once a MySQL pod is ready, the controller's own check
+//! ([`crate::db`]) as the application user, through the client Service.
 
-use controller_common::ready;
-use controller_common::step::Step;
 use tracing::Instrument;
 
 use crate::build::tls::ServingTls;
 use crate::build::{self, secret::Credentials};
-use crate::context::{AppScope, Error};
-use crate::credentials;
+use crate::context::AppScope;
 use crate::db::Target;
 use crate::status::{Database, Workload};
-use crate::validate::ValidApp;
 
 /// How far the database check gets with `mysql` as its workload reports.
 pub async fn check(
     scope: &AppScope<'_>,
-    valid: &ValidApp<'_>,
     mysql: &Workload,
-    credentials: Option<Credentials>,
+    credentials: &Credentials,
     tls: Option<&ServingTls>,
-) -> Result<Step<Database>, Error> {
+) -> Database {
     if mysql.ready < 1 {
-        return Ok(Step::Ready(Database::PodNotReady));
+        return Database::PodNotReady;
     }
     let Some(probe) = &scope.ctx.probe else {
-        return Ok(Step::Ready(Database::PodReady));
-    };
-    let credentials = match credentials {
-        Some(credentials) => credentials,
-        None => ready!(credentials::read(scope, valid).await?),
+        return Database::PodReady;
     };
     let target = Target {
         host: build::mysql::client_host(scope.app),
@@ -51,11 +41,11 @@ pub async fn check(
     );
     let result = probe.select_one(&target).instrument(span.clone()).await;
     span.record("db.check.result", result.as_ref().err().map_or("connected", String::as_str));
-    Ok(Step::Ready(match result {
+    match result {
         Ok(()) => Database::Connected,
         Err(why) => {
             tracing::info!(%why, "database not answering yet");
             Database::QueryFailed(why)
         }
-    }))
+    }
 }

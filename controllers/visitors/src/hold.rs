@@ -462,7 +462,12 @@ mod tests {
 
     #[test]
     fn the_owner_of_a_child_is_its_visitors_app() {
-        let sts = crate::build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None, None);
+        let sts = crate::build::mysql::statefulset(
+            &book_app(),
+            "ex-mysql-credentials",
+            crate::build::mysql::Kept::default(),
+            None,
+        );
         let owner = owner_of(&sts).expect("an owner");
         assert_eq!((owner.name.as_str(), owner.namespace.as_deref()), ("ex", Some("shop")));
     }

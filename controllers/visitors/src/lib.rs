@@ -18,6 +18,7 @@ pub mod db_check;
 pub mod hold;
 pub mod reconcile;
 pub mod repair;
+pub mod replication;
 pub mod seen;
 pub mod status;
 pub mod tls;

@@ -21,7 +21,7 @@ use crate::build::{self, Inputs};
 use crate::context::{AppScope, Context, Error};
 use crate::status::{self, Announcement, Observed, Workload};
 use crate::validate::{self, ValidApp};
-use crate::{cleanup, credentials, db_check, tls};
+use crate::{cleanup, credentials, db_check, replication, tls};
 
 /// How long a reconcile waits for the caches' initial list at start-up.
 const CACHE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -66,19 +66,14 @@ async fn reconcile_app(scope: &AppScope<'_>) -> Result<Action, Error> {
 /// The steps of a live app with a valid spec, in order: what they found and applied.
 async fn converge(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<(Observed, Applied)>, Error> {
     let (app, ctx) = (scope.app, scope.ctx);
-    // Checked at the first reconcile of each spec and once a resync period; in between only the
-    // database check needs the credentials, and reads them then.
-    let credentials = if ctx.seen.credentials_checked_within(app, scope.runtime().resync) {
-        None
-    } else {
-        Some(ready!(Box::pin(credentials::read(scope, valid)).await?))
-    };
+    // Read at the first reconcile of each spec and once a resync period.
+    let credentials = ready!(Box::pin(credentials::current(scope, valid)).await?);
     let tls = ready!(Box::pin(tls::serving(scope, valid)).await?);
     let existing = Existing::cached(scope);
     let quiesced_by = ctx.stores.quiescing_restore(&scope.namespace, &scope.name);
     let inputs = Inputs {
         credentials_secret: &valid.credentials.name,
-        claim_template: existing.claim_template(),
+        kept: existing.kept(),
         tls: tls.as_ref(),
         quiesced: quiesced_by.is_some(),
     };
@@ -86,7 +81,11 @@ async fn converge(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<(Ob
     // too big for a thread's stack.
     let desired = Box::new(build::children(app, &inputs));
     let mut applied = Box::pin(apply::all_but_the_backend(scope, &desired, &inputs, &existing)).await;
-    let database = ready!(Box::pin(db_check::check(scope, valid, &applied.mysql, credentials, tls.as_ref())).await?);
+    let replication = match app.spec.replicated() {
+        true => Some(Box::pin(replication::converge(scope, &credentials, tls.as_ref())).await?),
+        false => None,
+    };
+    let database = Box::pin(db_check::check(scope, &applied.mysql, &credentials, tls.as_ref())).await;
     // A restore stops the backend even while the database is not ready.
     let backend_held = !database.is_ready() && quiesced_by.is_none();
     if backend_held {
@@ -104,6 +103,7 @@ async fn converge(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<(Ob
         frontend: applied.frontend.clone(),
         tls,
         failed_children: applied.failed.iter().map(ToString::to_string).collect(),
+        replication,
     };
     Ok(Step::Ready((observed, applied)))
 }
@@ -131,6 +131,15 @@ async fn report(scope: &AppScope<'_>, observed: &Observed, applied: Applied) -> 
         (false, true) => runtime.waiting(app),
         // Workloads becoming ready wake the app through the owned-object watches.
         (false, false) => runtime.watching(app),
+    };
+    // A replicated app's servers are looked at again soon: no watch sees a primary stop
+    // answering.
+    let action = match &observed.replication {
+        Some(report) => {
+            let look = if report.busy { replication::BUSY_LOOK_INTERVAL } else { replication::LOOK_INTERVAL };
+            Action::requeue(look)
+        }
+        None => action,
     };
     // A watch reported a child while this reconcile's apply of it was on its way, other than
     // the apply's own echo: the wake-up it did not cause comes now, or as `Hold::wake` says.

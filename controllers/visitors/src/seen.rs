@@ -27,7 +27,9 @@ use kube::core::PartialObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use visitors_api::VisitorsApp;
+use visitors_api::visitors_app::{SWITCHOVER_REQUESTED_AT_ANNOTATION, SWITCHOVER_TO_ANNOTATION};
 
+use crate::build::secret::Credentials;
 use crate::build::tls::ServingTls;
 use crate::status::Workload;
 
@@ -128,6 +130,9 @@ impl Fingerprint for VisitorsApp {
         self.meta().generation.hash(&mut hasher);
         self.finalizers().hash(&mut hasher);
         self.meta().deletion_timestamp.is_some().hash(&mut hasher);
+        for request in [SWITCHOVER_REQUESTED_AT_ANNOTATION, SWITCHOVER_TO_ANNOTATION] {
+            self.annotations().get(request).hash(&mut hasher);
+        }
         hasher.finish()
     }
 }
@@ -209,9 +214,9 @@ struct Records {
     /// Children with an apply on its way, and what a watch reported of each meanwhile: decided
     /// when the answer comes ([`Seen::record_apply`]).
     in_flight: HashMap<Key, (Instant, Option<State>)>,
-    /// When each app's credentials Secret was last read and found usable, and for which
-    /// fingerprint of the app (a spec change can name another Secret).
-    credentials_checked: HashMap<Key, (u64, Instant)>,
+    /// Each app's credentials as its Secret held them when last read and found usable, when,
+    /// and for which fingerprint of the app (a spec change can name another Secret).
+    credentials_checked: HashMap<Key, (u64, Instant, Credentials)>,
     /// The TLS each app's MySQL serves, when it was last read, and for which fingerprint of
     /// the app (a spec change can switch TLS or name another Secret).
     tls_checked: HashMap<Key, (u64, Instant, Option<ServingTls>)>,
@@ -368,20 +373,19 @@ impl Seen {
         news
     }
 
-    /// The reconcile of `app` read its credentials Secret and found it usable.
-    pub fn record_credentials_checked(&self, app: &VisitorsApp) {
-        self.lock().credentials_checked.insert(key(app), (spec_fingerprint(app), Instant::now()));
+    /// The reconcile of `app` read its credentials Secret and found these usable.
+    pub fn record_credentials(&self, app: &VisitorsApp, credentials: Credentials) {
+        self.lock().credentials_checked.insert(key(app), (spec_fingerprint(app), Instant::now(), credentials));
     }
 
-    /// Whether the credentials of `app` (as it is now) were found usable less than `max_age`
+    /// The credentials of `app` (as it is now) when they were found usable less than `max_age`
     /// ago. A Secret is not watched (that would take list and watch on every Secret): a reconcile
-    /// that needs no credentials relies on that check, and reads the Secret again once it is a
-    /// resync period old, the same delay after which a converged app notices a deleted Secret.
-    pub fn credentials_checked_within(&self, app: &VisitorsApp, max_age: Duration) -> bool {
-        self.lock()
-            .credentials_checked
-            .get(&key(app))
-            .is_some_and(|(fingerprint, at)| *fingerprint == spec_fingerprint(app) && at.elapsed() < max_age)
+    /// uses what the last read found, and reads the Secret again once it is a resync period old,
+    /// the same delay after which a converged app notices a deleted Secret.
+    pub fn credentials_within(&self, app: &VisitorsApp, max_age: Duration) -> Option<Credentials> {
+        let records = self.lock();
+        let (fingerprint, at, credentials) = records.credentials_checked.get(&key(app))?;
+        (*fingerprint == spec_fingerprint(app) && at.elapsed() < max_age).then(|| credentials.clone())
     }
 
     /// The reconcile of `app` found (or made) the TLS its MySQL serves: `None` for plain text.
@@ -391,7 +395,7 @@ impl Seen {
 
     /// The TLS of `app` (as it is now) as a reconcile found it less than `max_age` ago: like
     /// the credentials, a Secret is read again only after that (see
-    /// [`Self::credentials_checked_within`]).
+    /// [`Self::credentials_within`]).
     pub fn tls_checked_within(&self, app: &VisitorsApp, max_age: Duration) -> Option<Option<ServingTls>> {
         let records = self.lock();
         let (fingerprint, at, tls) = records.tls_checked.get(&key(app))?;
@@ -431,7 +435,8 @@ mod tests {
     use k8s_openapi::api::apps::v1::StatefulSetStatus;
 
     fn created_statefulset() -> StatefulSet {
-        let mut sts = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None, None);
+        let mut sts =
+            build::mysql::statefulset(&book_app(), "ex-mysql-credentials", crate::build::mysql::Kept::default(), None);
         sts.metadata.uid = Some("uid-sts".into());
         sts.metadata.generation = Some(1);
         sts.metadata.resource_version = Some("10".into());
@@ -485,7 +490,8 @@ mod tests {
     fn an_apply_is_spared_only_while_the_child_is_as_it_left_it() {
         const RESYNC: Duration = Duration::from_secs(600);
         let seen = Seen::default();
-        let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None, None);
+        let desired =
+            build::mysql::statefulset(&book_app(), "ex-mysql-credentials", crate::build::mysql::Kept::default(), None);
         assert!(!seen.unchanged_since_applied(&desired, RESYNC), "never applied");
         let response = created_statefulset();
         seen.record_apply(&desired, &response, seen.ticket(&desired));
@@ -517,7 +523,8 @@ mod tests {
     fn an_apply_answered_after_its_echo_or_a_reported_edit_or_deletion_hides_only_the_echo() {
         const RESYNC: Duration = Duration::from_secs(600);
         let seen = Seen::default();
-        let desired = build::mysql::statefulset(&book_app(), "ex-mysql-credentials", None, None);
+        let desired =
+            build::mysql::statefulset(&book_app(), "ex-mysql-credentials", crate::build::mysql::Kept::default(), None);
         let response = created_statefulset();
 
         let ticket = seen.ticket(&desired);

@@ -9,16 +9,19 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use visitors_api::conditions::{
-    self, BACKEND_READY, DATABASE_READY, Desired, FRONTEND_READY, READY, REASON_INVALID_SPEC, Status,
+    self, BACKEND_READY, DATABASE_READY, Desired, FRONTEND_READY, READY, REASON_INVALID_SPEC, REPLICATING, Status,
+    WRITES_ACKNOWLEDGED,
 };
 use visitors_api::labels::names;
 use visitors_api::visitors_app::{
-    BACKEND_PORT, DATABASE_USER, Endpoints, FRONTEND_PORT, MYSQL_PORT, TlsMode, TlsStatus, reason,
+    BACKEND_PORT, DATABASE_USER, Durability, Endpoints, FRONTEND_PORT, MYSQL_PORT, ReplicationStatus, TlsMode,
+    TlsStatus, reason,
 };
 use visitors_api::{VisitorsApp, VisitorsAppStatus};
 
 use crate::build::mysql::client_host;
 use crate::build::tls::ServingTls;
+use crate::replication::{Report, decide};
 
 /// What a workload's own status says.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -119,7 +122,7 @@ impl Database {
 }
 
 /// Everything one reconcile observed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Observed {
     pub secret: String,
     pub mysql: Workload,
@@ -136,6 +139,8 @@ pub struct Observed {
     pub failed_children: Vec<String>,
     /// The TLS MySQL serves; `None` for plain text.
     pub tls: Option<ServingTls>,
+    /// How a replicated app's MySQL servers stand; `None` for a single server.
+    pub replication: Option<crate::replication::Report>,
 }
 
 impl Observed {
@@ -182,7 +187,60 @@ pub fn compute(app: &VisitorsApp, observed: &Observed, now: Time) -> VisitorsApp
     status.credentials_secret = Some(observed.secret.clone());
     status.endpoints = Some(endpoints(app));
     status.tls = Some(tls_status(observed.tls.as_ref()));
+    replication_status(app, &mut status, observed.replication.as_ref(), now);
     status
+}
+
+/// The replication part of the status, and its two conditions; none for a single server.
+fn replication_status(app: &VisitorsApp, status: &mut VisitorsAppStatus, report: Option<&Report>, now: Time) {
+    let Some(report) = report else {
+        status.replication = None;
+        status.conditions.retain(|c| c.type_ != REPLICATING && c.type_ != WRITES_ACKNOWLEDGED);
+        return;
+    };
+    let previous = status.replication.take().unwrap_or_default();
+    status.replication = Some(ReplicationStatus {
+        primary: report.primary.clone(),
+        ready_replicas: Some(report.ready_replicas),
+        members: report.members.clone(),
+        last_failover: report.failover.clone().or(previous.last_failover),
+        last_switchover: report.switchover.clone().or(previous.last_switchover),
+    });
+    let primary = report.primary.as_deref().unwrap_or("none yet");
+    let replicating = match &report.problem {
+        Some((reason, message)) => {
+            Desired { type_: REPLICATING, status: Status::False, reason, message: message.clone() }
+        }
+        None => Desired {
+            type_: REPLICATING,
+            status: Status::True,
+            reason: decide::reason::REPLICATING,
+            message: format!("every replica replicates from primary {primary}"),
+        },
+    };
+    let acknowledged = match (app.spec.durability(), report.acknowledged) {
+        (Durability::Asynchronous, _) => Desired {
+            type_: WRITES_ACKNOWLEDGED,
+            status: Status::False,
+            reason: reason::ASYNCHRONOUS,
+            message: "spec.mysql.replication.durability is Asynchronous: commits do not wait for a replica, and a failover can lose the last ones".into(),
+        },
+        (Durability::Acknowledged, true) => Desired {
+            type_: WRITES_ACKNOWLEDGED,
+            status: Status::True,
+            reason: reason::ACKNOWLEDGED,
+            message: format!("a replica acknowledges every commit of primary {primary} before the client hears of it"),
+        },
+        (Durability::Acknowledged, false) => Desired {
+            type_: WRITES_ACKNOWLEDGED,
+            status: Status::False,
+            reason: decide::reason::NO_ACKNOWLEDGING_REPLICA,
+            message: format!("no replica acknowledges the commits of primary {primary}: writes wait until one does"),
+        },
+    };
+    for desired in [replicating, acknowledged] {
+        conditions::set(&mut status.conditions, desired, app.metadata.generation, now.clone());
+    }
 }
 
 fn tls_status(tls: Option<&ServingTls>) -> TlsStatus {
@@ -386,6 +444,7 @@ mod tests {
             frontend: ready(1, "jdob/visitors-webui:1.0.0"),
             failed_children: Vec::new(),
             tls: None,
+            replication: None,
         }
     }
 

@@ -80,7 +80,7 @@ fn probes() -> (Probe, Probe) {
     let mut app = VisitorsApp::new("ex", VisitorsAppSpec { size: 1, ..VisitorsAppSpec::default() });
     app.metadata.namespace = Some("shop".into());
     app.metadata.uid = Some("uid".into());
-    let sts = statefulset(&app, "creds", None, None);
+    let sts = statefulset(&app, "creds", Default::default(), None);
     let container = sts.spec.unwrap().template.spec.unwrap().containers.remove(0);
     (container.readiness_probe.unwrap(), container.liveness_probe.unwrap())
 }

@@ -241,10 +241,10 @@ fn report_statefulset_status(h: &Harness) {
     });
 }
 
-/// The Secret is read again when the database check needs its credentials: a user Secret
-/// deleted while the database started is named then, and no query runs without it.
+/// The credentials are read at the first reconcile of each spec (and once a resync period): a
+/// user Secret deleted while the database started is named at the next read, a spec change here.
 #[tokio::test]
-async fn a_secret_deleted_while_the_database_starts_is_named_when_the_check_needs_it() {
+async fn a_deleted_secret_is_named_at_the_next_read_of_the_credentials() {
     let h = Harness::new();
     let data = ["username", "password", "root-password"]
         .map(|key| (key.to_string(), k8s_openapi::ByteString(format!("{key}-value").into_bytes())));
@@ -259,12 +259,16 @@ async fn a_secret_deleted_while_the_database_starts_is_named_when_the_check_need
 
     h.api.remove::<Secret>("mine");
     h.mysql_pod_ready();
+    h.api.clear_requests();
     h.reconcile().await.unwrap();
+    assert!(!h.api.requests().iter().any(|r| r.path.contains("/secrets/")), "the credentials read stands");
+    assert_eq!(h.probe.calls.load(std::sync::atomic::Ordering::SeqCst), 1, "the check ran with them");
 
+    h.api.edit::<visitors_api::VisitorsApp>("ex", |app| app.spec.title = Some("Another Title".into()));
+    h.reconcile().await.unwrap();
     let (_, reason, message) = ready_condition(&h);
     assert_eq!(reason, "InvalidCredentialsSecret");
     assert!(message.contains("mine"), "{message}");
-    assert_eq!(h.probe.calls.load(std::sync::atomic::Ordering::SeqCst), 0, "no query without credentials");
 }
 
 /// The API server fills in the claim template of a StatefulSet (its volume mode, a status).

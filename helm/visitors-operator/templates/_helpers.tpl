@@ -103,10 +103,25 @@ Verbs are exactly what the controller uses; no wildcards.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "create", "patch"]
-# The MySQL volume claim is read (to protect existing data) and grown by patch.
+# The MySQL volume claim is read (to protect existing data) and grown by patch; a replicated
+# app's claim of diverged transactions is applied.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "patch"]
+  verbs: ["get", "create", "patch"]
+# The MySQL pods of a replicated app are watched (their readiness starts a failover), labelled
+# with their role, which the client and replicas Services select on, and deleted to restart or
+# re-seed a server.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+# A replicated app's seeding tokens.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create", "patch"]
+# The Job that copies a diverged server's transactions to a file.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "create"]
 # A MySQLRestore that holds the app's database keeps its backend at 0 replicas: the
 # controller watches restores to know when (it never writes them).
 - apiGroups: ["example.com"]

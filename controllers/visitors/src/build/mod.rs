@@ -7,14 +7,13 @@ pub mod backend;
 pub mod frontend;
 pub mod mysql;
 pub mod secret;
+pub mod seeding;
 pub mod tls;
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{
-    ContainerPort, PersistentVolumeClaim, Service, ServicePort, ServiceSpec as K8sServiceSpec,
-};
+use k8s_openapi::api::core::v1::{ContainerPort, Service, ServicePort, ServiceSpec as K8sServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
@@ -32,6 +31,8 @@ pub struct Children {
     pub mysql_headless: Service,
     /// The Service clients reach MySQL through.
     pub mysql_client: Service,
+    /// The Service of a replicated app's replicas; `None` for a single server.
+    pub mysql_replicas: Option<Service>,
     pub backend: Deployment,
     pub backend_service: Service,
     pub frontend: Deployment,
@@ -43,8 +44,8 @@ pub struct Children {
 pub struct Inputs<'a> {
     /// The Secret of the database credentials.
     pub credentials_secret: &'a str,
-    /// The claim template of the MySQL StatefulSet that exists (immutable: it is kept as it is).
-    pub claim_template: Option<&'a PersistentVolumeClaim>,
+    /// What the MySQL StatefulSet that exists keeps from its creation (immutable).
+    pub kept: mysql::Kept<'a>,
     /// The TLS MySQL serves; `None` for plain text.
     pub tls: Option<&'a ServingTls>,
     /// A restore holds the database: the backend is stopped.
@@ -56,9 +57,10 @@ pub fn children(app: &VisitorsApp, inputs: &Inputs<'_>) -> Children {
     let secret = inputs.credentials_secret;
     let backend = backend::deployment(app, secret, inputs.tls);
     Children {
-        mysql: mysql::statefulset(app, secret, inputs.claim_template, inputs.tls),
+        mysql: mysql::statefulset(app, secret, inputs.kept, inputs.tls),
         mysql_headless: mysql::headless_service(app),
         mysql_client: mysql::client_service(app),
+        mysql_replicas: app.spec.replicated().then(|| mysql::replicas_service(app)),
         backend: if inputs.quiesced { backend::quiesced(backend) } else { backend },
         backend_service: backend::service(app),
         frontend: frontend::deployment(app),

@@ -1,5 +1,6 @@
-//! MySQL: a one-replica StatefulSet with a data volume claim, the headless Service that governs
-//! it, and the client Service the backend (and the controller's `SELECT 1`) connect to.
+//! MySQL: a StatefulSet of one server (or, replicated, of a primary and replicas) with a data
+//! volume claim each, the headless Service that governs it, the client Service the backend (and
+//! the controller's `SELECT 1`) connect to, and, replicated, the Service of the replicas.
 
 use std::collections::BTreeMap;
 
@@ -17,10 +18,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use visitors_api::VisitorsApp;
-use visitors_api::labels::{Component, names, selector};
+use visitors_api::labels::{
+    Component, MYSQL_ROLE_LABEL, REPLICATED_LABEL, ROLE_PRIMARY, ROLE_REPLICA, names, selector,
+};
 use visitors_api::validation::quantity_bytes;
 use visitors_api::visitors_app::{DATABASE_NAME, DeletionPolicy, MYSQL_PORT, TlsMode, secret_keys};
 
+use super::seeding;
 use super::tls::{self, ServingTls};
 use super::{child_meta, container_port, env, env_from_secret, pod_labels};
 
@@ -58,6 +62,35 @@ pub const MYSQLD_ARGS: [&str; 10] = [
     "--loose-tmpdir=/tmp",
 ];
 
+/// mysqld flags of a replicated app's servers (docs/high-availability.md): every server starts
+/// read-only and replicating nothing, until the controller opens writes on the primary and
+/// points the others at it; each logs what it replicates (so that any can become the primary),
+/// in GTID order; a commit is durable on disk before it is acknowledged; the semi-synchronous
+/// replica side is on, which also makes a server that restarts after a crash cut from its binary
+/// log the transactions no replica acknowledged (MariaDB's `init-rpl-role`). MariaDB and MySQL
+/// spell several of these differently: each ignores the other's spelling (`loose-`).
+pub const REPLICATION_ARGS: [&str; 11] = [
+    "--loose-read-only=ON",
+    "--loose-super-read-only=ON",
+    "--loose-skip-slave-start",
+    "--loose-skip-replica-start",
+    "--loose-log-slave-updates=ON",
+    "--loose-log-replica-updates=ON",
+    "--loose-gtid-strict-mode=ON",
+    "--loose-sync-binlog=1",
+    "--loose-innodb-flush-log-at-trx-commit=1",
+    "--loose-init-rpl-role=SLAVE",
+    "--loose-rpl-semi-sync-slave-enabled=ON",
+];
+
+/// MySQL's semi-synchronous replication is a pair of plugins, loaded at every start (MariaDB's is
+/// built in and ignores these, logging that it has no such library).
+pub const MYSQL_SEMI_SYNC_ARGS: [&str; 3] = [
+    "--loose-plugin-load-add=semisync_source.so",
+    "--loose-plugin-load-add=semisync_replica.so",
+    "--loose-rpl-semi-sync-replica-enabled=ON",
+];
+
 /// Readiness: the application user runs `SELECT 1` in its database over TCP. It fails while
 /// the image's first-start initialisation runs (that server listens on the socket only), and
 /// proves that mysqld accepts connections with the credentials the backend uses.
@@ -71,7 +104,8 @@ const TLS_READINESS_SCRIPT: &str =
 /// credentials problem never restarts the database).
 const LIVENESS_SCRIPT: &str = r#"MYSQL_PWD="$MYSQL_ROOT_PASSWORD" exec mysqladmin --protocol=SOCKET -u root ping"#;
 
-/// The name of the data volume claim of the one MySQL pod.
+/// The name of the data volume claim of MySQL pod 0 (the only one of an app that does not
+/// replicate).
 pub fn claim_name(app: &str) -> String {
     format!("{DATA_VOLUME}-{}-0", names::mysql(app))
 }
@@ -89,13 +123,19 @@ pub fn client_host(app: &VisitorsApp) -> String {
 /// With `tls`, mysqld serves the certificate of its Secret and refuses plain text over TCP, and
 /// the pod restarts when the certificate changes; the StatefulSet records the mode it was built
 /// with ([`tls::MODE_ANNOTATION`]).
-pub fn statefulset(
-    app: &VisitorsApp,
-    secret: &str,
-    existing_claim: Option<&PersistentVolumeClaim>,
-    tls: Option<&ServingTls>,
-) -> StatefulSet {
+///
+/// Replicated, it runs `spec.mysql.replicas` servers, started together (`Parallel`: a pod that
+/// cannot start holds up no other), with [`REPLICATION_ARGS`], their pods labelled
+/// [`REPLICATED_LABEL`] for the controller's watch. The pod management policy cannot change
+/// once created: `existing_policy` keeps that of the StatefulSet in the cluster.
+pub fn statefulset(app: &VisitorsApp, secret: &str, kept: Kept<'_>, tls: Option<&ServingTls>) -> StatefulSet {
+    let Kept { claim: existing_claim, policy: existing_policy } = kept;
     let name = app.name_any();
+    let replicated = app.spec.replicated();
+    let mut pod_labels = pod_labels(app, Component::Mysql);
+    if replicated {
+        pod_labels.insert(REPLICATED_LABEL.to_string(), "true".to_string());
+    }
     let claims = vec![claim_template(app, existing_claim)];
     let mode = if tls.is_some() { TlsMode::Required } else { TlsMode::Disabled };
     let mut metadata = child_meta(app, names::mysql(&name), Component::Mysql);
@@ -106,10 +146,14 @@ pub fn statefulset(
         ..Volume::default()
     }];
     volumes.extend(tls.map(tls::server_volume));
+    if replicated {
+        volumes.push(seeding::seeds_volume(app));
+    }
     StatefulSet {
         metadata,
         spec: Some(StatefulSetSpec {
-            replicas: Some(1),
+            replicas: Some(app.spec.mysql_replicas()),
+            pod_management_policy: Some(existing_policy.unwrap_or("Parallel").to_string()),
             service_name: Some(names::mysql_headless(&name)),
             selector: LabelSelector {
                 match_labels: Some(selector(&name, Component::Mysql)),
@@ -117,14 +161,15 @@ pub fn statefulset(
             },
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels(app, Component::Mysql)),
+                    labels: Some(pod_labels),
                     annotations: tls.map(|tls| {
                         BTreeMap::from([(tls::CERTIFICATE_ANNOTATION.to_string(), tls.server_fingerprint.clone())])
                     }),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
-                    containers: vec![container(app, secret, tls.is_some())],
+                    init_containers: replicated.then(|| vec![seeding::seed_container(app, DATA_VOLUME)]),
+                    containers: vec![container(app, secret, tls.is_some(), replicated)],
                     volumes: Some(volumes),
                     security_context: tls.map(|_| PodSecurityContext {
                         fs_group: Some(mysql_server::MYSQL_GROUP),
@@ -158,8 +203,14 @@ pub fn retention_policy(policy: DeletionPolicy) -> StatefulSetPersistentVolumeCl
     }
 }
 
-fn container(app: &VisitorsApp, secret: &str, tls: bool) -> Container {
+fn container(app: &VisitorsApp, secret: &str, tls: bool, replicated: bool) -> Container {
     let mut args: Vec<String> = MYSQLD_ARGS.iter().map(ToString::to_string).collect();
+    if replicated {
+        args.extend(REPLICATION_ARGS.iter().map(ToString::to_string));
+        if !app.spec.mysql_image().contains("mariadb") {
+            args.extend(MYSQL_SEMI_SYNC_ARGS.iter().map(ToString::to_string));
+        }
+    }
     let mut mounts = vec![
         VolumeMount {
             name: DATA_VOLUME.to_string(),
@@ -202,6 +253,23 @@ fn shell_probe(script: &str, period: i32, timeout: i32, failures: i32) -> Probe 
         timeout_seconds: Some(timeout),
         failure_threshold: Some(failures),
         ..Probe::default()
+    }
+}
+
+/// What the StatefulSet in the cluster keeps from its creation: its data claim template and its
+/// pod management policy, both immutable.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Kept<'a> {
+    pub claim: Option<&'a PersistentVolumeClaim>,
+    pub policy: Option<&'a str>,
+}
+
+impl<'a> Kept<'a> {
+    pub fn of(sts: Option<&'a StatefulSet>) -> Self {
+        let policy = sts.and_then(|sts| sts.spec.as_ref()?.pod_management_policy.as_deref());
+        // A StatefulSet made before the policy was set has the API server's default.
+        let policy = sts.map(|_| policy.unwrap_or("OrderedReady"));
+        Kept { claim: sts.and_then(data_claim_template), policy }
     }
 }
 
@@ -298,14 +366,27 @@ pub fn headless_service(app: &VisitorsApp) -> Service {
 /// The client Service: the address in `MYSQL_SERVICE_HOST`. Headless, as the book's
 /// `mysql-service`: its name resolves to the pod, and only while the pod is ready. A virtual IP
 /// would buy a single pod nothing, and Kubernetes before 1.33 allocates each one by rewriting
-/// one bitmap of the whole service range in etcd, a queue every new app waits in.
+/// one bitmap of the whole service range in etcd, a queue every new app waits in. Replicated,
+/// it leads to the primary only (the pod the controller labels so).
 pub fn client_service(app: &VisitorsApp) -> Service {
-    let name = app.name_any();
+    role_service(app, names::mysql(&app.name_any()), app.spec.replicated().then_some(ROLE_PRIMARY))
+}
+
+/// The Service of a replicated app's replicas, for reads.
+pub fn replicas_service(app: &VisitorsApp) -> Service {
+    role_service(app, names::mysql_replicas(&app.name_any()), Some(ROLE_REPLICA))
+}
+
+fn role_service(app: &VisitorsApp, service: String, role: Option<&str>) -> Service {
+    let mut pods = selector(&app.name_any(), Component::Mysql);
+    if let Some(role) = role {
+        pods.insert(MYSQL_ROLE_LABEL.to_string(), role.to_string());
+    }
     Service {
-        metadata: child_meta(app, names::mysql(&name), Component::Mysql),
+        metadata: child_meta(app, service, Component::Mysql),
         spec: Some(K8sServiceSpec {
             cluster_ip: Some("None".to_string()),
-            selector: Some(selector(&name, Component::Mysql)),
+            selector: Some(pods),
             ports: Some(vec![mysql_port()]),
             ..K8sServiceSpec::default()
         }),
@@ -339,7 +420,7 @@ mod tests {
 
     #[test]
     fn statefulset_runs_one_mysql_with_a_volume() {
-        let sts = statefulset(&book_app(), "ex-mysql-credentials", None, None);
+        let sts = statefulset(&book_app(), "ex-mysql-credentials", Kept::default(), None);
         assert_eq!(sts.metadata.name.as_deref(), Some("ex-mysql"));
         let spec = sts.spec.as_ref().unwrap();
         assert_eq!(spec.replicas, Some(1));
@@ -358,7 +439,7 @@ mod tests {
     #[test]
     fn with_tls_mysql_serves_its_certificate_refuses_plain_text_and_restarts_for_a_new_one() {
         let tls = crate::build::tls::tests::serving("ex-mysql-tls");
-        let sts = statefulset(&book_app(), "creds", None, Some(&tls));
+        let sts = statefulset(&book_app(), "creds", Kept::default(), Some(&tls));
         assert_eq!(sts.metadata.annotations.as_ref().unwrap()[tls::MODE_ANNOTATION], "Required");
         let container = only_container(&sts);
         let args = container.args.as_ref().unwrap();
@@ -376,15 +457,65 @@ mod tests {
         let pod = template.spec.as_ref().unwrap();
         assert_eq!(pod.security_context.as_ref().unwrap().fs_group, Some(mysql_server::MYSQL_GROUP));
 
-        let plain = statefulset(&book_app(), "creds", None, None);
+        let plain = statefulset(&book_app(), "creds", Kept::default(), None);
         assert_eq!(plain.metadata.annotations.as_ref().unwrap()[tls::MODE_ANNOTATION], "Disabled");
         assert!(!only_container(&plain).args.as_ref().unwrap().iter().any(|a| a.starts_with("--ssl")));
         assert_eq!(plain.spec.unwrap().template.metadata.unwrap().annotations, None, "plain text rolls nothing");
     }
 
+    fn replicated(replicas: i32, image: &str) -> VisitorsApp {
+        let mut app = book_app();
+        app.spec.mysql =
+            Some(MysqlSpec { replicas: Some(replicas), image: Some(image.into()), ..MysqlSpec::default() });
+        app
+    }
+
+    #[test]
+    fn a_replicated_app_runs_its_servers_read_only_side_by_side_and_its_pods_are_watched() {
+        let sts = statefulset(&replicated(3, "mariadb:10.11"), "creds", Kept::default(), None);
+        let spec = sts.spec.as_ref().unwrap();
+        assert_eq!((spec.replicas, spec.pod_management_policy.as_deref()), (Some(3), Some("Parallel")));
+        let labels = spec.template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+        assert_eq!(labels[REPLICATED_LABEL], "true");
+        let args = only_container(&sts).args.clone().unwrap();
+        for arg in REPLICATION_ARGS {
+            assert!(args.contains(&arg.to_string()), "{arg}");
+        }
+        assert!(!args.iter().any(|a| a.contains("plugin-load")), "MariaDB's semi-sync is built in");
+        let mysql = statefulset(&replicated(3, "mysql:8.4"), "creds", Kept::default(), None);
+        let args = only_container(&mysql).args.clone().unwrap();
+        assert!(args.contains(&"--loose-plugin-load-add=semisync_source.so".to_string()));
+
+        let single = statefulset(&book_app(), "creds", Kept::default(), None);
+        let args = only_container(&single).args.clone().unwrap();
+        assert!(!args.iter().any(|a| a.contains("read-only")), "a single server takes writes from its start");
+        assert!(!single.spec.unwrap().template.metadata.unwrap().labels.unwrap().contains_key(REPLICATED_LABEL));
+    }
+
+    #[test]
+    fn an_existing_statefulset_keeps_its_pod_management_policy() {
+        let mut old = statefulset(&book_app(), "creds", Kept::default(), None);
+        old.spec.as_mut().unwrap().pod_management_policy = None;
+        let kept = Kept::of(Some(&old));
+        assert_eq!(kept.policy, Some("OrderedReady"), "the API server's default, before the policy was set");
+        let scaled = statefulset(&replicated(3, "mariadb:10.11"), "creds", kept, None);
+        assert_eq!(scaled.spec.unwrap().pod_management_policy.as_deref(), Some("OrderedReady"));
+    }
+
+    #[test]
+    fn replicated_the_client_service_leads_to_the_primary_and_another_to_the_replicas() {
+        let app = replicated(3, "mariadb:10.11");
+        let selector = |service: Service| service.spec.unwrap().selector.unwrap();
+        assert_eq!(selector(client_service(&app))[MYSQL_ROLE_LABEL], ROLE_PRIMARY);
+        let replicas = replicas_service(&app);
+        assert_eq!(replicas.metadata.name.as_deref(), Some("ex-mysql-replicas"));
+        assert_eq!(selector(replicas)[MYSQL_ROLE_LABEL], ROLE_REPLICA);
+        assert!(!selector(client_service(&book_app())).contains_key(MYSQL_ROLE_LABEL), "a single server is the one");
+    }
+
     #[test]
     fn credentials_come_from_the_secret_never_literals() {
-        let sts = statefulset(&book_app(), "creds", None, None);
+        let sts = statefulset(&book_app(), "creds", Kept::default(), None);
         let container = only_container(&sts);
         assert_eq!(env_names(container), ["MYSQL_ROOT_PASSWORD", "MYSQL_DATABASE", "MYSQL_USER", "MYSQL_PASSWORD"]);
         for var in container.env.as_ref().unwrap() {
@@ -397,7 +528,7 @@ mod tests {
 
     #[test]
     fn slow_starts_are_covered_by_a_startup_probe() {
-        let sts = statefulset(&book_app(), "creds", None, None);
+        let sts = statefulset(&book_app(), "creds", Kept::default(), None);
         let container = only_container(&sts);
         let startup = container.startup_probe.as_ref().expect("a startup probe");
         let budget = startup.period_seconds.unwrap() * startup.failure_threshold.unwrap();
@@ -407,7 +538,7 @@ mod tests {
 
     #[test]
     fn readiness_probe_runs_a_query_as_the_application_user() {
-        let sts = statefulset(&book_app(), "creds", None, None);
+        let sts = statefulset(&book_app(), "creds", Kept::default(), None);
         let probe = only_container(&sts).readiness_probe.as_ref().unwrap();
         let command = probe.exec.as_ref().unwrap().command.as_ref().unwrap().join(" ");
         assert!(command.contains("SELECT 1") && command.contains("--protocol=TCP"), "{command}");
@@ -416,7 +547,7 @@ mod tests {
 
     #[test]
     fn native_password_is_enabled_loosely() {
-        let sts = statefulset(&book_app(), "creds", None, None);
+        let sts = statefulset(&book_app(), "creds", Kept::default(), None);
         let args = only_container(&sts).args.clone().unwrap();
         assert!(args.iter().all(|a| a.starts_with("--loose-")), "{args:?}");
         assert!(args.iter().any(|a| a.contains("authentication-policy=mysql_native_password")));
@@ -434,7 +565,7 @@ mod tests {
             resources: Some(Default::default()),
             ..MysqlSpec::default()
         });
-        let sts = statefulset(&app, "creds", None, None);
+        let sts = statefulset(&app, "creds", Kept::default(), None);
         let claim = &sts.spec.as_ref().unwrap().volume_claim_templates.as_ref().unwrap()[0];
         assert_eq!(requested_size(claim), Some("5Gi"));
         assert_eq!(claim.spec.as_ref().unwrap().storage_class_name.as_deref(), Some("fast"));
@@ -443,14 +574,14 @@ mod tests {
 
     #[test]
     fn existing_claim_templates_are_kept_and_a_resize_is_requested() {
-        let original = statefulset(&book_app(), "creds", None, None);
+        let original = statefulset(&book_app(), "creds", Kept::default(), None);
         let claim = data_claim_template(&original).expect("a data claim template").clone();
         let mut app = book_app();
         app.spec.mysql = Some(MysqlSpec {
             storage: Some(StorageSpec { size: Some("5Gi".into()), storage_class_name: Some("other".into()) }),
             ..MysqlSpec::default()
         });
-        let sts = statefulset(&app, "creds", Some(&claim), None);
+        let sts = statefulset(&app, "creds", Kept { claim: Some(&claim), ..Kept::default() }, None);
         assert_eq!(
             sts.spec.unwrap().volume_claim_templates.unwrap(),
             std::slice::from_ref(&claim),
@@ -476,7 +607,7 @@ mod tests {
     fn retention_follows_the_deletion_policy() {
         let mut app = book_app();
         let policy = |app: &VisitorsApp| {
-            statefulset(app, "c", None, None)
+            statefulset(app, "c", Kept::default(), None)
                 .spec
                 .unwrap()
                 .persistent_volume_claim_retention_policy

@@ -584,6 +584,7 @@ pub struct Harness {
     statefulsets: Mutex<Writer<StatefulSet>>,
     deployments: Mutex<Writer<Deployment>>,
     restores: Mutex<Writer<MySQLRestore>>,
+    pods: Mutex<Writer<k8s_openapi::api::core::v1::Pod>>,
 }
 
 impl Harness {
@@ -594,10 +595,12 @@ impl Harness {
         let statefulsets = Writer::default();
         let deployments = Writer::default();
         let restores = Writer::default();
+        let pods = Writer::default();
         let stores = Stores {
             statefulsets: statefulsets.as_reader(),
             deployments: deployments.as_reader(),
             restores: restores.as_reader(),
+            pods: pods.as_reader(),
         };
         let runtime = Arc::new(Runtime {
             client: client.clone(),
@@ -614,6 +617,7 @@ impl Harness {
             stores,
             seen: Seen::default(),
             hold: visitors_controller::hold::Hold::default(),
+            replication: Default::default(),
         });
         Self {
             api,
@@ -622,6 +626,7 @@ impl Harness {
             statefulsets: Mutex::new(statefulsets),
             deployments: Mutex::new(deployments),
             restores: Mutex::new(restores),
+            pods: Mutex::new(pods),
         }
     }
 
@@ -675,6 +680,7 @@ impl Harness {
         }
         writer.apply_watcher_event(&watcher::Event::InitDone);
         fill(&mut self.restores.lock().unwrap(), self.api.get::<MySQLRestore>(RESTORE));
+        fill(&mut self.pods.lock().unwrap(), None);
     }
 
     /// The StatefulSet controller reports the MySQL pod ready.

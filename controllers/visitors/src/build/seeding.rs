@@ -1,0 +1,221 @@
+//! What re-seeding a replicated app's MySQL server and setting aside a diverged one take, pure:
+//! the ConfigMap of seeding tokens and the init container that empties a server's data
+//! directory when a token waits for its pod; the claim and the Job that copy a diverged
+//! server's transactions to a file.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Volume, VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::ResourceExt;
+use visitors_api::VisitorsApp;
+use visitors_api::labels::{Component, names};
+use visitors_api::visitors_app::secret_keys;
+
+use super::{child_meta, env, env_from_secret, tls};
+
+/// The ConfigMap of seeding tokens: a key per pod that is to start again empty.
+pub fn seeds_config_map_name(app: &str) -> String {
+    format!("{}-seeds", names::mysql(app))
+}
+
+/// The claim that holds the files of diverged servers' transactions.
+pub fn diverged_claim_name(app: &str) -> String {
+    format!("{}-diverged", names::mysql(app))
+}
+
+const SEEDS_VOLUME: &str = "seeds";
+const SEEDS_MOUNT: &str = "/etc/visitors/seeds";
+/// The init container of a replicated app's MySQL pods.
+pub const SEED_CONTAINER: &str = "seed";
+
+/// Empties the data directory when a seeding token waits for this pod: the server then starts
+/// as a new one, and the controller seeds it. The token is read at each start; the controller
+/// removes it once the server answered empty, so a later restart keeps the data.
+const SEED_SCRIPT: &str = r#"token="$(cat "/etc/visitors/seeds/$POD_NAME" 2>/dev/null || true)"
+if [ -n "$token" ]; then
+  echo "seeding token $token: emptying /var/lib/mysql to start again"
+  find /var/lib/mysql -mindepth 1 -delete
+fi"#;
+
+/// The init container of a replicated app's MySQL pods (the MySQL image, for its shell).
+pub fn seed_container(app: &VisitorsApp, data_volume: &str) -> Container {
+    Container {
+        name: SEED_CONTAINER.to_string(),
+        image: Some(app.spec.mysql_image().to_string()),
+        command: Some(vec!["sh".into(), "-c".into(), SEED_SCRIPT.into()]),
+        env: Some(vec![field_env("POD_NAME", "metadata.name")]),
+        volume_mounts: Some(vec![
+            VolumeMount { name: data_volume.into(), mount_path: "/var/lib/mysql".into(), ..VolumeMount::default() },
+            VolumeMount {
+                name: SEEDS_VOLUME.into(),
+                mount_path: SEEDS_MOUNT.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
+        ]),
+        ..Container::default()
+    }
+}
+
+/// The seeding tokens' volume: optional, as the ConfigMap exists only once a server was
+/// re-seeded.
+pub fn seeds_volume(app: &VisitorsApp) -> Volume {
+    Volume {
+        name: SEEDS_VOLUME.into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: seeds_config_map_name(&app.name_any()),
+            optional: Some(true),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+fn field_env(name: &str, path: &str) -> k8s_openapi::api::core::v1::EnvVar {
+    serde_json::from_value(serde_json::json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}))
+        .expect("a downward API variable")
+}
+
+/// The claim of diverged servers' transactions, owned by the app.
+pub fn diverged_claim(app: &VisitorsApp) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: child_meta(app, diverged_claim_name(&app.name_any()), Component::Mysql),
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: app.spec.storage_class_name().map(ToString::to_string),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([("storage".to_string(), Quantity("1Gi".into()))])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    }
+}
+
+/// What an extraction reads and where it writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extraction<'a> {
+    pub job: &'a str,
+    /// The diverged server's stable name.
+    pub host: &'a str,
+    /// MariaDB: the position after which its transactions are the primary-less ones.
+    pub after: &'a str,
+    /// MySQL: the primary's GTID set, which the copy leaves out.
+    pub primary_set: &'a str,
+    /// The first binary log file to read.
+    pub first_log: &'a str,
+    /// The file written on the claim.
+    pub file: &'a str,
+    /// MySQL's TLS is on: the copy verifies the server with the app's CA.
+    pub tls: Option<&'a str>,
+}
+
+/// Copies a diverged server's transactions the primary lacks, as SQL with each row spelled out
+/// in comments (`--verbose`), to `file` on the claim; MariaDB's `mariadb-binlog` or MySQL's
+/// `mysqlbinlog`, whichever the image has.
+const EXTRACT_SCRIPT: &str = r#"set -eu
+out="/diverged/$FILE"
+tls=""
+if command -v mariadb-binlog >/dev/null 2>&1; then
+  [ -n "${CA_FILE:-}" ] && tls="--ssl-ca=$CA_FILE --ssl-verify-server-cert"
+  mariadb-binlog --read-from-remote-server --host="$HOST" --user=root $tls --start-position="$AFTER" \
+    --to-last-log --verbose "$FIRST_LOG" > "$out.partial"
+else
+  [ -n "${CA_FILE:-}" ] && tls="--ssl-ca=$CA_FILE --ssl-mode=VERIFY_IDENTITY"
+  mysqlbinlog --read-from-remote-source=BINLOG-DUMP-GTIDS --host="$HOST" --user=root $tls \
+    --exclude-gtids="$PRIMARY_SET" --to-last-log --verbose "$FIRST_LOG" > "$out.partial"
+fi
+mv "$out.partial" "$out"
+echo "$out" > /dev/termination-log"#;
+
+/// The Job that copies a diverged server's transactions to the claim.
+pub fn extraction_job(app: &VisitorsApp, secret: &str, extraction: &Extraction<'_>) -> Job {
+    let mut environment = vec![
+        env("HOST", extraction.host),
+        env("AFTER", extraction.after),
+        env("PRIMARY_SET", extraction.primary_set),
+        env("FIRST_LOG", extraction.first_log),
+        env("FILE", extraction.file),
+        env_from_secret("MYSQL_PWD", secret, secret_keys::ROOT_PASSWORD),
+    ];
+    let mut mounts =
+        vec![VolumeMount { name: "diverged".into(), mount_path: "/diverged".into(), ..VolumeMount::default() }];
+    let mut volumes = vec![Volume {
+        name: "diverged".into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: diverged_claim_name(&app.name_any()),
+            ..PersistentVolumeClaimVolumeSource::default()
+        }),
+        ..Volume::default()
+    }];
+    if let Some(secret) = extraction.tls {
+        environment.push(env("CA_FILE", tls::CA_FILE));
+        mounts.push(tls::mount(tls::CA_MOUNT));
+        volumes.push(controller_common::agent_job::secret_keys_volume(
+            tls::VOLUME,
+            secret,
+            &[visitors_api::visitors_app::tls_keys::CA],
+            0o444,
+        ));
+    }
+    Job {
+        metadata: child_meta(app, extraction.job.to_string(), Component::Mysql),
+        spec: Some(JobSpec {
+            backoff_limit: Some(2),
+            active_deadline_seconds: Some(300),
+            template: PodTemplateSpec {
+                metadata: None,
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    containers: vec![Container {
+                        name: "extract".into(),
+                        image: Some(app.spec.mysql_image().to_string()),
+                        command: Some(vec!["sh".into(), "-c".into(), EXTRACT_SCRIPT.into()]),
+                        env: Some(environment),
+                        volume_mounts: Some(mounts),
+                        ..Container::default()
+                    }],
+                    volumes: Some(volumes),
+                    automount_service_account_token: Some(false),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::fixtures::book_app;
+
+    #[test]
+    fn an_extraction_reads_the_diverged_server_after_the_fork_onto_the_claim() {
+        let extraction = Extraction {
+            job: "ex-mysql-0-diverged-1a2b",
+            host: "ex-mysql-0.ex-mysql-headless.shop.svc",
+            after: "0-101-35",
+            primary_set: "",
+            first_log: "binlog.000001",
+            file: "ex-mysql-0-0-101-36.sql",
+            tls: Some("ex-mysql-tls"),
+        };
+        let job = extraction_job(&book_app(), "creds", &extraction);
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let container = &pod.containers[0];
+        let env: BTreeMap<String, Option<String>> =
+            container.env.clone().unwrap().into_iter().map(|e| (e.name, e.value)).collect();
+        assert_eq!(env["AFTER"].as_deref(), Some("0-101-35"));
+        assert_eq!(env["MYSQL_PWD"], None, "the password comes from the Secret");
+        assert!(container.command.as_ref().unwrap()[2].contains("--start-position=\"$AFTER\""));
+        assert_eq!(pod.volumes.unwrap()[0].persistent_volume_claim.as_ref().unwrap().claim_name, "ex-mysql-diverged");
+    }
+}

@@ -1,0 +1,1193 @@
+//! What to do with the MySQL servers of a replicated app, decided from what was observed. Pure
+//! and tested with tables of cases; [`super::act`] carries a decision out and the next
+//! observation checks it.
+//!
+//! The rules (docs/high-availability.md says them for users):
+//! - One primary, recorded in the app's status; only it accepts writes. Every other server is
+//!   fenced (read-only) and replicates from it, unless it holds transactions the primary lacks
+//!   (it is then `Diverged`, and never rejoins as it is).
+//! - A primary that is gone (pod deleted, not ready, or silent for two looks) is failed over:
+//!   every replica stops receiving first (with semi-synchronous replication, the old primary can
+//!   then commit nothing more), then the replica that received every transaction any other
+//!   received is promoted, once it applied them. Only when every replica answers: one that does
+//!   not may hold the last acknowledged commit.
+//! - With no primary (a new app), or when the primary came back read-only (restarted), the
+//!   primary is elected among all the servers, once every one answers: the one holding every
+//!   transaction the others hold, the former primary first among equals.
+//! - A switchover fences the primary, waits for the target to apply everything, then promotes
+//!   it; it is refused unless the target is a healthy replica.
+
+use visitors_api::visitors_app::{Durability, MemberRole};
+
+use super::server::{Position, Server};
+
+/// Looks in a row in which the primary's pod is ready but its server does not answer before it
+/// counts as gone.
+pub const SILENT_LOOKS: u32 = 2;
+
+/// The pod of a member, as the API reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodState {
+    Missing,
+    Deleting,
+    NotReady,
+    Ready,
+}
+
+/// One MySQL server of the app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its pod's name.
+    pub name: String,
+    /// The name replicas reach it by (which its certificate names).
+    pub host: String,
+    pub pod: PodState,
+    /// The server, as it answered; `None` when it did not.
+    pub server: Option<Server>,
+    /// The id its data directory replicates under.
+    pub server_id: u32,
+    /// Where the extraction of the transactions it holds and the primary lacks stands.
+    pub extraction: Extraction,
+    /// It is to start again empty, to be seeded (a token waits for it).
+    pub reseeding: bool,
+}
+
+/// The extraction of a diverged server's transactions to a file.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Extraction {
+    #[default]
+    NotStarted,
+    Running,
+    /// Done: the file that holds them.
+    Done(String),
+    Failed(String),
+}
+
+/// A switchover asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Switchover {
+    /// The request (the annotation's value) it answers.
+    pub request: String,
+    /// The pod asked for; `None`: the best replica.
+    pub to: Option<String>,
+}
+
+/// Everything a decision reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    /// The members, by ordinal.
+    pub members: Vec<Member>,
+    /// The primary the app's status records.
+    pub primary: Option<String>,
+    pub durability: Durability,
+    /// Looks in a row in which the recorded primary's pod was ready but its server silent.
+    pub primary_silent: u32,
+    /// A switchover asked for and not answered yet.
+    pub requested: Option<Switchover>,
+    /// A switchover under way: its primary was fenced at an earlier look, towards this target.
+    pub switching: Option<Switchover>,
+}
+
+/// One step, on one member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Operation {
+    SetServerId {
+        member: String,
+        id: u32,
+    },
+    EnsureReplicationUser {
+        member: String,
+    },
+    /// No writes from clients.
+    Fence {
+        member: String,
+    },
+    /// Stops receiving from its source, keeping what it received to apply.
+    StopReceiving {
+        member: String,
+    },
+    /// Waits (briefly) until it has applied `position`; the rest of the decision waits for it.
+    WaitApplied {
+        member: String,
+        position: String,
+    },
+    /// Forgets its source: it may become the primary.
+    Promote {
+        member: String,
+    },
+    Replicate {
+        member: String,
+        source: String,
+    },
+    ArmSemiSync {
+        member: String,
+    },
+    DisarmSemiSync {
+        member: String,
+    },
+    OpenWrites {
+        member: String,
+    },
+    /// Restarts its pod: releases commits that wait for an acknowledgement nobody will send.
+    Restart {
+        member: String,
+    },
+    /// Copies the transactions it holds and the primary lacks to a file: those after `after`
+    /// (MariaDB: the last GTID it shares with the primary, per domain) or outside `primary_set`
+    /// (MySQL), read from its binary log from `first_log` on.
+    Extract {
+        member: String,
+        after: String,
+        primary_set: String,
+        first_log: String,
+        errant: Vec<String>,
+    },
+    /// Starts it again empty, to be seeded from the others.
+    Reseed {
+        member: String,
+    },
+    /// It started empty: its seeding token is spent.
+    ClearSeed {
+        member: String,
+    },
+}
+
+/// What changed the primary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Failover,
+    Switchover,
+}
+
+/// A change of primary the operations make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub kind: ChangeKind,
+    pub from: Option<String>,
+    pub to: String,
+    /// `PodDeleted`, `PodNotReady`, `NotAnswering`, `PrimaryRestarted` or `Requested`.
+    pub reason: &'static str,
+    /// The switchover request it answers.
+    pub request: Option<String>,
+}
+
+/// A switchover that will not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub request: String,
+    pub to: Option<String>,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// How one member stands after the operations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Standing {
+    pub member: String,
+    pub role: MemberRole,
+    pub message: Option<String>,
+}
+
+/// What to do, and what it means.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Decision {
+    pub operations: Vec<Operation>,
+    /// Look again at once when the operations are done: they changed what the next decision
+    /// needs to read (a fence, a receiver stopped).
+    pub look_again: bool,
+    /// The primary to record.
+    pub primary: Option<String>,
+    pub change: Option<Change>,
+    pub refusal: Option<Refusal>,
+    /// A switchover whose primary these operations fence.
+    pub switching: Option<Switchover>,
+    pub standings: Vec<Standing>,
+    /// Why the servers are not all as they should be: a condition reason and message.
+    pub problem: Option<(&'static str, String)>,
+}
+
+/// Reasons of the `Replicating` condition and of the decision's problems.
+pub mod reason {
+    pub const REPLICATING: &str = "Replicating";
+    pub const SEEDING: &str = "Seeding";
+    pub const REPLICA_NOT_REPLICATING: &str = "ReplicaNotReplicating";
+    pub const DIVERGED: &str = "Diverged";
+    pub const ELECTION_WAITS: &str = "ElectionWaits";
+    pub const FAILOVER_WAITS: &str = "FailoverWaits";
+    pub const PRIMARY_SILENT: &str = "PrimarySilent";
+    pub const NO_ACKNOWLEDGING_REPLICA: &str = "NoAcknowledgingReplica";
+    pub const PROMOTING: &str = "Promoting";
+    // Why a primary changed.
+    pub const POD_DELETED: &str = "PodDeleted";
+    pub const POD_NOT_READY: &str = "PodNotReady";
+    pub const NOT_ANSWERING: &str = "NotAnswering";
+    pub const PRIMARY_RESTARTED: &str = "PrimaryRestarted";
+    pub const REQUESTED: &str = "Requested";
+    // Why a switchover was refused.
+    pub const TARGET_NOT_A_HEALTHY_REPLICA: &str = "TargetNotAHealthyReplica";
+    pub const NO_HEALTHY_REPLICA: &str = "NoHealthyReplica";
+    pub const PRIMARY_NOT_HEALTHY: &str = "PrimaryNotHealthy";
+}
+
+/// The decision for `cluster`.
+pub fn decide(cluster: &Cluster) -> Decision {
+    let mut decision = Decision { primary: cluster.primary.clone(), ..Decision::default() };
+    housekeeping(cluster, &mut decision);
+    let Some(primary) = cluster.primary.as_deref() else {
+        elect(cluster, None, &mut decision);
+        return decision;
+    };
+    match health(cluster, primary) {
+        Health::Writable => match (&cluster.switching, &cluster.requested) {
+            (_, Some(request)) => start_switchover(cluster, primary, request, &mut decision),
+            _ => steady(cluster, primary, &mut decision),
+        },
+        Health::ReadOnly => match &cluster.switching {
+            Some(switching) => finish_switchover(cluster, primary, switching, &mut decision),
+            None => elect(cluster, Some(primary), &mut decision),
+        },
+        Health::Gone(reason) => failover(cluster, primary, reason, &mut decision),
+        Health::Silent => {
+            let message = format!("primary {primary} does not answer; it is failed over if it still does not");
+            decision.problem = Some((reason::PRIMARY_SILENT, message));
+            decision.standings = cluster.members.iter().map(|m| standing(m, primary, m.name == primary)).collect();
+        }
+    }
+    refuse_unanswerable_request(cluster, &mut decision);
+    decision
+}
+
+enum Health {
+    Writable,
+    ReadOnly,
+    Gone(&'static str),
+    Silent,
+}
+
+fn health(cluster: &Cluster, primary: &str) -> Health {
+    let Some(member) = member(cluster, primary) else { return Health::Gone(reason::POD_DELETED) };
+    match (member.pod, &member.server) {
+        (PodState::Missing | PodState::Deleting, _) => Health::Gone(reason::POD_DELETED),
+        (PodState::NotReady, _) => Health::Gone(reason::POD_NOT_READY),
+        (PodState::Ready, None) if cluster.primary_silent >= SILENT_LOOKS => Health::Gone(reason::NOT_ANSWERING),
+        (PodState::Ready, None) => Health::Silent,
+        (PodState::Ready, Some(server)) if server.read_only => Health::ReadOnly,
+        (PodState::Ready, Some(_)) => Health::Writable,
+    }
+}
+
+fn member<'a>(cluster: &'a Cluster, name: &str) -> Option<&'a Member> {
+    cluster.members.iter().find(|m| m.name == name)
+}
+
+fn server<'a>(cluster: &'a Cluster, name: &str) -> Option<&'a Server> {
+    member(cluster, name).and_then(|m| m.server.as_ref())
+}
+
+/// What every answering server needs whatever else happens: its own server id, the
+/// replication account.
+fn housekeeping(cluster: &Cluster, decision: &mut Decision) {
+    for member in &cluster.members {
+        let Some(server) = &member.server else { continue };
+        if server.server_id != member.server_id {
+            decision.operations.push(Operation::SetServerId { member: member.name.clone(), id: member.server_id });
+        }
+        if !server.has_replication_user {
+            decision.operations.push(Operation::EnsureReplicationUser { member: member.name.clone() });
+        }
+    }
+}
+
+/// The primary is writable: every other server replicates from it, and it waits for their
+/// acknowledgements as the durability asks.
+fn steady(cluster: &Cluster, primary: &str, decision: &mut Decision) {
+    let Some(primary_server) = server(cluster, primary) else { return };
+    let host = host_of(cluster, primary);
+    let mut attached = 0;
+    for member in cluster.members.iter().filter(|m| m.name != primary) {
+        let Some(server) = &member.server else {
+            decision.standings.push(standing(member, primary, false));
+            continue;
+        };
+        let errant = server.history.beyond(&primary_server.history);
+        if !errant.is_empty() {
+            set_aside(member, server, primary_server, &errant, decision);
+            continue;
+        }
+        if !server.read_only {
+            decision.operations.push(Operation::Fence { member: member.name.clone() });
+        }
+        if member.reseeding && server.position.is_empty() {
+            decision.operations.push(Operation::ClearSeed { member: member.name.clone() });
+        }
+        let seed = seed_source(cluster, primary, member, server);
+        match &server.replica {
+            _ if server.replicates_from(&host) => {
+                attached += 1;
+                decision.standings.push(replica(member));
+            }
+            Some(replication)
+                if seed.as_ref().is_some_and(|(_, seed_host)| &replication.source_host == seed_host)
+                    && replication.error.is_none() =>
+            {
+                decision.standings.push(Standing {
+                    member: member.name.clone(),
+                    role: MemberRole::Seeding,
+                    message: Some(format!(
+                        "catching up from {}",
+                        seed.as_ref().map(|(name, _)| name.as_str()).unwrap_or_default()
+                    )),
+                });
+            }
+            Some(replication) if replication.source_host == host && replication.error.is_some() => {
+                let (number, text) = replication.error.clone().unwrap_or_default();
+                let message = format!("replication from {primary} stopped: error {number}: {text}");
+                decision.standings.push(Standing {
+                    member: member.name.clone(),
+                    role: MemberRole::Unavailable,
+                    message: Some(message),
+                });
+            }
+            _ => {
+                let (source, _) = seed.unwrap_or_else(|| (primary.to_string(), host.clone()));
+                decision.operations.push(Operation::Replicate { member: member.name.clone(), source: source.clone() });
+                decision.standings.push(Standing {
+                    member: member.name.clone(),
+                    role: MemberRole::Seeding,
+                    message: Some(format!("starting to replicate from {source}")),
+                });
+            }
+        }
+    }
+    let others = cluster.members.len() - 1;
+    let pending = decision.operations.iter().filter(|op| matches!(op, Operation::Replicate { .. })).count();
+    let wants_acknowledgements = cluster.durability == Durability::Acknowledged;
+    match (wants_acknowledgements, primary_server.semi_sync_armed) {
+        (true, false) => decision.operations.push(Operation::ArmSemiSync { member: primary.into() }),
+        (false, true) => decision.operations.push(Operation::DisarmSemiSync { member: primary.into() }),
+        _ => {}
+    }
+    decision.standings.insert(0, Standing { member: primary.into(), role: MemberRole::Primary, message: None });
+    decision.problem = if wants_acknowledgements && primary_server.semi_sync_clients == 0 && pending == 0 {
+        Some((
+            reason::NO_ACKNOWLEDGING_REPLICA,
+            format!("no replica acknowledges the commits of primary {primary}: writes wait until one does"),
+        ))
+    } else if attached < others {
+        let missing: Vec<String> = decision
+            .standings
+            .iter()
+            .filter(|s| s.role != MemberRole::Primary && s.role != MemberRole::Replica)
+            .map(|s| format!("{} ({})", s.member, s.message.as_deref().unwrap_or("not replicating")))
+            .collect();
+        let reason = if decision.standings.iter().any(|s| s.role == MemberRole::Diverged) {
+            reason::DIVERGED
+        } else if decision.standings.iter().any(|s| s.role == MemberRole::Seeding) {
+            reason::SEEDING
+        } else {
+            reason::REPLICA_NOT_REPLICATING
+        };
+        Some((reason, format!("{attached} of {others} replicas replicate from {primary}: {}", missing.join("; "))))
+    } else {
+        None
+    };
+}
+
+/// Where a member that does not replicate from the primary yet starts from: an empty server
+/// (new, or re-seeded) from a healthy replica, so that seeding reads nothing of the primary; it
+/// moves to the primary once it has everything that replica has. `None`: from the primary.
+fn seed_source(cluster: &Cluster, primary: &str, member: &Member, server: &Server) -> Option<(String, String)> {
+    let primary_host = host_of(cluster, primary);
+    let healthy =
+        cluster.members.iter().filter(|m| m.name != member.name && m.name != primary && m.pod == PodState::Ready);
+    let mut sources =
+        healthy.filter_map(|m| m.server.as_ref().filter(|s| s.replicates_from(&primary_host)).map(|s| (m, s)));
+    match &server.replica {
+        // Seeding from a replica: until it has everything that replica has.
+        Some(replication) if replication.source_host != primary_host => sources
+            .find(|(m, _)| m.host == replication.source_host)
+            .filter(|(_, source)| !server.position.includes(&source.position))
+            .map(|(m, _)| (m.name.clone(), m.host.clone())),
+        _ if server.position.is_empty() => sources.next().map(|(m, _)| (m.name.clone(), m.host.clone())),
+        _ => None,
+    }
+}
+
+/// A server holding transactions the primary lacks takes no traffic and does not rejoin as it
+/// is: its commits that wait for an acknowledgement are released by a restart (they never
+/// reached a client as done), its transactions the primary lacks are copied to a file, then it
+/// starts again empty and is seeded. Never discarded silently: the file, an Event and the
+/// status name them.
+fn set_aside(member: &Member, server: &Server, primary: &Server, errant: &[String], decision: &mut Decision) {
+    let name = member.name.clone();
+    let mut standing = diverged(member, "", errant);
+    let next = if server.semi_sync_waiting > 0 {
+        if member.pod != PodState::Deleting {
+            decision.operations.push(Operation::Restart { member: name.clone() });
+        }
+        "restarting it: commits on it wait for an acknowledgement no replica will send".to_string()
+    } else {
+        if !server.read_only {
+            decision.operations.push(Operation::Fence { member: name.clone() });
+        }
+        match &member.extraction {
+            Extraction::NotStarted => {
+                decision.operations.push(Operation::Extract {
+                    member: name.clone(),
+                    after: server.history.fork(&primary.history),
+                    primary_set: primary.position.to_string(),
+                    first_log: server.first_binlog.clone().unwrap_or_default(),
+                    errant: errant.to_vec(),
+                });
+                "copying them to a file".into()
+            }
+            Extraction::Running => "copying them to a file".into(),
+            Extraction::Failed(why) => format!("copying them to a file failed ({why}); the server keeps them"),
+            Extraction::Done(file) => {
+                decision.operations.push(Operation::Reseed { member: name.clone() });
+                format!("copied to {file}; seeding it again")
+            }
+        }
+    };
+    standing.message = Some(format!("{}; {next}", standing.message.unwrap_or_default()));
+    decision.standings.push(standing);
+}
+
+/// The primary is gone: fence, then promote the replica that received the most.
+fn failover(cluster: &Cluster, primary: &str, why: &'static str, decision: &mut Decision) {
+    if server(cluster, primary).is_some_and(|s| !s.read_only) {
+        decision.operations.push(Operation::Fence { member: primary.into() });
+    }
+    let replicas: Vec<&Member> = cluster.members.iter().filter(|m| m.name != primary).collect();
+    let standings = |decision: &mut Decision| {
+        decision.standings = cluster.members.iter().map(|m| standing(m, primary, false)).collect();
+    };
+    if stop_receiving(&replicas, decision) {
+        standings(decision);
+        return;
+    }
+    if let Some(silent) = replicas.iter().find(|m| m.server.is_none()) {
+        let message = format!(
+            "primary {primary} is gone ({why}), and replica {} does not answer: it may hold the last acknowledged commit, so the failover waits for it",
+            silent.name
+        );
+        decision.problem = Some((reason::FAILOVER_WAITS, message));
+        standings(decision);
+        return;
+    }
+    let change = |to: &str| Change {
+        kind: ChangeKind::Failover,
+        from: Some(primary.into()),
+        to: to.into(),
+        reason: why,
+        request: None,
+    };
+    promote_the_most_advanced(cluster, &replicas, Some(primary), change, decision);
+}
+
+/// No primary, or one that came back read-only: the primary is chosen among every server.
+fn elect(cluster: &Cluster, previous: Option<&str>, decision: &mut Decision) {
+    let all: Vec<&Member> = cluster.members.iter().collect();
+    let placeholder = previous.unwrap_or("");
+    if stop_receiving(&all, decision) {
+        decision.standings = cluster.members.iter().map(|m| standing(m, placeholder, false)).collect();
+        return;
+    }
+    if let Some(silent) = all.iter().find(|m| m.server.is_none()) {
+        let message = format!(
+            "the primary is chosen once every MySQL server answers, so that none holding the last acknowledged commit is passed over; {} does not",
+            silent.name
+        );
+        decision.problem = Some((reason::ELECTION_WAITS, message));
+        decision.standings = cluster.members.iter().map(|m| standing(m, placeholder, false)).collect();
+        return;
+    }
+    let change = |to: &str| Change {
+        kind: ChangeKind::Failover,
+        from: previous.map(Into::into),
+        to: to.into(),
+        reason: reason::PRIMARY_RESTARTED,
+        request: None,
+    };
+    promote_the_most_advanced(cluster, &all, previous, change, decision);
+    if decision.change.as_ref().is_some_and(|c| previous.is_none() || c.from.as_deref() == Some(c.to.as_str())) {
+        // A first primary, or the same one again: no failover to report.
+        decision.change = None;
+    }
+}
+
+/// Stops every answering member's receiver that runs; whether it stopped any (the positions
+/// then need another look).
+fn stop_receiving(members: &[&Member], decision: &mut Decision) -> bool {
+    let receiving: Vec<&&Member> = members
+        .iter()
+        .filter(|m| m.server.as_ref().and_then(|s| s.replica.as_ref()).is_some_and(|r| r.receiving))
+        .collect();
+    for member in &receiving {
+        decision.operations.push(Operation::StopReceiving { member: member.name.clone() });
+    }
+    if !receiving.is_empty() {
+        decision.look_again = true;
+        decision.problem = Some((reason::PROMOTING, "choosing a primary: the replicas stopped receiving".into()));
+    }
+    !receiving.is_empty()
+}
+
+/// Promotes the member of `candidates` that holds or received every transaction any other
+/// did (the `preferred` one first among equals, then the lowest ordinal), and points the rest
+/// at it.
+fn promote_the_most_advanced(
+    cluster: &Cluster,
+    candidates: &[&Member],
+    preferred: Option<&str>,
+    change: impl Fn(&str) -> Change,
+    decision: &mut Decision,
+) {
+    let received = received_by(candidates);
+    let Some((chosen, position)) = most_advanced(&received, preferred) else {
+        let held: Vec<String> = received.iter().map(|(m, p)| format!("{} holds {p}", m.name)).collect();
+        let message =
+            format!("no MySQL server holds every transaction the others hold ({}); none is promoted", held.join(", "));
+        decision.problem = Some((reason::DIVERGED, message));
+        decision.standings = cluster.members.iter().map(|m| standing(m, "", false)).collect();
+        return;
+    };
+    let server = chosen.server.as_ref().expect("a member with a position answered");
+    let name = chosen.name.clone();
+    if !server.position.includes(&position) {
+        decision.operations.push(Operation::WaitApplied { member: name.clone(), position: position.to_string() });
+    }
+    if server.replica.is_some() {
+        decision.operations.push(Operation::Promote { member: name.clone() });
+    }
+    for other in cluster.members.iter().filter(|m| m.name != name && m.server.is_some()) {
+        if received.iter().any(|(m, _)| m.name == other.name) {
+            decision.operations.push(Operation::Replicate { member: other.name.clone(), source: name.clone() });
+        }
+    }
+    match cluster.durability {
+        Durability::Acknowledged => decision.operations.push(Operation::ArmSemiSync { member: name.clone() }),
+        Durability::Asynchronous if server.semi_sync_armed => {
+            decision.operations.push(Operation::DisarmSemiSync { member: name.clone() })
+        }
+        Durability::Asynchronous => {}
+    }
+    decision.operations.push(Operation::OpenWrites { member: name.clone() });
+    decision.primary = Some(name.clone());
+    decision.change = Some(change(&name));
+    decision.standings = cluster
+        .members
+        .iter()
+        .map(|m| {
+            if m.name == name {
+                Standing { member: name.clone(), role: MemberRole::Primary, message: None }
+            } else if m.server.is_some() {
+                Standing {
+                    member: m.name.clone(),
+                    role: MemberRole::Seeding,
+                    message: Some(format!("now replicating from {name}")),
+                }
+            } else {
+                standing(m, &name, false)
+            }
+        })
+        .collect();
+}
+
+/// What each answering member of `members` holds or received.
+fn received_by<'a>(members: &[&'a Member]) -> Vec<(&'a Member, Position)> {
+    members.iter().filter_map(|m| Some((*m, m.server.as_ref()?.received()))).collect()
+}
+
+/// The member that holds or received every transaction any other did: `preferred` first among
+/// equals, then the lowest ordinal. `None` when no one does (their histories diverged).
+fn most_advanced<'a>(received: &[(&'a Member, Position)], preferred: Option<&str>) -> Option<(&'a Member, Position)> {
+    let holds_all = |position: &Position| received.iter().all(|(_, other)| position.includes(other));
+    let mut best: Vec<&(&Member, Position)> = received.iter().filter(|(_, position)| holds_all(position)).collect();
+    best.sort_by_key(|(member, _)| Some(member.name.as_str()) != preferred);
+    best.first().map(|(member, position)| (*member, position.clone()))
+}
+
+/// A switchover was asked for while the primary is writable: fence it, or refuse.
+fn start_switchover(cluster: &Cluster, primary: &str, request: &Switchover, decision: &mut Decision) {
+    match switchover_target(cluster, primary, request) {
+        Ok(target) => {
+            decision.operations.push(Operation::Fence { member: primary.into() });
+            decision.look_again = true;
+            decision.switching = Some(Switchover { request: request.request.clone(), to: Some(target) });
+            decision.problem = Some((reason::PROMOTING, format!("switching over from {primary}")));
+            decision.standings = cluster.members.iter().map(|m| standing(m, primary, m.name == primary)).collect();
+        }
+        Err((reason, message)) => {
+            decision.refusal =
+                Some(Refusal { request: request.request.clone(), to: request.to.clone(), reason, message });
+            steady(cluster, primary, decision);
+        }
+    }
+}
+
+/// The replica a switchover hands the primary to: the one asked for, if it is a healthy replica
+/// of the primary, or the healthy replica that received the most.
+fn switchover_target(cluster: &Cluster, primary: &str, request: &Switchover) -> Result<String, (&'static str, String)> {
+    let host = host_of(cluster, primary);
+    let healthy = |m: &Member| {
+        m.name != primary && m.pod == PodState::Ready && m.server.as_ref().is_some_and(|s| s.replicates_from(&host))
+    };
+    match &request.to {
+        Some(to) => match member(cluster, to) {
+            Some(target) if healthy(target) => Ok(to.clone()),
+            Some(target) => Err((
+                reason::TARGET_NOT_A_HEALTHY_REPLICA,
+                format!("{to} is not a healthy replica of {primary}: {}", describe(target, primary)),
+            )),
+            None => Err((reason::TARGET_NOT_A_HEALTHY_REPLICA, format!("{to} is not a MySQL server of this app"))),
+        },
+        None => {
+            let healthy: Vec<&Member> = cluster.members.iter().filter(|m| healthy(m)).collect();
+            most_advanced(&received_by(&healthy), None)
+                .map(|(member, _)| member.name.clone())
+                .ok_or_else(|| (reason::NO_HEALTHY_REPLICA, format!("no replica of {primary} is healthy")))
+        }
+    }
+}
+
+/// The primary of a switchover is fenced: once the target applied everything, promote it.
+fn finish_switchover(cluster: &Cluster, primary: &str, switching: &Switchover, decision: &mut Decision) {
+    let target = switching.to.clone().unwrap_or_default();
+    let old = server(cluster, primary).expect("a read-only primary answered");
+    let ready = member(cluster, &target).filter(|m| m.pod == PodState::Ready && m.server.is_some());
+    let Some(target_member) = ready else {
+        // The target went away meanwhile: the old primary takes writes again.
+        decision.operations.push(Operation::OpenWrites { member: primary.into() });
+        decision.refusal = Some(Refusal {
+            request: switching.request.clone(),
+            to: switching.to.clone(),
+            reason: reason::TARGET_NOT_A_HEALTHY_REPLICA,
+            message: format!("{target} stopped answering during the switchover; {primary} stays the primary"),
+        });
+        decision.standings = cluster.members.iter().map(|m| standing(m, primary, m.name == primary)).collect();
+        return;
+    };
+    let target_server = target_member.server.as_ref().expect("checked above");
+    decision.switching = Some(switching.clone());
+    if !target_server.position.includes(&old.position) {
+        decision.operations.push(Operation::WaitApplied { member: target.clone(), position: old.position.to_string() });
+    }
+    decision.operations.push(Operation::Promote { member: target.clone() });
+    for other in cluster.members.iter().filter(|m| m.name != target && m.server.is_some()) {
+        decision.operations.push(Operation::Replicate { member: other.name.clone(), source: target.clone() });
+    }
+    if cluster.durability == Durability::Acknowledged {
+        decision.operations.push(Operation::ArmSemiSync { member: target.clone() });
+    }
+    decision.operations.push(Operation::OpenWrites { member: target.clone() });
+    decision.primary = Some(target.clone());
+    decision.switching = None;
+    decision.change = Some(Change {
+        kind: ChangeKind::Switchover,
+        from: Some(primary.into()),
+        to: target.clone(),
+        reason: reason::REQUESTED,
+        request: Some(switching.request.clone()),
+    });
+    decision.standings = cluster
+        .members
+        .iter()
+        .map(|m| match m.name == target {
+            true => Standing { member: m.name.clone(), role: MemberRole::Primary, message: None },
+            false => standing(m, &target, false),
+        })
+        .collect();
+}
+
+/// A switchover request that arrives while the primary is not healthy is refused: a failover,
+/// not a switchover, is what the app needs.
+fn refuse_unanswerable_request(cluster: &Cluster, decision: &mut Decision) {
+    let Some(request) = &cluster.requested else { return };
+    if decision.refusal.is_some() || decision.switching.is_some() || decision.change.is_some() {
+        return;
+    }
+    if cluster.primary.as_deref().is_some_and(|p| matches!(health(cluster, p), Health::Writable)) {
+        return;
+    }
+    decision.refusal = Some(Refusal {
+        request: request.request.clone(),
+        to: request.to.clone(),
+        reason: reason::PRIMARY_NOT_HEALTHY,
+        message: "the primary is not accepting writes now; a switchover needs a healthy primary".into(),
+    });
+}
+
+fn host_of(cluster: &Cluster, name: &str) -> String {
+    member(cluster, name).map(|m| m.host.clone()).unwrap_or_default()
+}
+
+fn replica(member: &Member) -> Standing {
+    Standing { member: member.name.clone(), role: MemberRole::Replica, message: None }
+}
+
+fn diverged(member: &Member, _primary: &str, errant: &[String]) -> Standing {
+    Standing {
+        member: member.name.clone(),
+        role: MemberRole::Diverged,
+        message: Some(format!("holds transactions the primary lacks: {}", errant.join(", "))),
+    }
+}
+
+/// How a member stands while nothing is done to it.
+fn standing(member: &Member, primary: &str, is_primary: bool) -> Standing {
+    let role = match (&member.server, is_primary) {
+        (None, _) => MemberRole::Unavailable,
+        (Some(_), true) => MemberRole::Primary,
+        (Some(server), false)
+            if !primary.is_empty()
+                && server.replica.as_ref().is_some_and(|r| r.source_host.starts_with(&format!("{primary}."))) =>
+        {
+            MemberRole::Replica
+        }
+        (Some(_), false) => MemberRole::Fenced,
+    };
+    Standing {
+        member: member.name.clone(),
+        role,
+        message: (role == MemberRole::Unavailable).then(|| describe(member, primary)),
+    }
+}
+
+fn describe(member: &Member, primary: &str) -> String {
+    match (member.pod, &member.server) {
+        (PodState::Missing, _) => "its pod does not exist".into(),
+        (PodState::Deleting, _) => "its pod is being deleted".into(),
+        (PodState::NotReady, _) => "its pod is not ready".into(),
+        (PodState::Ready, None) => "it does not answer".into(),
+        (PodState::Ready, Some(server)) => match &server.replica {
+            Some(r) if r.error.is_some() => format!(
+                "its replication stopped: {}",
+                r.error.as_ref().map(|(n, t)| format!("{n}: {t}")).unwrap_or_default()
+            ),
+            Some(r) if !r.source_host.starts_with(&format!("{primary}.")) => {
+                format!("it replicates from {}", r.source_host)
+            }
+            Some(_) => "its replication is not running".into(),
+            None => "it does not replicate".into(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replication::server::{History, Replication};
+    use crate::replication::sql::Flavor;
+
+    fn host(name: &str) -> String {
+        format!("{name}.ex-mysql-headless.shop.svc")
+    }
+
+    fn position(text: &str) -> Position {
+        Position::parse(text).unwrap()
+    }
+
+    /// A MariaDB server with `applied` in its binary log, `history` by writer.
+    fn server(id: u32, applied: &str, history: &str) -> Server {
+        Server {
+            flavor: Flavor::MariaDb,
+            server_id: id,
+            read_only: true,
+            position: position(applied),
+            history: History::parse(Flavor::MariaDb, history).unwrap(),
+            semi_sync_armed: false,
+            semi_sync_clients: 0,
+            semi_sync_waiting: 0,
+            ssl_ca: Some("/ca.crt".into()),
+            has_replication_user: true,
+            replica: None,
+            first_binlog: Some("binlog.000001".into()),
+        }
+    }
+
+    fn member(ordinal: u32, server: Option<Server>) -> Member {
+        let name = format!("ex-mysql-{ordinal}");
+        Member {
+            host: host(&name),
+            name,
+            pod: PodState::Ready,
+            server,
+            server_id: 100 + ordinal,
+            extraction: Extraction::NotStarted,
+            reseeding: false,
+        }
+    }
+
+    fn primary(ordinal: u32, applied: &str) -> Member {
+        let mut s = server(100 + ordinal, applied, applied);
+        s.read_only = false;
+        s.semi_sync_armed = true;
+        s.semi_sync_clients = 2;
+        member(ordinal, Some(s))
+    }
+
+    /// A replica of `source` that received `received` and applied `applied`, its receiver
+    /// running or not.
+    fn replica(ordinal: u32, source: u32, received: &str, applied: &str, receiving: bool) -> Member {
+        let mut s = server(100 + ordinal, applied, applied);
+        s.replica = Some(Replication {
+            source_host: host(&format!("ex-mysql-{source}")),
+            receiving,
+            connected: receiving,
+            applying: true,
+            received: position(received),
+            lag_seconds: Some(0),
+            error: None,
+        });
+        member(ordinal, Some(s))
+    }
+
+    fn cluster(members: Vec<Member>, primary: Option<&str>) -> Cluster {
+        Cluster {
+            members,
+            primary: primary.map(Into::into),
+            durability: Durability::Acknowledged,
+            primary_silent: 0,
+            requested: None,
+            switching: None,
+        }
+    }
+
+    fn roles(decision: &Decision) -> Vec<MemberRole> {
+        decision.standings.iter().map(|s| s.role).collect()
+    }
+
+    use MemberRole::{Diverged, Fenced, Primary, Replica, Seeding, Unavailable};
+    use Operation::*;
+
+    fn op(kind: fn(String) -> Operation, ordinal: u32) -> Operation {
+        kind(format!("ex-mysql-{ordinal}"))
+    }
+
+    fn replicate(ordinal: u32, source: u32) -> Operation {
+        Replicate { member: format!("ex-mysql-{ordinal}"), source: format!("ex-mysql-{source}") }
+    }
+
+    fn wait(ordinal: u32, position: &str) -> Operation {
+        WaitApplied { member: format!("ex-mysql-{ordinal}"), position: position.into() }
+    }
+
+    fn fence(m: String) -> Operation {
+        Fence { member: m }
+    }
+    fn stop(m: String) -> Operation {
+        StopReceiving { member: m }
+    }
+    fn promote(m: String) -> Operation {
+        Promote { member: m }
+    }
+    fn arm(m: String) -> Operation {
+        ArmSemiSync { member: m }
+    }
+    fn open(m: String) -> Operation {
+        OpenWrites { member: m }
+    }
+
+    #[test]
+    fn a_healthy_cluster_needs_nothing() {
+        let c = cluster(
+            vec![
+                primary(0, "0-100-9"),
+                replica(1, 0, "0-100-9", "0-100-9", true),
+                replica(2, 0, "0-100-9", "0-100-8", true),
+            ],
+            Some("ex-mysql-0"),
+        );
+        let d = decide(&c);
+        assert_eq!(d.operations, []);
+        assert_eq!(roles(&d), [Primary, Replica, Replica]);
+        assert_eq!((d.problem, d.change, d.look_again), (None, None, false));
+    }
+
+    /// Each case: what the replicas are, what is done, what they are then, and the problem.
+    #[test]
+    fn replicas_are_attached_fenced_or_set_aside() {
+        let mut writable_old_primary = primary(2, "0-100-9");
+        writable_old_primary.server.as_mut().unwrap().semi_sync_clients = 0;
+        let mut errant_old_primary = primary(2, "0-100-10");
+        errant_old_primary.server.as_mut().unwrap().history = History::parse(Flavor::MariaDb, "0-100-10").unwrap();
+        let cases: Vec<(Member, Vec<Operation>, MemberRole, Option<&str>)> = vec![
+            (member(2, Some(server(102, "", ""))), vec![replicate(2, 1)], Seeding, Some(reason::SEEDING)),
+            (writable_old_primary, vec![op(fence, 2), replicate(2, 0)], Seeding, Some(reason::SEEDING)),
+            (replica(2, 1, "0-100-9", "0-100-9", true), vec![replicate(2, 0)], Seeding, Some(reason::SEEDING)),
+            (member(2, None), vec![], Unavailable, Some(reason::REPLICA_NOT_REPLICATING)),
+        ];
+        for (third, operations, role, problem) in cases {
+            let c = cluster(
+                vec![primary(0, "0-100-9"), replica(1, 0, "0-100-9", "0-100-9", true), third],
+                Some("ex-mysql-0"),
+            );
+            let d = decide(&c);
+            assert_eq!(d.operations, operations, "{:?}", c.members[2]);
+            assert_eq!(roles(&d), [Primary, Replica, role]);
+            assert_eq!(d.problem.map(|(reason, _)| reason), problem);
+        }
+    }
+
+    /// A former primary holding a commit no replica received: its waiting commits are released
+    /// by a restart, its transactions copied to a file, then it is seeded again; never rejoined
+    /// as it is.
+    #[test]
+    fn a_diverged_server_is_restarted_copied_then_seeded_again() {
+        let diverged = |waiting: u32, extraction: Extraction| {
+            let mut old = primary(2, "0-100-10");
+            old.server.as_mut().unwrap().semi_sync_waiting = waiting;
+            old.extraction = extraction;
+            old
+        };
+        let extract = Extract {
+            member: "ex-mysql-2".into(),
+            after: "0-100-9".into(),
+            primary_set: "0-100-9".into(),
+            first_log: "binlog.000001".into(),
+            errant: vec!["0-100-10..10".into()],
+        };
+        let cases = [
+            (diverged(1, Extraction::NotStarted), vec![op(|m| Restart { member: m }, 2)], "restarting it"),
+            (diverged(0, Extraction::NotStarted), vec![op(fence, 2), extract], "copying them"),
+            (diverged(0, Extraction::Running), vec![op(fence, 2)], "copying them"),
+            (
+                diverged(0, Extraction::Done("file f".into())),
+                vec![op(fence, 2), op(|m| Reseed { member: m }, 2)],
+                "seeding it again",
+            ),
+            (diverged(0, Extraction::Failed("no".into())), vec![op(fence, 2)], "failed (no); the server keeps them"),
+        ];
+        for (old, operations, said) in cases {
+            let c = cluster(
+                vec![primary(0, "0-100-9"), replica(1, 0, "0-100-9", "0-100-9", true), old],
+                Some("ex-mysql-0"),
+            );
+            let d = decide(&c);
+            assert_eq!(d.operations, operations);
+            assert_eq!(roles(&d), [Primary, Replica, Diverged]);
+            let message = d.standings[2].message.clone().unwrap();
+            assert!(message.contains("0-100-10..10") && message.contains(said), "{message}");
+            assert_eq!(d.problem.unwrap().0, reason::DIVERGED);
+        }
+    }
+
+    #[test]
+    fn an_empty_server_is_seeded_from_a_replica_then_moves_to_the_primary() {
+        let mut reseeded = member(2, Some(server(102, "", "")));
+        reseeded.reseeding = true;
+        let c = cluster(
+            vec![primary(0, "0-100-9"), replica(1, 0, "0-100-9", "0-100-9", true), reseeded],
+            Some("ex-mysql-0"),
+        );
+        let d = decide(&c);
+        assert_eq!(d.operations, [op(|m| ClearSeed { member: m }, 2), replicate(2, 1)]);
+
+        let catching_up = replica(2, 1, "0-100-5", "0-100-5", true);
+        let c = cluster(
+            vec![primary(0, "0-100-9"), replica(1, 0, "0-100-9", "0-100-9", true), catching_up],
+            Some("ex-mysql-0"),
+        );
+        let d = decide(&c);
+        assert_eq!((d.operations.clone(), roles(&d)), (vec![], vec![Primary, Replica, Seeding]));
+
+        let caught_up = replica(2, 1, "0-100-9", "0-100-9", true);
+        let c = cluster(
+            vec![primary(0, "0-100-9"), replica(1, 0, "0-100-9", "0-100-9", true), caught_up],
+            Some("ex-mysql-0"),
+        );
+        assert_eq!(decide(&c).operations, [replicate(2, 0)]);
+    }
+
+    #[test]
+    fn a_primary_no_replica_acknowledges_says_that_writes_wait() {
+        let mut lone = primary(0, "0-100-9");
+        lone.server.as_mut().unwrap().semi_sync_clients = 0;
+        let c = cluster(vec![lone, member(1, None)], Some("ex-mysql-0"));
+        let (reason, message) = decide(&c).problem.unwrap();
+        assert_eq!(reason, reason::NO_ACKNOWLEDGING_REPLICA);
+        assert!(message.contains("writes wait"), "{message}");
+    }
+
+    #[test]
+    fn a_deleted_primary_is_fenced_off_first_then_the_replica_that_received_most_is_promoted() {
+        let mut gone = primary(0, "0-100-12");
+        gone.pod = PodState::Deleting;
+        gone.server = None;
+        let receiving = cluster(
+            vec![
+                gone.clone(),
+                replica(1, 0, "0-100-12", "0-100-10", true),
+                replica(2, 0, "0-100-11", "0-100-11", true),
+            ],
+            Some("ex-mysql-0"),
+        );
+        let d = decide(&receiving);
+        assert_eq!(d.operations, [op(stop, 1), op(stop, 2)]);
+        assert!(d.look_again && d.change.is_none());
+
+        let stopped = cluster(
+            vec![gone, replica(1, 0, "0-100-12", "0-100-10", false), replica(2, 0, "0-100-11", "0-100-11", false)],
+            Some("ex-mysql-0"),
+        );
+        let d = decide(&stopped);
+        assert_eq!(d.operations, [wait(1, "0-100-12"), op(promote, 1), replicate(2, 1), op(arm, 1), op(open, 1)]);
+        assert_eq!(d.primary.as_deref(), Some("ex-mysql-1"));
+        assert_eq!(roles(&d), [Unavailable, Primary, Seeding]);
+        let change = d.change.unwrap();
+        assert_eq!(
+            (change.kind, change.from.as_deref(), change.reason),
+            (ChangeKind::Failover, Some("ex-mysql-0"), "PodDeleted")
+        );
+    }
+
+    #[test]
+    fn a_failover_waits_for_every_replica_and_refuses_diverged_ones() {
+        let mut gone = primary(0, "0-100-12");
+        gone.pod = PodState::NotReady;
+        gone.server = None;
+        let silent = cluster(
+            vec![gone.clone(), replica(1, 0, "0-100-12", "0-100-12", false), member(2, None)],
+            Some("ex-mysql-0"),
+        );
+        let d = decide(&silent);
+        assert_eq!((d.operations, d.primary.as_deref()), (vec![], Some("ex-mysql-0")));
+        assert_eq!(d.problem.unwrap().0, reason::FAILOVER_WAITS);
+
+        let other = replica(2, 0, "1-103-1", "1-103-1", false);
+        let split = cluster(vec![gone, replica(1, 0, "0-100-12", "0-100-12", false), other], Some("ex-mysql-0"));
+        let d = decide(&split);
+        assert_eq!(d.problem.unwrap().0, reason::DIVERGED);
+        assert!(d.change.is_none() && !d.operations.iter().any(|o| matches!(o, Promote { .. } | OpenWrites { .. })));
+    }
+
+    #[test]
+    fn a_silent_primary_is_failed_over_at_the_second_look() {
+        let mut silent = primary(0, "0-100-12");
+        silent.server = None;
+        let mut c = cluster(
+            vec![silent, replica(1, 0, "0-100-12", "0-100-12", false), replica(2, 0, "0-100-12", "0-100-12", false)],
+            Some("ex-mysql-0"),
+        );
+        c.primary_silent = 1;
+        let d = decide(&c);
+        assert_eq!((d.operations.len(), d.problem.unwrap().0), (0, reason::PRIMARY_SILENT));
+        c.primary_silent = SILENT_LOOKS;
+        let d = decide(&c);
+        assert_eq!(d.change.map(|c| (c.to, c.reason)), Some(("ex-mysql-1".into(), reason::NOT_ANSWERING)));
+    }
+
+    #[test]
+    fn a_new_app_elects_its_first_server_once_every_server_answers() {
+        let fresh = |ordinal| member(ordinal, Some(server(100 + ordinal, "", "")));
+        let waiting = cluster(vec![fresh(0), fresh(1), member(2, None)], None);
+        let d = decide(&waiting);
+        assert_eq!((d.operations, d.problem.unwrap().0), (vec![], reason::ELECTION_WAITS));
+
+        let d = decide(&cluster(vec![fresh(0), fresh(1), fresh(2)], None));
+        assert_eq!(d.operations, [replicate(1, 0), replicate(2, 0), op(arm, 0), op(open, 0)]);
+        assert_eq!((d.primary.as_deref(), d.change), (Some("ex-mysql-0"), None), "a first primary is no failover");
+    }
+
+    #[test]
+    fn a_restarted_primary_is_elected_again_unless_a_replica_holds_more() {
+        let restarted = |applied| member(0, Some(server(100, applied, applied)));
+        let d = decide(&cluster(
+            vec![
+                restarted("0-100-12"),
+                replica(1, 0, "0-100-12", "0-100-12", false),
+                replica(2, 0, "0-100-11", "0-100-11", false),
+            ],
+            Some("ex-mysql-0"),
+        ));
+        assert_eq!(d.operations, [replicate(1, 0), replicate(2, 0), op(arm, 0), op(open, 0)]);
+        assert_eq!((d.primary.as_deref(), d.change), (Some("ex-mysql-0"), None));
+
+        // Its last transaction, received by a replica but never acknowledged to the client, was
+        // cut from its log when it restarted: the replica holds more.
+        let d = decide(&cluster(
+            vec![
+                restarted("0-100-11"),
+                replica(1, 0, "0-100-12", "0-100-12", false),
+                replica(2, 0, "0-100-11", "0-100-11", false),
+            ],
+            Some("ex-mysql-0"),
+        ));
+        assert_eq!(d.primary.as_deref(), Some("ex-mysql-1"));
+        assert_eq!(d.change.map(|c| c.reason), Some(reason::PRIMARY_RESTARTED));
+        assert!(d.operations.contains(&replicate(0, 1)));
+    }
+
+    #[test]
+    fn a_switchover_fences_the_primary_then_promotes_the_target_once_it_applied_everything() {
+        let healthy = || {
+            vec![
+                primary(0, "0-100-9"),
+                replica(1, 0, "0-100-9", "0-100-9", true),
+                replica(2, 0, "0-100-9", "0-100-8", true),
+            ]
+        };
+        let request = Switchover { request: "r1".into(), to: Some("ex-mysql-2".into()) };
+        let mut asked = cluster(healthy(), Some("ex-mysql-0"));
+        asked.requested = Some(request.clone());
+        let d = decide(&asked);
+        assert_eq!(d.operations, [op(fence, 0)]);
+        assert_eq!(d.switching, Some(request.clone()));
+        assert!(d.look_again);
+
+        let mut fenced = healthy();
+        fenced[0].server.as_mut().unwrap().read_only = true;
+        let mut switching = cluster(fenced, Some("ex-mysql-0"));
+        switching.switching = Some(request);
+        let d = decide(&switching);
+        assert_eq!(
+            d.operations,
+            [wait(2, "0-100-9"), op(promote, 2), replicate(0, 2), replicate(1, 2), op(arm, 2), op(open, 2)]
+        );
+        let change = d.change.unwrap();
+        assert_eq!(
+            (change.kind, change.to.as_str(), change.request.as_deref()),
+            (ChangeKind::Switchover, "ex-mysql-2", Some("r1"))
+        );
+    }
+
+    #[test]
+    fn a_switchover_to_anything_but_a_healthy_replica_is_refused_and_nothing_moves() {
+        let members = vec![
+            primary(0, "0-100-9"),
+            replica(1, 0, "0-100-9", "0-100-9", true),
+            member(2, Some(server(102, "", ""))),
+        ];
+        for (to, reason) in [
+            (Some("ex-mysql-2"), reason::TARGET_NOT_A_HEALTHY_REPLICA),
+            (Some("ex-mysql-0"), reason::TARGET_NOT_A_HEALTHY_REPLICA),
+            (Some("nobody"), reason::TARGET_NOT_A_HEALTHY_REPLICA),
+        ] {
+            let mut c = cluster(members.clone(), Some("ex-mysql-0"));
+            c.requested = Some(Switchover { request: "r".into(), to: to.map(Into::into) });
+            let d = decide(&c);
+            assert_eq!(d.refusal.map(|r| r.reason), Some(reason), "{to:?}");
+            assert!(!d.operations.contains(&op(fence, 0)), "{to:?}");
+            assert_eq!(d.primary.as_deref(), Some("ex-mysql-0"));
+        }
+        let mut best = cluster(members, Some("ex-mysql-0"));
+        best.requested = Some(Switchover { request: "r".into(), to: None });
+        assert_eq!(decide(&best).switching.and_then(|s| s.to).as_deref(), Some("ex-mysql-1"));
+    }
+
+    #[test]
+    fn every_answering_server_gets_its_own_id_and_the_replication_account() {
+        let mut stranger = member(1, Some(server(1, "", "")));
+        stranger.server.as_mut().unwrap().has_replication_user = false;
+        let d = decide(&cluster(vec![primary(0, ""), stranger], Some("ex-mysql-0")));
+        assert_eq!(
+            d.operations[..2],
+            [
+                SetServerId { member: "ex-mysql-1".into(), id: 101 },
+                EnsureReplicationUser { member: "ex-mysql-1".into() }
+            ]
+        );
+        let _ = Fenced;
+    }
+}

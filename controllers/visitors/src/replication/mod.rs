@@ -1,0 +1,607 @@
+//! Replication of a VisitorsApp's MySQL servers (`spec.mysql.replicas` of 2 or more), the step
+//! of its reconcile that runs after the StatefulSet is applied: each look reads every server
+//! ([`observe`]), decides what to do ([`decide`], pure) and does it ([`act`]); a decision that
+//! fenced a server looks again at once, so a failover is done within one reconcile. [`sql`]
+//! holds the statements of both server families, [`server`] what a server answered. Then the
+//! pods' role labels follow the decision: the client Service leads to the primary.
+
+pub mod act;
+pub mod decide;
+pub mod observe;
+pub mod server;
+pub mod sql;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use controller_common::agent_job::JobState;
+use controller_common::error::{ApiError, api_err};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use sha2::{Digest, Sha256};
+use visitors_api::VisitorsApp;
+use visitors_api::labels::{Component, MYSQL_ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA, names};
+use visitors_api::visitors_app::{
+    MYSQL_PORT, MemberRole, ReplicationMember, RoleChange, SWITCHOVER_REQUESTED_AT_ANNOTATION, SWITCHOVER_TO_ANNOTATION,
+};
+
+use crate::build;
+use crate::build::secret::Credentials;
+use crate::build::tls::ServingTls;
+use crate::context::{AppScope, Error};
+use crate::db::Target;
+use act::{Access, Outcome};
+use decide::{Change, ChangeKind, Cluster, Decision, Extraction, Member, Operation, PodState, Refusal, Switchover};
+use server::Server;
+
+/// How often a replicated app's servers are looked at while all is well: a primary that stops
+/// answering is failed over within two looks.
+pub const LOOK_INTERVAL: Duration = Duration::from_secs(2);
+/// How soon the next look comes while something is under way (a failover waits for a replica).
+pub const BUSY_LOOK_INTERVAL: Duration = Duration::from_millis(500);
+/// Looks within one reconcile, when a decision needs a fresh look (a fence, a receiver stopped).
+const LOOKS_PER_RECONCILE: usize = 4;
+/// A switchover whose target does not catch up within this is given up.
+const SWITCHOVER_LIMIT: Duration = Duration::from_secs(30);
+
+/// What the controller remembers of each replicated app between looks. Lost on a restart of the
+/// controller, which costs a look: a switchover under way is then decided again (an election
+/// that keeps the old primary), a silent primary counted again.
+#[derive(Default)]
+pub struct Memory {
+    apps: Mutex<HashMap<String, Remembered>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Remembered {
+    /// Looks in a row in which the primary's pod was ready but its server silent.
+    primary_silent: u32,
+    /// A switchover whose primary is fenced, since when.
+    switching: Option<(Switchover, Instant)>,
+    /// When the primary was last seen accepting writes, and which it was.
+    writable: Option<(String, jiff::Timestamp)>,
+}
+
+impl Memory {
+    fn get(&self, app: &VisitorsApp) -> Remembered {
+        self.apps.lock().unwrap_or_else(|p| p.into_inner()).get(&key(app)).cloned().unwrap_or_default()
+    }
+
+    fn put(&self, app: &VisitorsApp, remembered: Remembered) {
+        self.apps.lock().unwrap_or_else(|p| p.into_inner()).insert(key(app), remembered);
+    }
+
+    /// The app is gone.
+    pub fn forget(&self, app: &VisitorsApp) {
+        self.apps.lock().unwrap_or_else(|p| p.into_inner()).remove(&key(app));
+    }
+}
+
+fn key(app: &VisitorsApp) -> String {
+    app.uid().unwrap_or_else(|| format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any()))
+}
+
+/// How the servers stand after a look, for the status.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Report {
+    pub primary: Option<String>,
+    pub members: Vec<ReplicationMember>,
+    /// Replicas replicating from the primary.
+    pub ready_replicas: i32,
+    /// The primary waits for acknowledgements and some replica gives them.
+    pub acknowledged: bool,
+    /// Why the servers are not all as they should be: a condition reason and message.
+    pub problem: Option<(&'static str, String)>,
+    /// A failover these looks made.
+    pub failover: Option<RoleChange>,
+    /// A switchover these looks made or refused.
+    pub switchover: Option<RoleChange>,
+    /// Something is under way: look again soon.
+    pub busy: bool,
+}
+
+/// Looks at the servers of `scope`'s app and brings them where the decisions say.
+pub async fn converge(
+    scope: &AppScope<'_>,
+    credentials: &Credentials,
+    tls: Option<&ServingTls>,
+) -> Result<Report, Error> {
+    let app = scope.app;
+    let status = app.status.as_ref().and_then(|s| s.replication.as_ref());
+    let mut remembered = scope.ctx.replication.get(app);
+    let mut primary = status.and_then(|s| s.primary.clone());
+    let mut report = Report { primary: primary.clone(), ..Report::default() };
+    let targets = targets(scope, credentials, tls);
+    let mut last: Option<(Decision, Vec<Member>)> = None;
+    if remembered.switching.as_ref().is_some_and(|(_, since)| since.elapsed() > SWITCHOVER_LIMIT) {
+        let (switching, _) = remembered.switching.take().expect("checked");
+        report.switchover = Some(refused(
+            &primary,
+            &Refusal {
+                request: switching.request,
+                to: switching.to,
+                reason: decide::reason::TARGET_NOT_A_HEALTHY_REPLICA,
+                message: format!(
+                    "the target did not apply the primary's transactions within {} s",
+                    SWITCHOVER_LIMIT.as_secs()
+                ),
+            },
+        ));
+    }
+    for _ in 0..LOOKS_PER_RECONCILE {
+        let mut members = look(scope, &targets).await;
+        set_aside_state(scope, primary.as_deref(), &mut members).await?;
+        remember_the_primary(&mut remembered, primary.as_deref(), &members);
+        let cluster = Cluster {
+            members: members.clone(),
+            primary: primary.clone(),
+            durability: app.spec.durability(),
+            primary_silent: remembered.primary_silent,
+            requested: requested(app, &remembered).filter(|_| report.switchover.is_none()),
+            switching: remembered.switching.as_ref().map(|(s, _)| s.clone()),
+        };
+        let decision = decide::decide(&cluster);
+        let access = access(&targets, &members, credentials, app, tls.is_some());
+        let outcome = act::act(&decision.operations, &access).await.map_err(|e| Error::Replication {
+            member: e.member,
+            action: e.action,
+            problem: e.problem,
+        })?;
+        let done = outcome == Outcome::Done;
+        if done {
+            act_on_pods(scope, &decision.operations, tls).await?;
+        }
+        if let Some(refusal) = decision.refusal.as_ref().filter(|_| done) {
+            report.switchover = Some(refused(&primary, refusal));
+            remembered.switching = None;
+        }
+        if done {
+            if decision.switching.is_some() && remembered.switching.is_none() {
+                remembered.switching = decision.switching.clone().map(|s| (s, Instant::now()));
+            }
+            if let Some(change) = &decision.change {
+                let gap = write_gap(&remembered, change);
+                let record = changed(change, gap);
+                announce(scope, change, gap).await;
+                match change.kind {
+                    ChangeKind::Failover => report.failover = Some(record),
+                    ChangeKind::Switchover => report.switchover = Some(record),
+                }
+                remembered.switching = None;
+                remembered.writable = Some((change.to.clone(), jiff::Timestamp::now()));
+            }
+            primary = decision.primary.clone();
+        }
+        report.busy = !done || decision.look_again || under_way(&decision.problem);
+        let again = done && decision.look_again;
+        last = Some((decision, members));
+        if !again {
+            break;
+        }
+    }
+    if let Some(refusal) = &report.switchover.as_ref().filter(|r| r.to.is_none()) {
+        let note = refusal.message.clone().unwrap_or_default();
+        scope.runtime().events.warning(app, "SwitchoverRefused", "Switchover", note).await;
+    }
+    if let Some((decision, _)) = &last {
+        announce_divergence(scope, decision).await;
+    }
+    scope.ctx.replication.put(app, remembered);
+    let Some((decision, members)) = last else { return Ok(report) };
+    label_pods(scope, &decision, &members).await?;
+    report.primary = primary;
+    fill(&mut report, &decision, &members);
+    Ok(report)
+}
+
+/// Whether a problem means something under way that the next look may finish.
+fn under_way(problem: &Option<(&'static str, String)>) -> bool {
+    use decide::reason::{ELECTION_WAITS, FAILOVER_WAITS, PRIMARY_SILENT, PROMOTING};
+    problem
+        .as_ref()
+        .is_some_and(|(reason, _)| [PROMOTING, FAILOVER_WAITS, ELECTION_WAITS, PRIMARY_SILENT].contains(reason))
+}
+
+/// Root's connection to each member, by its stable name.
+fn targets(scope: &AppScope<'_>, credentials: &Credentials, tls: Option<&ServingTls>) -> BTreeMap<String, Target> {
+    (0..scope.app.spec.mysql_replicas())
+        .map(|ordinal| {
+            let pod = names::mysql_pod(&scope.name, ordinal);
+            let host = format!("{pod}.{}.{}.svc", names::mysql_headless(&scope.name), scope.namespace);
+            let target = Target {
+                host,
+                port: MYSQL_PORT as u16,
+                user: "root".into(),
+                password: credentials.root_password.clone(),
+                ca_pem: tls.map(|tls| tls.ca_pem.clone()),
+            };
+            (pod, target)
+        })
+        .collect()
+}
+
+/// Every member: its pod as the cache has it, its server as it answers now (all at once).
+async fn look(scope: &AppScope<'_>, targets: &BTreeMap<String, Target>) -> Vec<Member> {
+    let reads = targets.iter().map(|(pod_name, target)| async move {
+        let pod = scope.cached(&scope.ctx.stores.pods, pod_name);
+        let state = pod_state(pod.as_deref());
+        let server = match state {
+            PodState::Missing => None,
+            _ => match observe::read(target).await {
+                Ok(server) => Some(server),
+                Err(why) => {
+                    tracing::debug!(member = %pod_name, %why, "MySQL server not answering");
+                    None
+                }
+            },
+        };
+        let server_id = pod.as_deref().map_or(0, server_id);
+        Member {
+            name: pod_name.clone(),
+            host: target.host.clone(),
+            pod: state,
+            server,
+            server_id,
+            extraction: Extraction::NotStarted,
+            reseeding: false,
+        }
+    });
+    futures::future::join_all(reads).await
+}
+
+/// What setting a server aside and seeding it again need of the API, read only when some server
+/// is empty or holds transactions the primary lacks: the seeding tokens, and each diverged
+/// server's extraction Job.
+async fn set_aside_state(scope: &AppScope<'_>, primary: Option<&str>, members: &mut [Member]) -> Result<(), Error> {
+    let reference = primary.and_then(|p| members.iter().find(|m| m.name == p)).and_then(|m| m.server.clone());
+    let errant: Vec<(usize, Vec<String>)> = members
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| Some((i, m.server.as_ref()?.history.beyond(&reference.as_ref()?.history))))
+        .filter(|(_, errant)| !errant.is_empty())
+        .collect();
+    let empty = members.iter().any(|m| m.server.as_ref().is_some_and(|s| s.position.is_empty()));
+    if errant.is_empty() && !empty {
+        return Ok(());
+    }
+    let seeds_name = build::seeding::seeds_config_map_name(&scope.name);
+    let seeds = scope
+        .api::<ConfigMap>()
+        .get_opt(&seeds_name)
+        .await
+        .map_err(api_err(format!("reading ConfigMap {seeds_name}")))?
+        .and_then(|c| c.data)
+        .unwrap_or_default();
+    for member in members.iter_mut() {
+        member.reseeding = seeds.contains_key(&member.name);
+    }
+    for (index, errant) in errant {
+        let name = extraction_job_name(&members[index].name, &errant);
+        let job = scope.api::<Job>().get_opt(&name).await.map_err(api_err(format!("reading Job {name}")))?;
+        members[index].extraction = match job {
+            None => Extraction::NotStarted,
+            Some(job) => match controller_common::agent_job::job_state(&job) {
+                JobState::Active => Extraction::Running,
+                JobState::Complete => Extraction::Done(format!(
+                    "PersistentVolumeClaim {}, file {}",
+                    build::seeding::diverged_claim_name(&scope.name),
+                    job.annotations().get(DIVERGED_FILE_ANNOTATION).cloned().unwrap_or_default()
+                )),
+                JobState::Failed { reason, message } => Extraction::Failed(format!("Job {name}: {reason}: {message}")),
+            },
+        };
+    }
+    Ok(())
+}
+
+/// Annotation on an extraction Job naming the file it writes.
+const DIVERGED_FILE_ANNOTATION: &str = "example.com/diverged-file";
+
+/// One Job per diverged server and set of transactions: an extraction is done once.
+fn extraction_job_name(pod: &str, errant: &[String]) -> String {
+    let digest = Sha256::digest(errant.join(",").as_bytes());
+    format!("{pod}-diverged-{}", &hex::encode(digest)[..8])
+}
+
+/// Carries out the operations on pods and Jobs of a decision whose SQL is done.
+async fn act_on_pods(scope: &AppScope<'_>, operations: &[Operation], tls: Option<&ServingTls>) -> Result<(), Error> {
+    let events = &scope.runtime().events;
+    for operation in operations.iter().filter(|op| !op.is_sql()) {
+        let (member, action) = act::describe(operation);
+        tracing::info!(member, action, "replication");
+        match operation {
+            Operation::Restart { member } => {
+                delete_pod(scope, member).await?;
+                let note = format!(
+                    "restarted MySQL server {member}: commits on it waited for an acknowledgement no replica will send; it holds transactions the primary lacks"
+                );
+                events.normal(scope.app, "Restarted", "Replication", note).await;
+            }
+            Operation::Extract { member, after, primary_set, first_log, errant } => {
+                extract(scope, member, after, primary_set, first_log, errant, tls).await?;
+            }
+            Operation::Reseed { member } => {
+                set_seed_token(scope, member, Some(jiff::Timestamp::now().to_string())).await?;
+                delete_pod(scope, member).await?;
+                let note = format!(
+                    "MySQL server {member} starts again empty and is seeded from the others; the transactions it held that the primary lacks were copied to a file first"
+                );
+                events.normal(scope.app, "Reseeding", "Replication", note).await;
+            }
+            Operation::ClearSeed { member } => set_seed_token(scope, member, None).await?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+async fn delete_pod(scope: &AppScope<'_>, pod: &str) -> Result<(), Error> {
+    match scope.api::<Pod>().delete(pod, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(ApiError { action: format!("deleting pod {pod}"), source }.into()),
+    }
+}
+
+/// Writes (or, `None`, removes) pod `member`'s seeding token.
+async fn set_seed_token(scope: &AppScope<'_>, member: &str, token: Option<String>) -> Result<(), Error> {
+    let name = build::seeding::seeds_config_map_name(&scope.name);
+    let api = scope.api::<ConfigMap>();
+    let patch = serde_json::json!({"data": {member: token}});
+    match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 && token.is_some() => {
+            let mut config_map = ConfigMap {
+                metadata: build::child_meta(scope.app, name.clone(), Component::Mysql),
+                data: Some(BTreeMap::from([(member.to_string(), token.unwrap_or_default())])),
+                ..ConfigMap::default()
+            };
+            config_map.metadata.namespace = Some(scope.namespace.clone());
+            api.create(&PostParams::default(), &config_map)
+                .await
+                .map(drop)
+                .map_err(|source| ApiError { action: format!("creating ConfigMap {name}"), source }.into())
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(ApiError { action: format!("writing ConfigMap {name}"), source }.into()),
+    }
+}
+
+/// Starts the Job that copies `member`'s transactions the primary lacks to the app's claim of
+/// diverged transactions, and tells the user which they are.
+async fn extract(
+    scope: &AppScope<'_>,
+    member: &str,
+    after: &str,
+    primary_set: &str,
+    first_log: &str,
+    errant: &[String],
+    tls: Option<&ServingTls>,
+) -> Result<(), Error> {
+    let claim = build::seeding::diverged_claim(scope.app);
+    controller_common::apply::apply(&scope.api::<PersistentVolumeClaim>(), &scope.runtime().field_manager, &claim)
+        .await
+        .map_err(api_err(format!("applying PersistentVolumeClaim {}", claim.name_any())))?;
+    let job_name = extraction_job_name(member, errant);
+    let file = format!("{member}-{}.sql", jiff::Timestamp::now().as_second());
+    let host = format!("{member}.{}.{}.svc", names::mysql_headless(&scope.name), scope.namespace);
+    let extraction = build::seeding::Extraction {
+        job: &job_name,
+        host: &host,
+        after,
+        primary_set,
+        first_log,
+        file: &file,
+        tls: tls.map(|tls| tls.secret_name.as_str()),
+    };
+    let secret = build::secret::secret_name(scope.app);
+    let mut job = build::seeding::extraction_job(scope.app, &secret, &extraction);
+    job.metadata.annotations = Some(BTreeMap::from([(DIVERGED_FILE_ANNOTATION.to_string(), file.clone())]));
+    let params = PostParams { field_manager: Some(scope.runtime().field_manager.clone()), ..PostParams::default() };
+    match scope.api::<Job>().create(&params, &job).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => return Ok(()),
+        Err(source) => return Err(ApiError { action: format!("creating Job {job_name}"), source }.into()),
+    }
+    let note = format!(
+        "MySQL server {member} holds transactions the primary lacks ({}): Job {job_name} copies them to PersistentVolumeClaim {}, file {file}; then the server is seeded again",
+        errant.join(", "),
+        claim.name_any()
+    );
+    scope.runtime().events.warning(scope.app, "DivergedTransactions", "Replication", note).await;
+    Ok(())
+}
+
+fn pod_state(pod: Option<&Pod>) -> PodState {
+    match pod {
+        None => PodState::Missing,
+        Some(pod) if pod.metadata.deletion_timestamp.is_some() => PodState::Deleting,
+        Some(pod) if is_ready(pod) => PodState::Ready,
+        Some(_) => PodState::NotReady,
+    }
+}
+
+/// Whether a pod's `Ready` condition holds.
+pub fn is_ready(pod: &Pod) -> bool {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The server id of a pod's server: one per pod incarnation (its UID), never 1 (the id of a
+/// single server). A data directory's history never meets its own id again under another
+/// history, which replication would silently skip.
+pub fn server_id(pod: &Pod) -> u32 {
+    let digest = Sha256::digest(pod.uid().unwrap_or_default().as_bytes());
+    let value = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+    1000 + value % 4_000_000_000
+}
+
+/// The replication account's password: derived from root's, so that it needs no Secret of its
+/// own and follows a new root password (docs/decisions.md).
+pub fn replication_password(credentials: &Credentials, app: &VisitorsApp) -> String {
+    let mut digest = Sha256::new();
+    digest.update(b"visitors-operator replication\0");
+    digest.update(credentials.root_password.as_bytes());
+    digest.update(b"\0");
+    digest.update(app.uid().unwrap_or_default().as_bytes());
+    hex::encode(&digest.finalize()[..16])
+}
+
+fn access(
+    targets: &BTreeMap<String, Target>,
+    members: &[Member],
+    credentials: &Credentials,
+    app: &VisitorsApp,
+    tls: bool,
+) -> Access {
+    let servers = members
+        .iter()
+        .filter_map(|m| m.server.as_ref().map(|s: &Server| (m.name.clone(), (s.flavor, s.ssl_ca.clone()))))
+        .collect();
+    Access { targets: targets.clone(), servers, replication_password: replication_password(credentials, app), tls }
+}
+
+fn remember_the_primary(remembered: &mut Remembered, primary: Option<&str>, members: &[Member]) {
+    let Some(member) = primary.and_then(|p| members.iter().find(|m| m.name == p)) else { return };
+    match (&member.server, member.pod) {
+        (Some(server), _) => {
+            remembered.primary_silent = 0;
+            if !server.read_only {
+                remembered.writable = Some((member.name.clone(), jiff::Timestamp::now()));
+            }
+        }
+        (None, PodState::Ready) => remembered.primary_silent += 1,
+        (None, _) => {}
+    }
+}
+
+/// The switchover the app's annotations ask for, unless it was answered or is under way.
+fn requested(app: &VisitorsApp, remembered: &Remembered) -> Option<Switchover> {
+    let request = app.annotations().get(SWITCHOVER_REQUESTED_AT_ANNOTATION)?.clone();
+    let answered = app.status.as_ref().and_then(|s| s.replication.as_ref()).and_then(|r| r.last_switchover.as_ref());
+    if answered.and_then(|a| a.request.as_deref()) == Some(request.as_str())
+        || remembered.switching.as_ref().is_some_and(|(s, _)| s.request == request)
+    {
+        return None;
+    }
+    let to = app.annotations().get(SWITCHOVER_TO_ANNOTATION).filter(|to| !to.is_empty()).cloned();
+    Some(Switchover { request, to })
+}
+
+/// Seconds from the last moment the old primary was seen accepting writes to now.
+fn write_gap(remembered: &Remembered, change: &Change) -> Option<f64> {
+    let (pod, at) = remembered.writable.as_ref()?;
+    (change.from.as_deref() == Some(pod.as_str())).then(|| {
+        let elapsed = jiff::Timestamp::now().duration_since(*at);
+        (elapsed.as_secs_f64() * 10.0).round() / 10.0
+    })
+}
+
+fn changed(change: &Change, gap: Option<f64>) -> RoleChange {
+    let what = match change.kind {
+        ChangeKind::Failover => "failed over",
+        ChangeKind::Switchover => "switched over",
+    };
+    RoleChange {
+        time: Time(jiff::Timestamp::now()),
+        from: change.from.clone(),
+        to: Some(change.to.clone()),
+        reason: change.reason.to_string(),
+        message: Some(format!("{what} from {} to {}", change.from.as_deref().unwrap_or("none"), change.to)),
+        write_gap_seconds: gap,
+        request: change.request.clone(),
+    }
+}
+
+fn refused(primary: &Option<String>, refusal: &Refusal) -> RoleChange {
+    RoleChange {
+        time: Time(jiff::Timestamp::now()),
+        from: primary.clone(),
+        to: None,
+        reason: refusal.reason.to_string(),
+        message: Some(refusal.message.clone()),
+        write_gap_seconds: None,
+        request: Some(refusal.request.clone()),
+    }
+}
+
+async fn announce(scope: &AppScope<'_>, change: &Change, gap: Option<f64>) {
+    let from = change.from.as_deref().unwrap_or("none");
+    let gap = gap.map(|g| format!("; writes paused about {g} s")).unwrap_or_default();
+    let (reason, note) = match change.kind {
+        ChangeKind::Failover => {
+            ("Failover", format!("primary {from} is gone ({}); promoted {}{gap}", change.reason, change.to))
+        }
+        ChangeKind::Switchover => {
+            ("Switchover", format!("switched the primary over from {from} to {}{gap}", change.to))
+        }
+    };
+    tracing::info!(%from, to = %change.to, reason = change.reason, "{}", note);
+    scope.runtime().events.normal(scope.app, reason, "Replication", note).await;
+}
+
+/// Tells, once, of each server newly found holding transactions the primary lacks: it takes no
+/// traffic and does not rejoin until they are dealt with (docs/high-availability.md).
+async fn announce_divergence(scope: &AppScope<'_>, decision: &Decision) {
+    let before = scope.app.status.as_ref().and_then(|s| s.replication.as_ref());
+    let was_diverged =
+        |name: &str| before.is_some_and(|b| b.members.iter().any(|m| m.name == name && m.role == MemberRole::Diverged));
+    for standing in decision.standings.iter().filter(|s| s.role == MemberRole::Diverged && !was_diverged(&s.member)) {
+        let note = format!("MySQL server {} {}", standing.member, standing.message.as_deref().unwrap_or_default());
+        scope.runtime().events.warning(scope.app, "Diverged", "Replication", note).await;
+    }
+}
+
+/// Puts the role each member now has on its pod, where the Services select.
+async fn label_pods(scope: &AppScope<'_>, decision: &Decision, members: &[Member]) -> Result<(), Error> {
+    let pods = scope.api::<Pod>();
+    for standing in &decision.standings {
+        let wanted = match standing.role {
+            MemberRole::Primary => Some(ROLE_PRIMARY),
+            MemberRole::Replica => Some(ROLE_REPLICA),
+            _ => None,
+        };
+        let Some(pod) = scope.cached(&scope.ctx.stores.pods, &standing.member) else { continue };
+        if pod.labels().get(MYSQL_ROLE_LABEL).map(String::as_str) == wanted
+            || !members.iter().any(|m| m.name == standing.member)
+        {
+            continue;
+        }
+        let patch = serde_json::json!({"metadata": {"labels": {MYSQL_ROLE_LABEL: wanted}}});
+        match pods.patch_metadata(&standing.member, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(source) => {
+                let action =
+                    format!("labelling pod {} as {}", standing.member, wanted.unwrap_or("neither primary nor replica"));
+                return Err(controller_common::error::ApiError { action, source }.into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The report's members, counts and problem, from the last decision and look.
+fn fill(report: &mut Report, decision: &Decision, members: &[Member]) {
+    let primary = members.iter().find(|m| Some(&m.name) == report.primary.as_ref()).and_then(|m| m.server.as_ref());
+    report.acknowledged = primary.is_some_and(|s| s.semi_sync_armed && s.semi_sync_clients > 0);
+    report.members = decision
+        .standings
+        .iter()
+        .map(|standing| {
+            let server = members.iter().find(|m| m.name == standing.member).and_then(|m| m.server.as_ref());
+            ReplicationMember {
+                name: standing.member.clone(),
+                role: standing.role,
+                lag_seconds: server.and_then(|s| s.replica.as_ref()).and_then(|r| r.lag_seconds),
+                message: standing.message.clone(),
+            }
+        })
+        .collect();
+    report.ready_replicas = decision.standings.iter().filter(|s| s.role == MemberRole::Replica).count() as i32;
+    report.problem = decision.problem.clone();
+}
