@@ -4,15 +4,18 @@
 //! read one server.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
-use kube::Api;
-use kube::api::PostParams;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
 use serde_json::json;
 use visitors_api::VisitorsApp;
 use visitors_api::conditions::{self, READY, REPLICATING};
-use visitors_api::visitors_app::{MemberRole, ReplicationStatus};
+use visitors_api::visitors_app::{MemberRole, ReplicationStatus, RoleChange};
 
-use crate::{AppInitLock, TLS_PRELUDE, ca_volume, conditions_text, wait_for};
+use crate::{AppInitLock, TLS_PRELUDE, ca_volume, conditions_text, job_completes, job_output, run_job, wait_for};
 
 /// The MySQL image of the scenarios: the server the test cluster runs is MariaDB, and the
 /// controller's statements depend on the family (it asks the server, whatever the image says).
@@ -92,12 +95,12 @@ fn shell_job(
 
 /// The writer: until a table `ha_stop` exists (or `seconds` passed), inserts rows numbered 1, 2,
 /// 3... one at a time, as the app's user, through the client Service (the primary), each try
-/// bounded by 5 s. Its termination message: `acked=<ranges> tries=<n> gap=<longest seconds
-/// between two acknowledged rows>`.
-pub fn writer_job(app: &str, namespace: &str, name: &str, seconds: u32) -> serde_json::Value {
+/// bounded by `try_seconds` (a try that times out counts as not acknowledged). Its termination message: `acked=<ranges> tries=<n> gap=<longest seconds
+/// between two acknowledged rows> gaps=<every wait over a second, in order>`.
+pub fn writer_job(app: &str, namespace: &str, name: &str, seconds: u32, try_seconds: u32) -> serde_json::Value {
     let script = r#"set -u
 mariadb -h "$HOST" -u "$DB_USER" visitors -e 'CREATE TABLE IF NOT EXISTS ha_writes (id INT PRIMARY KEY)' || exit 1
-end=$(( $(date +%s) + SECONDS_TO_RUN )); n=0; runs=""; start=""; last=""; gap=0
+end=$(( $(date +%s) + SECONDS_TO_RUN )); n=0; runs=""; start=""; last=""; gap=0; gaps=""
 prev=$(date +%s.%N)
 while [ "$(date +%s)" -lt "$end" ]; do
   n=$((n + 1))
@@ -105,19 +108,22 @@ while [ "$(date +%s)" -lt "$end" ]; do
       "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = 'visitors' AND table_name = 'ha_stop'" 2>/dev/null)" = 1 ]; then
     break
   fi
-  if timeout 5 mariadb --connect-timeout=2 -h "$HOST" -u "$DB_USER" visitors -e "INSERT INTO ha_writes VALUES ($n)" 2>/dev/null; then
+  if timeout "$TRY_SECONDS" mariadb --connect-timeout=2 -h "$HOST" -u "$DB_USER" visitors -e "INSERT INTO ha_writes VALUES ($n)" 2>/dev/null; then
     now=$(date +%s.%N)
-    gap=$(awk -v a="$prev" -v b="$now" -v g="$gap" 'BEGIN { d = b - a; if (d > g) g = d; printf "%.2f", g }')
+    d=$(awk -v a="$prev" -v b="$now" 'BEGIN { printf "%.2f", b - a }')
+    gap=$(awk -v d="$d" -v g="$gap" 'BEGIN { if (d > g) g = d; printf "%.2f", g }')
+    if awk -v d="$d" 'BEGIN { exit !(d > 1) }'; then gaps="$gaps$d,"; fi
     prev=$now
     if [ -n "$last" ] && [ "$last" -eq $((n - 1)) ]; then last=$n; else
       [ -n "$start" ] && runs="$runs$start-$last,"; start=$n; last=$n; fi
   fi
 done
 [ -n "$start" ] && runs="$runs$start-$last"
-echo "acked=$runs tries=$n gap=$gap" > /dev/termination-log
+echo "acked=$runs tries=$n gap=$gap gaps=$gaps" > /dev/termination-log
 "#;
     let host = format!("{app}-mysql.{namespace}.svc");
-    shell_job(app, name, script, app_user_env(app), &[("HOST", host), ("SECONDS_TO_RUN", seconds.to_string())])
+    let env = [("HOST", host), ("SECONDS_TO_RUN", seconds.to_string()), ("TRY_SECONDS", try_seconds.to_string())];
+    shell_job(app, name, script, app_user_env(app), &env)
 }
 
 /// What the writer reports.
@@ -128,6 +134,8 @@ pub struct Written {
     pub tries: u32,
     /// The longest wait between two acknowledged rows, in seconds.
     pub gap: f64,
+    /// Every wait between two acknowledged rows longer than a second, in order.
+    pub gaps: Vec<f64>,
 }
 
 impl Written {
@@ -140,7 +148,8 @@ impl Written {
             let (a, b) = run.split_once('-').unwrap_or((run, run));
             acked.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap());
         }
-        Written { acked, tries: field("tries").parse().unwrap_or(0), gap: field("gap").parse().unwrap_or(0.0) }
+        let gaps = field("gaps").split(',').filter_map(|g| g.parse().ok()).collect();
+        Written { acked, tries: field("tries").parse().unwrap_or(0), gap: field("gap").parse().unwrap_or(0.0), gaps }
     }
 }
 
@@ -192,15 +201,207 @@ pub fn app_write_job(app: &str, namespace: &str, name: &str, pod: &str) -> serde
     shell_job(app, name, script, app_user_env(app), &[("POD_HOST", pod_host(app, namespace, pod))])
 }
 
+/// One replicated app of a scenario or a benchmark, and what it takes to look at it.
+pub struct Site {
+    pub client: Client,
+    pub namespace: String,
+    pub app: String,
+    pub servers: i32,
+    pub apps: Api<VisitorsApp>,
+    pub pods: Api<Pod>,
+    jobs: u32,
+}
+
+impl Site {
+    pub fn new(client: &Client, namespace: &str, app: &str, servers: i32) -> Self {
+        Site {
+            client: client.clone(),
+            namespace: namespace.to_string(),
+            app: app.to_string(),
+            servers,
+            apps: Api::namespaced(client.clone(), namespace),
+            pods: Api::namespaced(client.clone(), namespace),
+            jobs: 0,
+        }
+    }
+
+    /// A Job name not used yet in this namespace.
+    pub fn job(&mut self, what: &str) -> String {
+        self.jobs += 1;
+        format!("{what}-{}", self.jobs)
+    }
+
+    /// `sql`'s one-line answer on server `pod` itself.
+    pub async fn on(&mut self, pod: &str, sql: &str) -> String {
+        let name = self.job("on");
+        run_job(&self.client, &self.namespace, &name, pod_sql_job(&self.app, &self.namespace, &name, pod, sql)).await;
+        job_output(&self.client, &self.namespace, &name).await
+    }
+
+    pub async fn replication(&self) -> ReplicationStatus {
+        replication_of(&self.apps, &self.app).await
+    }
+
+    pub async fn primary(&self) -> String {
+        self.replication().await.primary.expect("a primary is recorded")
+    }
+
+    /// Waits until every replica replicates from the primary again and the app is Ready.
+    pub async fn healthy(&self) -> ReplicationStatus {
+        wait_for("every replica to replicate from the primary", || replicating(&self.apps, &self.app, self.servers - 1))
+            .await
+    }
+
+    /// Waits for a failover away from `from` newer than the last one recorded now, and returns
+    /// it. Call [`Site::last_failover`] before acting, and pass what it returned.
+    pub async fn failover_from(&self, from: &str, before: Option<&RoleChange>) -> RoleChange {
+        wait_for(&format!("a failover away from {from}"), || async {
+            let replication = self.replication().await;
+            match replication.last_failover {
+                Some(change) if change.from.as_deref() == Some(from) && Some(&change) != before => Ok(change),
+                other => Err(format!("last failover {other:?}; members {:?}", replication.members)),
+            }
+        })
+        .await
+    }
+
+    /// The failover the status records now.
+    pub async fn last_failover(&self) -> Option<RoleChange> {
+        self.replication().await.last_failover
+    }
+
+    pub async fn annotate(&self, object: &str, annotations: serde_json::Value, pod: bool) {
+        let patch = Patch::Merge(json!({"metadata": {"annotations": annotations}}));
+        if pod {
+            self.pods.patch(object, &PatchParams::default(), &patch).await.expect("annotate the pod");
+        } else {
+            self.apps.patch(object, &PatchParams::default(), &patch).await.expect("annotate the app");
+        }
+    }
+
+    /// How many of the rows in `acked` the server `pod` holds.
+    pub async fn held(&mut self, pod: &str, written: &Written) -> usize {
+        let ranges = runs(written);
+        let condition: Vec<String> = ranges.iter().map(|(a, b)| format!("id BETWEEN {a} AND {b}")).collect();
+        let sql = format!("SELECT COUNT(*) FROM ha_writes WHERE {}", condition.join(" OR "));
+        self.on(pod, &sql).await.parse().expect("a count")
+    }
+
+    /// Waits until every server's copy of the written table equals the primary's.
+    pub async fn replicas_equal_the_primary(&mut self) {
+        let primary = self.primary().await;
+        let expected = self.on(&primary, "CHECKSUM TABLE ha_writes").await;
+        for ordinal in 0..self.servers {
+            let pod = format!("{}-mysql-{ordinal}", self.app);
+            if pod == primary {
+                continue;
+            }
+            let mut tries = 0;
+            loop {
+                let checksum = self.on(&pod, "CHECKSUM TABLE ha_writes").await;
+                if checksum == expected {
+                    break;
+                }
+                tries += 1;
+                assert!(tries < 30, "{pod} holds {checksum}, the primary {primary} {expected}");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+    }
+
+    /// Starts the writer Job `name` (see [`writer_job`]) and waits until it has written rows.
+    pub async fn start_writer(&mut self, name: &str, try_seconds: u32) {
+        let jobs: Api<Job> = Api::namespaced(self.client.clone(), &self.namespace);
+        let job = writer_job(&self.app, &self.namespace, name, 3600, try_seconds);
+        jobs.create(&Default::default(), &serde_json::from_value(job).unwrap()).await.expect("start the writer");
+        let primary = self.primary().await;
+        let mut written = || {
+            let name = self.job("writing");
+            let (client, namespace) = (self.client.clone(), self.namespace.clone());
+            let job = pod_sql_job(&self.app, &namespace, &name, &primary, "SELECT COUNT(*) >= 10 FROM ha_writes");
+            async move {
+                if job_completes(&client, &namespace, &name, job).await
+                    && job_output(&client, &namespace, &name).await == "1"
+                {
+                    Ok(())
+                } else {
+                    Err("the writer has written fewer than 10 rows".to_string())
+                }
+            }
+        };
+        wait_for("the writer to write", &mut written).await;
+    }
+
+    /// Deletes every MySQL pod at once and waits until each is back as a new pod.
+    pub async fn delete_every_pod(&self) {
+        let names: Vec<String> = (0..self.servers).map(|i| format!("{}-mysql-{i}", self.app)).collect();
+        let mut old = Vec::new();
+        for name in &names {
+            old.push(self.pods.get(name).await.ok().and_then(|p| p.metadata.uid));
+            let _ = self.pods.delete(name, &DeleteParams::default()).await;
+        }
+        wait_for("every MySQL pod to come back as a new pod", || async {
+            for (name, before) in names.iter().zip(&old) {
+                let now = self.pods.get_opt(name).await.map_err(|e| e.to_string())?.and_then(|p| p.metadata.uid);
+                if now.is_none() || now == *before {
+                    return Err(format!("{name} is not back yet"));
+                }
+            }
+            Ok(())
+        })
+        .await;
+    }
+
+    /// Stops the writer Job `writer` and reads what it wrote.
+    pub async fn stop_writer(&mut self, writer: &str) -> Written {
+        let name = self.job("stop");
+        let stop = crate::mariadb_job(&self.app, &self.namespace, &name, "CREATE TABLE ha_stop (id INT)");
+        run_job(&self.client, &self.namespace, &name, stop).await;
+        let output =
+            wait_for("the writer to stop", || job_output_when_ended(&self.client, &self.namespace, writer)).await;
+        Written::parse(&output)
+    }
+}
+
+/// A Job's termination message once it has one.
+pub async fn job_output_when_ended(client: &Client, namespace: &str, name: &str) -> Result<String, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let listed = pods
+        .list(&kube::api::ListParams::default().labels(&format!("job-name={name}")))
+        .await
+        .map_err(|e| e.to_string())?;
+    listed
+        .items
+        .iter()
+        .find_map(|pod| {
+            let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+            statuses.iter().find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+        })
+        .map(|m| m.trim().to_string())
+        .ok_or_else(|| format!("Job {name} has not ended"))
+}
+
+/// The writer's acknowledged rows as runs of consecutive numbers.
+pub fn runs(written: &Written) -> Vec<(u32, u32)> {
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for id in &written.acked {
+        match runs.last_mut() {
+            Some((_, last)) if *last + 1 == *id => *last = *id,
+            _ => runs.push((*id, *id)),
+        }
+    }
+    runs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_writers_report_is_read_back() {
-        let written = Written::parse("acked=1-3,5-5,7-9 tries=9 gap=3.25");
+        let written = Written::parse("acked=1-3,5-5,7-9 tries=9 gap=3.25 gaps=1.50,3.25,");
         assert_eq!(written.acked, BTreeSet::from([1, 2, 3, 5, 7, 8, 9]));
-        assert_eq!((written.tries, written.gap), (9, 3.25));
+        assert_eq!((written.tries, written.gap, written.gaps), (9, 3.25, vec![1.5, 3.25]));
         assert!(Written::parse("acked= tries=0 gap=0").acked.is_empty());
     }
 }

@@ -1,6 +1,7 @@
 //! The chart's alerts against the metrics the controllers really export: after a scheduled
-//! backup run with binary log archiving and a restore drill, a restore of it and a reconcile
-//! that fails (a ResourceQuota forbids an app's children), the three running controllers are
+//! backup run with binary log archiving and a restore drill, a restore of it, a reconcile that
+//! fails (a ResourceQuota forbids an app's children) and an app with two MySQL servers
+//! replicating, the three running controllers are
 //! scraped, every expression of helm/visitors-operator/files/prometheus-rules.yaml is parsed
 //! with `promql-parser`, and each metric name and label it uses must be in the scrape. The
 //! names are read from the rules file only, never listed here.
@@ -221,6 +222,14 @@ async fn backup_and_restore_ran(client: &Client) -> TestNamespace {
 
 /// A namespace whose quota forbids Services, StatefulSets and Deployments, with an app in
 /// it: every reconcile of the app fails (403 from the quota), as a real failure would.
+/// An app with a primary and a replica, replicating: the replication metrics have samples.
+async fn a_replicated_app(client: &Client) -> TestNamespace {
+    let namespace = TestNamespace::create(client, "e2e-alerts-replicated").await;
+    let apps = Api::<VisitorsApp>::namespaced(client.clone(), &namespace.name);
+    visitors_e2e::replication::create_replicated_app(&apps, "two", 2).await;
+    namespace
+}
+
 async fn an_app_whose_reconciles_fail(client: &Client) -> TestNamespace {
     let namespace = TestNamespace::create(client, "e2e-alerts-quota").await;
     let quota: ResourceQuota = serde_json::from_value(json!({
@@ -250,6 +259,7 @@ async fn every_alert_expression_uses_only_metrics_and_labels_the_controllers_exp
     let alerts = rules_file_alerts();
     let ran = backup_and_restore_ran(&client).await;
     let failing = an_app_whose_reconciles_fail(&client).await;
+    let replicated = a_replicated_app(&client).await;
 
     let texts = wait_for("every metric and label of the alerts in the controllers' scrape", || async {
         let (scraped, texts) = scrape_all(&client).await?;
@@ -271,6 +281,10 @@ async fn every_alert_expression_uses_only_metrics_and_labels_the_controllers_exp
     assert_eq!(metric_value(&texts, "visitors_operator_backup_schedule_overdue", &schedule), Some(0.0));
     let restore = format!(r#"namespace="{}",restore="back""#, ran.name);
     assert_eq!(metric_value(&texts, "visitors_operator_restore_failed", &restore), Some(0.0));
+    let app = format!(r#"namespace="{}",visitors_app="two""#, replicated.name);
+    assert_eq!(metric_value(&texts, "visitors_operator_mysql_replicas_replicating", &app), Some(1.0));
+    assert_eq!(metric_value(&texts, "visitors_operator_mysql_writes_acknowledged", &app), Some(1.0));
+    replicated.delete().await;
     failing.delete().await;
     ran.delete().await;
 }

@@ -621,9 +621,14 @@ def test_the_alerts_of_the_issue_are_in_the_rules_file():
     """A schedule's last backup failed, a schedule overdue, a restore failed, a controller
     failing its reconciles or without a leader (issue 12); a point-in-time archive lagging, with
     a gap, or without its archiver (issue 21); a failed restore drill, and no verified backup for
-    too long (issue 22); docs link to these names."""
+    too long (issue 22); writes not acknowledged, replication broken or lagging, a failover
+    (issue 29); docs link to these names."""
     assert sorted(rule_file_alerts()) == sorted(
         [
+            "VisitorsMySQLWritesNotAcknowledged",
+            "VisitorsMySQLReplicationBroken",
+            "VisitorsMySQLReplicationLagging",
+            "VisitorsMySQLFailover",
             "VisitorsBackupFailed",
             "VisitorsBackupOverdue",
             "VisitorsBinlogArchiveLagging",

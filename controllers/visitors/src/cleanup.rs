@@ -55,5 +55,6 @@ async fn report_volume(scope: &AppScope<'_>) -> Cleanup {
     scope.ctx.seen.forget(app);
     scope.ctx.hold.forget(app);
     scope.ctx.replication.forget(app);
+    scope.ctx.metrics.forget(&scope.metric_labels(), app.spec.mysql_replicas());
     Cleanup::Done(())
 }

@@ -34,6 +34,8 @@ pub struct Context {
     pub hold: Hold,
     /// What the replication step remembers of each replicated app between looks.
     pub replication: crate::replication::Memory,
+    /// How the replicated apps' servers replicate, for `/metrics`.
+    pub metrics: crate::metrics::ReplicationMetrics,
 }
 
 /// Caches of the owned workloads, filled by the owned-object watches. The reconcile reads them
@@ -90,6 +92,11 @@ impl<'a> AppScope<'a> {
 
     pub fn runtime(&self) -> &Runtime {
         &self.ctx.runtime
+    }
+
+    /// The labels of the app's own metrics.
+    pub fn metric_labels(&self) -> crate::metrics::AppLabels {
+        crate::metrics::AppLabels { namespace: self.namespace.clone(), visitors_app: self.name.clone() }
     }
 
     /// The API of kind `K` in the app's namespace.

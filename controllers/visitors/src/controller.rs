@@ -168,8 +168,17 @@ impl Watches {
             .reflect(self.restores)
             .touched_objects();
         let held_wake_ups = hold.clone().released(app_reader.clone());
-        let ctx =
-            Arc::new(Context { runtime, probe, stores: self.stores, seen, hold, replication: Default::default() });
+        let metrics = crate::metrics::ReplicationMetrics::default();
+        metrics.register(&runtime.metrics);
+        let ctx = Arc::new(Context {
+            runtime,
+            probe,
+            stores: self.stores,
+            seen,
+            hold,
+            replication: Default::default(),
+            metrics,
+        });
         let controller = Controller::for_stream(apps, app_reader)
             .with_config(controller_config())
             .owns_stream(statefulsets)

@@ -16,6 +16,7 @@ pub mod credentials;
 pub mod db;
 pub mod db_check;
 pub mod hold;
+pub mod metrics;
 pub mod reconcile;
 pub mod repair;
 pub mod replication;

@@ -85,6 +85,17 @@ async fn converge(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<(Ob
         true => Some(Box::pin(replication::converge(scope, &credentials, tls.as_ref())).await?),
         false => None,
     };
+    let labels = scope.metric_labels();
+    match &replication {
+        Some(report) => {
+            let acknowledgements = app.spec.durability() == visitors_api::visitors_app::Durability::Acknowledged;
+            ctx.metrics.observe(&labels, app.spec.mysql_replicas() - 1, report, acknowledgements);
+        }
+        None if app.status.as_ref().is_some_and(|s| s.replication.is_some()) => {
+            ctx.metrics.forget(&labels, app.spec.mysql_replicas());
+        }
+        None => {}
+    }
     let database = Box::pin(db_check::check(scope, &applied.mysql, &credentials, tls.as_ref())).await;
     // A restore stops the backend even while the database is not ready.
     let backend_held = !database.is_ready() && quiesced_by.is_none();

@@ -81,10 +81,14 @@ fn field_env(name: &str, path: &str) -> k8s_openapi::api::core::v1::EnvVar {
         .expect("a downward API variable")
 }
 
-/// The claim of diverged servers' transactions, owned by the app.
+/// The claim of diverged servers' transactions. It may hold the only copy of those
+/// transactions, so it follows the deletion policy as the data volumes do: owned by the app
+/// (deleted with it) only under `Delete`.
 pub fn diverged_claim(app: &VisitorsApp) -> PersistentVolumeClaim {
+    let mut metadata = child_meta(app, diverged_claim_name(&app.name_any()), Component::Mysql);
+    metadata.owner_references = Some(super::secret::owner_references(app));
     PersistentVolumeClaim {
-        metadata: child_meta(app, diverged_claim_name(&app.name_any()), Component::Mysql),
+        metadata,
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".into()]),
             storage_class_name: app.spec.storage_class_name().map(ToString::to_string),
@@ -196,6 +200,15 @@ pub fn extraction_job(app: &VisitorsApp, secret: &str, extraction: &Extraction<'
 mod tests {
     use super::*;
     use crate::build::fixtures::book_app;
+
+    #[test]
+    fn the_diverged_claim_outlives_the_app_unless_its_policy_is_delete() {
+        let mut app = book_app();
+        assert_eq!(diverged_claim(&app).metadata.owner_references, Some(vec![]), "Retain by default");
+        app.spec.deletion_policy = Some(visitors_api::visitors_app::DeletionPolicy::Delete);
+        let owners = diverged_claim(&app).metadata.owner_references.unwrap();
+        assert_eq!(owners.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["ex"]);
+    }
 
     #[test]
     fn an_extraction_reads_the_diverged_server_after_the_fork_onto_the_claim() {

@@ -618,6 +618,7 @@ impl Harness {
             seen: Seen::default(),
             hold: visitors_controller::hold::Hold::default(),
             replication: Default::default(),
+            metrics: Default::default(),
         });
         Self {
             api,
