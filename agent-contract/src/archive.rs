@@ -110,6 +110,38 @@ pub struct ServerIdentity {
     /// MySQL's `server_uuid`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_uuid: Option<String>,
+    /// The server's `hostname` (in Kubernetes its pod's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+}
+
+impl ServerIdentity {
+    /// Whether `other` is the same server, whose binary log file names and positions mean
+    /// what they mean on this one: the same family, server id and (MySQL) UUID, and the same
+    /// host name when both are known. The version may differ (an upgrade).
+    pub fn same_server(&self, other: &ServerIdentity) -> bool {
+        let same_host = match (&self.hostname, &other.hostname) {
+            (Some(mine), Some(theirs)) => mine == theirs,
+            _ => true,
+        };
+        self.flavor == other.flavor
+            && self.server_id == other.server_id
+            && self.server_uuid == other.server_uuid
+            && same_host
+    }
+}
+
+impl std::fmt::Display for ServerIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} server id {}", self.flavor, self.server_id)?;
+        if let Some(uuid) = &self.server_uuid {
+            write!(f, " ({uuid})")?;
+        }
+        if let Some(hostname) = &self.hostname {
+            write!(f, " on {hostname}")?;
+        }
+        Ok(())
+    }
 }
 
 /// The position of the oldest base backup retention keeps: segments wholly before it are no
@@ -147,6 +179,27 @@ impl ArchiveStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn servers_are_the_same_by_family_id_uuid_and_host_whatever_their_version() {
+        let server = |id: u32, host: Option<&str>| ServerIdentity {
+            flavor: "mariadb".into(),
+            version: "10.11.19".into(),
+            server_id: id,
+            server_uuid: None,
+            hostname: host.map(Into::into),
+        };
+        let upgraded = ServerIdentity { version: "11.4.2".into(), ..server(1, Some("db-0")) };
+        assert!(server(1, Some("db-0")).same_server(&upgraded));
+        assert!(!server(1, Some("db-0")).same_server(&server(2, Some("db-0"))));
+        assert!(!server(1, Some("db-0")).same_server(&server(1, Some("db-1"))));
+        assert!(server(1, None).same_server(&server(1, Some("db-1"))), "an archive of an older agent has no host");
+        let mysql = ServerIdentity { flavor: "mysql".into(), ..server(1, None) };
+        assert!(!mysql.same_server(&server(1, None)));
+        let uuid = |u: &str| ServerIdentity { server_uuid: Some(u.into()), ..mysql.clone() };
+        assert!(!uuid("a").same_server(&uuid("b")));
+        assert_eq!(uuid("a").to_string(), "mysql server id 1 (a)");
+    }
 
     #[test]
     fn a_status_keeps_its_newest_epochs_under_the_limit() {

@@ -213,6 +213,55 @@ impl GtidSet {
         }
     }
 
+    /// Adds every transaction of `other` (for MariaDB: each domain moves to the later of the
+    /// two); a set of the other family is ignored.
+    pub fn union_with(&mut self, other: &GtidSet) {
+        match (self, other) {
+            (mine @ GtidSet::MariaDb(_), GtidSet::MariaDb(theirs)) => {
+                for (domain, (server, sequence)) in theirs {
+                    mine.add(&Gtid::MariaDb { domain: *domain, server: *server, sequence: *sequence });
+                }
+            }
+            (mine @ GtidSet::MySql(_), GtidSet::MySql(theirs)) => {
+                for (source, intervals) in theirs {
+                    for (first, last) in intervals {
+                        mine.add_interval(source, *first, *last);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether both sets hold the same transactions (for MariaDB: the same sequence number in
+    /// the same domains).
+    pub fn same_as(&self, other: &GtidSet) -> bool {
+        self.includes(other) && other.includes(self)
+    }
+
+    /// For MariaDB: the GTID this set holds for `gtid`'s domain when it has `gtid`'s sequence
+    /// number there but another server wrote it, i.e. the two histories differ at that point.
+    pub fn other_writer_of(&self, gtid: &Gtid) -> Option<Gtid> {
+        match (self, gtid) {
+            (GtidSet::MariaDb(domains), Gtid::MariaDb { domain, server, sequence }) => domains
+                .get(domain)
+                .filter(|(own_server, own_sequence)| own_sequence == sequence && own_server != server)
+                .map(|(own_server, _)| Gtid::MariaDb { domain: *domain, server: *own_server, sequence: *sequence }),
+            _ => None,
+        }
+    }
+
+    /// For MariaDB: a domain where `other` is at the same sequence number as this set but
+    /// another server wrote it there (the two histories differ): this set's GTID and `other`'s.
+    /// MySQL GTIDs name their source, so two histories never share one.
+    pub fn disagreement(&self, other: &GtidSet) -> Option<(Gtid, Gtid)> {
+        let GtidSet::MariaDb(theirs) = other else { return None };
+        theirs.iter().find_map(|(domain, (server, sequence))| {
+            let gtid = Gtid::MariaDb { domain: *domain, server: *server, sequence: *sequence };
+            self.other_writer_of(&gtid).map(|mine| (mine, gtid))
+        })
+    }
+
     pub fn is_mariadb(&self) -> bool {
         matches!(self, GtidSet::MariaDb(_))
     }
@@ -285,6 +334,32 @@ mod tests {
         }
         assert!(Gtid::parse("0-1-x").is_err());
         assert_eq!(Gtid::parse("0-1-7").unwrap().to_string(), "0-1-7");
+    }
+
+    #[test]
+    fn a_union_holds_both_sets() {
+        let mut mariadb = GtidSet::parse("0-1-5,1-1-3").unwrap();
+        mariadb.union_with(&GtidSet::parse("0-2-4,2-2-9").unwrap());
+        assert_eq!(mariadb.to_string(), "0-1-5,1-1-3,2-2-9", "a domain keeps its later GTID");
+        mariadb.union_with(&GtidSet::parse("0-2-6").unwrap());
+        assert_eq!(mariadb.to_string(), "0-2-6,1-1-3,2-2-9");
+        let mut mysql = GtidSet::parse(&format!("{UUID}:1-5")).unwrap();
+        mysql.union_with(&GtidSet::parse(&format!("{UUID}:3-9:12")).unwrap());
+        assert_eq!(mysql.to_string(), format!("{UUID}:1-9:12"));
+        assert!(mysql.same_as(&GtidSet::parse(&format!("{UUID}:12:1-9")).unwrap()));
+        assert!(!mysql.same_as(&GtidSet::parse(&format!("{UUID}:1-9")).unwrap()));
+    }
+
+    #[test]
+    fn another_writer_of_the_same_mariadb_sequence_number_is_named() {
+        let set = GtidSet::parse("0-1-9,1-1-3").unwrap();
+        assert_eq!(set.other_writer_of(&Gtid::parse("0-2-9").unwrap()), Some(Gtid::parse("0-1-9").unwrap()));
+        assert_eq!(set.other_writer_of(&Gtid::parse("0-1-9").unwrap()), None, "the same transaction");
+        assert_eq!(set.other_writer_of(&Gtid::parse("0-2-8").unwrap()), None, "another sequence number");
+        assert_eq!(set.other_writer_of(&Gtid::parse("5-2-9").unwrap()), None, "a domain it does not have");
+        let diverged = GtidSet::parse("0-2-9,1-1-3").unwrap();
+        assert_eq!(set.disagreement(&diverged), Some((Gtid::parse("0-1-9").unwrap(), Gtid::parse("0-2-9").unwrap())));
+        assert_eq!(set.disagreement(&GtidSet::parse("0-2-10").unwrap()), None, "another point, not a disagreement");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! termination message: the contract between the agent and the controllers that read it.
 //! It must stay under 4 KiB when serialised (a Kubernetes termination message limit).
 
+use crate::archive::ServerIdentity;
 use serde::{Deserialize, Serialize};
 
 /// Where a Job's agent writes its summary; the pod's `terminationMessagePath`.
@@ -74,6 +75,10 @@ pub struct AgentSummary {
     /// point in time starts replaying.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<Snapshot>,
+    /// Backup: the server the snapshot was taken on (in a replicated app, which one: a
+    /// replica's `binlogFile`/`binlogPosition` are positions in its own binary log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_server: Option<ServerIdentity>,
     /// Restore to a point in time: what was replayed after the base backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<Replay>,
@@ -185,6 +190,13 @@ mod tests {
                 binlog_file: Some("b".repeat(255)),
                 binlog_position: Some(u64::MAX),
                 gtid: Some("g".repeat(MAX_GTID_CHARS)),
+            }),
+            snapshot_server: Some(ServerIdentity {
+                flavor: "mariadb".into(),
+                version: "v".repeat(80),
+                server_id: u32::MAX,
+                server_uuid: Some("3e11fa47-71ca-11e1-9e33-c80aa9429562".into()),
+                hostname: Some("h".repeat(64)),
             }),
             replay: Some(Replay {
                 last_applied_time: Some("2026-11-21T13:45:00Z".into()),

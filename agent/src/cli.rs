@@ -191,6 +191,7 @@ async fn execute_backup(args: BackupArgs) -> Result<AgentSummary> {
         binlog_position: position.binlog_position,
         gtid: bounded_gtid(position.gtid.clone()),
     });
+    summary.snapshot_server = report.manifest.position.as_ref().and_then(|position| position.server.clone());
     Ok(summary)
 }
 
@@ -424,6 +425,9 @@ pub fn describe(manifest: &Manifest) -> String {
     );
     if let Some(position) = manifest.position.as_ref().and_then(|p| p.describe()) {
         out.push_str(&format!("position: {position}\n"));
+    }
+    if let Some(server) = manifest.position.as_ref().and_then(|p| p.server.as_ref()) {
+        out.push_str(&format!("taken on: {server}\n"));
     }
     if let Some(encryption) = &manifest.encryption {
         out.push_str(&format!(

@@ -3,6 +3,7 @@
 //! chunks (the default text format of `LOAD DATA INFILE`).
 
 use serde::{Deserialize, Serialize};
+use visitors_agent_contract::archive::ServerIdentity;
 
 pub const FORMAT_NAME: &str = "visitors-backup";
 pub const FORMAT_VERSION: u32 = 1;
@@ -141,6 +142,11 @@ pub struct Position {
     /// starts its replay, in the server's time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
+    /// The server the snapshot was taken on (a replica's, in a replicated app): `binlogFile`
+    /// and `binlogPosition` are positions in its binary log, and mean nothing on another.
+    /// Absent in backups of older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerIdentity>,
 }
 
 impl Position {

@@ -237,6 +237,59 @@ impl MariaDb {
         self.try_sql(sql).unwrap_or_else(|e| panic!("SQL failed: {e}\n{sql}"))
     }
 
+    /// The options of one server of a set replicating with GTIDs, as the VisitorsApp
+    /// controller runs them: its own server id, a binary log that holds what it applies too,
+    /// strict GTID order, row format, and no replication at start-up.
+    pub fn replication_options(server_id: u32) -> Vec<String> {
+        vec![
+            format!("--server-id={server_id}"),
+            "--log-slave-updates".into(),
+            "--gtid-strict-mode=ON".into(),
+            "--binlog-format=ROW".into(),
+            "--skip-slave-start".into(),
+        ]
+    }
+
+    /// Makes this server a read-only replica of `primary`, replicating with GTIDs from the
+    /// primary's first transaction as `user` (an account of the primary); returns once it has
+    /// applied everything the primary had. A replica must have written nothing of its own:
+    /// the primary's accounts reach it by replication.
+    pub fn replicate_from(&self, primary: &MariaDb, user: &str, password: &str) {
+        self.sql(&format!(
+            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, MASTER_USER = '{user}', \
+             MASTER_PASSWORD = '{password}', MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1; \
+             SET GLOBAL read_only = ON; START SLAVE",
+            primary.port
+        ));
+        self.catch_up_with(primary);
+    }
+
+    /// Waits until this replica has applied everything `primary` has logged.
+    pub fn catch_up_with(&self, primary: &MariaDb) {
+        let position = primary.sql("SELECT @@GLOBAL.gtid_binlog_pos");
+        let waited = self.sql(&format!("SELECT MASTER_GTID_WAIT('{}', 60)", position.trim()));
+        assert_eq!(
+            waited.trim(),
+            "0",
+            "the replica did not apply {} within 60 s: {}",
+            position.trim(),
+            self.sql("SHOW SLAVE STATUS")
+        );
+    }
+
+    /// Whether both replication threads of this replica run.
+    pub fn is_replicating(&self) -> bool {
+        let running =
+            "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'SLAVE_RUNNING'";
+        self.sql(running).trim() == "ON"
+    }
+
+    /// Makes this replica a primary, as a failover does: replication stopped and forgotten,
+    /// writes allowed.
+    pub fn promote(&self) {
+        self.sql("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = OFF");
+    }
+
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

@@ -9,9 +9,14 @@
 //!   archiver or of the server, or a lost connection, streaming resumes exactly there, so no
 //!   event is lost and none is stored twice. Events received but not yet stored are simply read
 //!   again.
-//! - When the server no longer has that position (its binary logs were purged), or its history
-//!   is not the archived one (a new data directory, another server), the gap is recorded, a new
-//!   epoch begins at the oldest binary log the server has, and archiving goes on.
+//! - A position is only resumed on the server it belongs to ([`super::resume`]): after a
+//!   failover or a switchover the client Service leads to another server, whose files and
+//!   positions are not the archive's. When that server's history holds the archive's, a new
+//!   epoch continues the archive without a gap, streamed by GTID from the first transaction
+//!   after the archive's GTID state.
+//! - When the server no longer has what follows (its binary logs were purged), or its history
+//!   is not the archived one (a new data directory, a diverged server), the gap is recorded, a
+//!   new epoch begins at the oldest binary log the server has, and archiving goes on.
 
 use std::time::{Duration, Instant};
 
@@ -19,17 +24,19 @@ use futures::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStreamRequest, Conn};
 use mysql_common::binlog::consts::BinlogVersion;
+use mysql_common::packets::Sid;
 use tokio_util::sync::CancellationToken;
 use visitors_agent_contract::archive::{ArchiveStatus, ArchiverState, EpochStatus, Gap, PruneBefore, ServerIdentity};
 use visitors_agent_contract::gtid::{Gtid, GtidSet};
 
 use super::event::{Boundaries, Format, RawEvent, Step, Transaction, file_start_state, kind, rotate_target};
 use super::layout::{
-    ARCHIVE_FILE, ArchiveMeta, BinlogPos, CHECKPOINT_FILE, Checkpoint, EPOCHS_FILE, Epoch, FORMAT_NAME, FORMAT_VERSION,
-    GapRecord, SEGMENTS_DIR, SegmentEntry, covered_through, file_number, index_path, read_epochs, read_json,
+    ARCHIVE_FILE, ArchiveMeta, BinlogPos, CHECKPOINT_FILE, Checkpoint, Continuation, EPOCHS_FILE, Epoch, FORMAT_NAME,
+    FORMAT_VERSION, GapRecord, SEGMENTS_DIR, SegmentEntry, covered_through, index_path, read_epochs, read_json,
     stored_seqs, to_json,
 };
 use super::prune::{self, PruneTarget};
+use super::resume::{self, ArchiveEnd, Resume, ServerView};
 use super::segment::SegmentWriter;
 use crate::encryption::SealKey;
 use crate::error::{AgentError, Result};
@@ -106,6 +113,10 @@ pub async fn archive(options: &ArchiveOptions, observer: &mut impl Observer, sto
     }
 }
 
+/// MariaDB's and MySQL's "fatal error reading the binary log" of a dump request: for a dump
+/// by GTID, the server does not have (or no longer has) what follows the archive's GTIDs.
+const DUMP_REFUSED: u16 = 1236;
+
 /// Errors no retry soon will mend: the server's configuration, credentials, a corrupt archive.
 fn needs_a_fix(error: &AgentError) -> bool {
     matches!(
@@ -139,6 +150,9 @@ struct Archive {
     /// What went wrong last, until a session stores again.
     problem: Option<(ArchiverState, String, String)>,
     server: Option<ServerIdentity>,
+    /// A server that refused to stream after the archive's GTIDs, and what it said: a fact for
+    /// the next attempt's decision.
+    refused: Option<(ServerIdentity, String)>,
     pruned_for: Option<PruneBefore>,
     prune_retry_at: Option<Instant>,
 }
@@ -165,8 +179,8 @@ impl Archive {
         };
         let stored: Vec<(String, u64)> = storage.list_under(SEGMENTS_DIR).await?;
         let checkpoint: Option<Checkpoint> = read_json(&storage, CHECKPOINT_FILE).await?;
-        let epoch = epochs.last().map_or(0, |e| e.epoch);
-        let (last_time, last_gtid) = newest_transaction(&storage, &seqs, checkpoint.as_ref(), epoch).await?;
+        let since = first_epoch_without_gap(&epochs);
+        let (last_time, last_gtid) = newest_transaction(&storage, &seqs, checkpoint.as_ref(), since).await?;
         let caught_up = checkpoint.as_ref().and_then(|c| c.caught_up_time);
         tracing::info!(
             "archive {}: {} segments stored{}",
@@ -187,6 +201,7 @@ impl Archive {
             caught_up_stored: caught_up,
             problem: None,
             server: None,
+            refused: None,
             pruned_for: None,
             prune_retry_at: None,
         })
@@ -198,6 +213,52 @@ impl Archive {
 
     fn current_epoch(&self) -> u64 {
         self.epochs.last().map_or(0, |e| e.epoch)
+    }
+
+    /// Where the archive ends, for [`resume::decide`]; none when it holds nothing yet.
+    fn end(&self) -> Option<ArchiveEnd> {
+        let meta = self.meta.as_ref();
+        let last_gtid = self.last_gtid.as_deref().and_then(|g| Gtid::parse(g).ok());
+        let flavor = meta.map(|m| m.server.flavor.clone());
+        let end = match (&self.last, self.epochs.last()) {
+            (None, None) => return None,
+            (Some(last), Some(epoch)) if last.epoch == epoch.epoch => ArchiveEnd {
+                position: Some(last.next_start()),
+                server: epoch.server_or(meta).cloned(),
+                gtids: last.gtids_after(),
+                last_gtid,
+                flavor,
+            },
+            // A continuation that stored nothing yet: its start is a GTID state.
+            (_, Some(epoch)) if epoch.continues.is_some() => ArchiveEnd {
+                position: None,
+                server: epoch.server.clone(),
+                gtids: epoch.continues.as_ref().and_then(|c| GtidSet::parse(&c.after_gtids).ok()),
+                last_gtid,
+                flavor,
+            },
+            // An epoch after a gap that stored nothing yet: nothing of its server is held.
+            (_, Some(epoch)) => ArchiveEnd {
+                position: Some(epoch.start.clone()),
+                server: epoch.server_or(meta).cloned(),
+                gtids: None,
+                last_gtid: None,
+                flavor,
+            },
+            (Some(last), None) => ArchiveEnd {
+                position: Some(last.next_start()),
+                server: meta.map(|m| m.server.clone()),
+                gtids: last.gtids_after(),
+                last_gtid,
+                flavor,
+            },
+        };
+        Some(end)
+    }
+
+    /// Whether the newest epoch holds no record yet.
+    fn newest_epoch_is_empty(&self) -> bool {
+        self.epochs.last().is_some_and(|epoch| epoch.first_seq >= self.next_seq())
     }
 
     /// Until when every committed transaction is stored (Unix seconds).
@@ -290,13 +351,20 @@ impl Archive {
     }
 }
 
-/// The commit time and GTID of the newest stored transaction: the checkpoint's when it is not
-/// behind the index, else the newest record's that has one.
+/// The first epoch of the newest stretch without a gap: the newest epoch, and those before it
+/// that it continues by GTID.
+fn first_epoch_without_gap(epochs: &[Epoch]) -> u64 {
+    let continued = epochs.iter().rev().take_while(|e| e.continues.is_some()).count();
+    epochs.iter().rev().nth(continued).or(epochs.first()).map_or(0, |e| e.epoch)
+}
+
+/// The commit time and GTID of the newest stored transaction since epoch `since`: the
+/// checkpoint's when it is not behind the index, else the newest record's that has one.
 async fn newest_transaction(
     storage: &Storage,
     seqs: &[u64],
     checkpoint: Option<&Checkpoint>,
-    epoch: u64,
+    since: u64,
 ) -> Result<(Option<i64>, Option<String>)> {
     let newest = seqs.last().copied().unwrap_or(0);
     if let Some(checkpoint) = checkpoint.filter(|c| c.seq == newest) {
@@ -304,7 +372,7 @@ async fn newest_transaction(
     }
     for &seq in seqs.iter().rev() {
         let Some(entry) = read_json::<SegmentEntry>(storage, &index_path(seq)).await? else { continue };
-        if entry.epoch != epoch {
+        if entry.epoch < since {
             break;
         }
         if entry.last_time.is_some() {
@@ -328,6 +396,9 @@ struct ServerFacts {
     mariadb: bool,
     /// MariaDB's GTID position or MySQL's executed set.
     gtids: Option<GtidSet>,
+    /// What its binary logs no longer hold: MySQL's `gtid_purged`; MariaDB's is read with
+    /// [`purged_on_mariadb`].
+    purged: Option<GtidSet>,
     /// `SHOW BINARY LOGS`: name and size.
     logs: Vec<(String, u64)>,
     /// `binlog_checksum` is CRC32.
@@ -338,9 +409,9 @@ async fn server_facts(connector: &Connector, conn: &mut Conn) -> Result<ServerFa
     let during = "reading the server's binary log settings";
     let variables: Vec<(String, String)> = conn
         .query(
-            "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('version', 'server_id', 'server_uuid', 'log_bin', \
-             'binlog_format', 'binlog_checksum', 'gtid_mode', 'gtid_binlog_pos', 'gtid_executed', \
-             'binlog_transaction_compression')",
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('version', 'server_id', 'server_uuid', 'hostname', \
+             'log_bin', 'binlog_format', 'binlog_checksum', 'gtid_mode', 'gtid_binlog_pos', 'gtid_executed', \
+             'gtid_purged', 'binlog_transaction_compression')",
         )
         .await
         .map_err(|e| connector.error(during, e))?;
@@ -379,9 +450,57 @@ async fn server_facts(connector: &Connector, conn: &mut Conn) -> Result<ServerFa
         version,
         server_id: get("server_id").and_then(|v| v.parse().ok()).unwrap_or_default(),
         server_uuid: get("server_uuid").filter(|v| !v.is_empty()).map(Into::into),
+        hostname: get("hostname").filter(|v| !v.is_empty()).map(Into::into),
     };
     let checksums = get("binlog_checksum").is_some_and(|v| v.eq_ignore_ascii_case("CRC32"));
-    Ok(ServerFacts { identity, mariadb, gtids, logs, checksums })
+    let purged = if mariadb {
+        purged_on_mariadb(conn, &logs[0].0).await
+    } else {
+        get("gtid_purged").filter(|t| !t.is_empty()).and_then(|t| GtidSet::parse(t).ok())
+    };
+    Ok(ServerFacts { identity, mariadb, gtids, purged, logs, checksums })
+}
+
+/// MariaDB's GTID state at `position` of its binary log `file` (`BINLOG_GTID_POS`): `None`
+/// when it has none there (no such file, not an event boundary) or could not say.
+async fn gtid_state_at(conn: &mut Conn, file: &str, position: u64) -> Option<GtidSet> {
+    let state: Option<Option<String>> =
+        conn.exec_first("SELECT BINLOG_GTID_POS(?, ?)", (file, position)).await.ok().flatten();
+    state.flatten().filter(|s| !s.is_empty()).and_then(|s| GtidSet::parse(&s).ok())
+}
+
+/// What a MariaDB server's binary logs no longer hold: the state at the start of its oldest.
+async fn purged_on_mariadb(conn: &mut Conn, oldest: &str) -> Option<GtidSet> {
+    gtid_state_at(conn, oldest, 4).await
+}
+
+/// The server as [`resume::decide`] sees it. Asks MariaDB for its state at the archive's
+/// position only on the server the position belongs to (reading a binary log up to it takes
+/// a moment).
+async fn server_view(conn: &mut Conn, facts: &ServerFacts, end: Option<&ArchiveEnd>, archive: &Archive) -> ServerView {
+    let position_to_confirm = end.filter(|end| end.gtids.is_some()).and_then(|end| {
+        let own = end.server.as_ref().is_none_or(|s| s.same_server(&facts.identity));
+        end.position
+            .as_ref()
+            .filter(|p| own && facts.logs.iter().any(|(name, size)| *name == p.file && *size >= p.position))
+    });
+    let state_at_position = match position_to_confirm {
+        Some(position) if facts.mariadb => Some(gtid_state_at(conn, &position.file, position.position).await),
+        _ => None,
+    };
+    let refused_gtids = archive
+        .refused
+        .as_ref()
+        .filter(|(server, _)| server.same_server(&facts.identity))
+        .map(|(_, said)| said.clone());
+    ServerView {
+        identity: facts.identity.clone(),
+        gtids: facts.gtids.clone(),
+        logs: facts.logs.clone(),
+        purged: facts.purged.clone(),
+        state_at_position,
+        refused_gtids,
+    }
 }
 
 /// The segment being filled.
@@ -390,6 +509,8 @@ struct OpenSegment {
     seq: u64,
     start: BinlogPos,
     end: u64,
+    /// The server's GTID state before it.
+    gtid_before: Option<String>,
     events: u64,
     transactions: u64,
     first_gtid: Option<String>,
@@ -424,6 +545,18 @@ struct Session<'a> {
     /// Whether the server checksums its events (`binlog_checksum`), for the events it sends
     /// before a format description.
     stream_checksums: bool,
+    /// The server streamed from, which a new epoch records.
+    server: Option<ServerIdentity>,
+    /// Streaming by GTID, until the stream reaches the first place after what the archive
+    /// holds: the epoch that continues the archive, written then.
+    continuation: Option<Continuation>,
+}
+
+/// Where a session's stream starts.
+#[derive(Debug, Clone, PartialEq)]
+enum StreamStart {
+    At(BinlogPos),
+    AfterGtids(GtidSet),
 }
 
 impl<'a> Session<'a> {
@@ -433,7 +566,8 @@ impl<'a> Session<'a> {
             .as_ref()
             .map(SegmentEntry::next_start)
             .unwrap_or(BinlogPos { file: String::new(), position: 4 });
-        let gtids = archive.last.as_ref().and_then(|l| l.gtid_after.as_deref()).and_then(|g| GtidSet::parse(g).ok());
+        // The state of the newest epoch's server: not an older epoch's, before a gap.
+        let gtids = archive.end().and_then(|end| end.gtids);
         Session {
             archive,
             options,
@@ -449,6 +583,8 @@ impl<'a> Session<'a> {
             last_report: Instant::now() - REPORT_EVERY,
             lag: 0.0,
             stream_checksums: true,
+            server: None,
+            continuation: None,
         }
     }
 
@@ -463,10 +599,14 @@ impl<'a> Session<'a> {
         let mut conn = connector.connect().await?;
         let facts = server_facts(connector, &mut conn).await?;
         self.archive.server = Some(facts.identity.clone());
+        self.server = Some(facts.identity.clone());
         self.stream_checksums = facts.checksums;
         self.ensure_meta(&facts).await?;
-        self.choose_start(&facts).await?;
-        let stream_result = self.stream(conn, &facts, connector, observer, stop).await;
+        let end = self.archive.end();
+        let view = server_view(&mut conn, &facts, end.as_ref(), self.archive).await;
+        let start = self.choose_start(resume::decide(end.as_ref(), &view), &facts).await?;
+        let stream_result = self.stream(conn, &start, &facts, connector, observer, stop).await;
+        self.note_refusal(&start, &stream_result, &facts);
         let kept = match &stream_result {
             // Another archiver may write now: nothing more is stored.
             Err(AgentError::NotHolder(_)) => {
@@ -498,112 +638,152 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Where to stream from: right after the newest stored record when the server still has
-    /// it and its history holds the newest stored transaction; otherwise a gap, and a new
-    /// epoch from the oldest binary log the server has.
-    async fn choose_start(&mut self, facts: &ServerFacts) -> Result<()> {
-        let oldest = BinlogPos { file: facts.logs[0].0.clone(), position: 4 };
-        let last = self.archive.last.clone();
-        let wanted = match (&last, self.archive.epochs.last()) {
-            (Some(last), Some(epoch)) if last.epoch == epoch.epoch => last.next_start(),
-            (_, Some(epoch)) => epoch.start.clone(),
-            (Some(last), None) => last.next_start(),
-            (None, None) => {
-                self.begin_epoch(oldest.clone(), None).await?;
-                return self.start_at(oldest);
+    /// Carries out [`resume::decide`]'s decision: the epoch it begins, if any, and where the
+    /// stream starts.
+    async fn choose_start(&mut self, decision: Resume, facts: &ServerFacts) -> Result<StreamStart> {
+        match decision {
+            Resume::Begin(oldest) => {
+                self.begin_epoch(oldest.clone(), None, None).await?;
+                Ok(self.start_at(oldest))
             }
-        };
-        let size = facts.logs.iter().find(|(name, _)| *name == wanted.file).map(|(_, size)| *size);
-        let history_holds_ours = match (&self.archive.last_gtid, &facts.gtids) {
-            (Some(ours), Some(theirs)) => Gtid::parse(ours).is_ok_and(|gtid| theirs.contains(&gtid)),
-            (Some(_), None) => false,
-            (None, _) => true,
-        };
-        let same_flavor = self.archive.meta.as_ref().is_none_or(|m| m.server.flavor == facts.identity.flavor);
-        let gap = match size {
-            Some(size) if size >= wanted.position && history_holds_ours && same_flavor => None,
-            None if history_holds_ours && same_flavor && self.purged(&wanted, facts) => Some((
-                "binlogPurged",
-                format!(
-                    "the server no longer has {wanted}, where the archive goes on: its binary logs were purged before they were archived (the oldest it has is {})",
-                    facts.logs[0].0
-                ),
-            )),
-            _ => Some((
-                "serverChanged",
-                format!(
-                    "the server's history does not hold the archive's newest transaction {} at {wanted}: it has a new data directory or is another server",
-                    self.archive.last_gtid.as_deref().unwrap_or("(none)")
-                ),
-            )),
-        };
-        let Some((reason, message)) = gap else { return self.start_at(wanted) };
-        tracing::warn!(reason, "{message}; a new epoch begins at {oldest}");
-        let record = GapRecord {
-            reason: reason.into(),
-            message,
-            previous_end: last.as_ref().map_or(wanted.clone(), SegmentEntry::end_pos),
-            previous_gtid: self.archive.last_gtid.clone(),
-            previous_time: self.archive.last_time,
-        };
-        self.begin_epoch(oldest.clone(), Some(record)).await?;
-        self.gtids = None;
-        self.start_at(oldest)
-    }
-
-    /// Whether `wanted`'s file is older than every file the server has (purged), rather than
-    /// one it never had.
-    fn purged(&self, wanted: &BinlogPos, facts: &ServerFacts) -> bool {
-        match (file_number(&wanted.file), file_number(&facts.logs[0].0)) {
-            (Some(wanted), Some(oldest)) => wanted < oldest,
-            _ => false,
+            Resume::AtPosition(position) => Ok(self.start_at(position)),
+            Resume::AfterGtids(gtids) => {
+                tracing::info!(
+                    "the archive goes on by GTID after {gtids}, on {} (another server than its position's, or one \
+                     that does not confirm it): a new epoch without a gap",
+                    facts.identity
+                );
+                Ok(self.start_after(gtids))
+            }
+            Resume::Gap { reason, message, start } => {
+                tracing::warn!(reason = reason.as_str(), "{message}; a new epoch begins at {start}");
+                let record = GapRecord {
+                    reason: reason.as_str().into(),
+                    message,
+                    previous_end: self.previous_end().unwrap_or_else(|| start.clone()),
+                    previous_gtid: self.archive.last_gtid.clone(),
+                    previous_time: self.archive.last_time,
+                };
+                self.begin_epoch(start.clone(), Some(record), None).await?;
+                self.gtids = None;
+                Ok(self.start_at(start))
+            }
         }
     }
 
-    async fn begin_epoch(&mut self, start: BinlogPos, gap_before: Option<GapRecord>) -> Result<()> {
+    /// Where the archive's newest epoch ended: its newest record's end, or where an epoch that
+    /// stored nothing yet said the one before it ended.
+    fn previous_end(&self) -> Option<BinlogPos> {
+        let waiting = self.archive.epochs.last().filter(|_| self.archive.newest_epoch_is_empty());
+        match waiting.and_then(|e| e.continues.as_ref()) {
+            Some(continuation) => Some(continuation.previous_end.clone()),
+            None => self.archive.last.as_ref().map(SegmentEntry::end_pos),
+        }
+    }
+
+    /// `continues`: the epoch goes on from the one before it by GTID (no gap, no reset of what
+    /// the archive holds). An epoch that continues by GTID and stored nothing is replaced.
+    async fn begin_epoch(
+        &mut self,
+        start: BinlogPos,
+        gap_before: Option<GapRecord>,
+        continues: Option<Continuation>,
+    ) -> Result<()> {
+        let replaces_waiting = continues.is_some()
+            && self.archive.newest_epoch_is_empty()
+            && self.archive.epochs.last().is_some_and(|e| e.continues.is_some());
+        if replaces_waiting {
+            self.archive.epochs.pop();
+        }
         let epoch = Epoch {
             epoch: self.archive.epochs.last().map_or(0, |e| e.epoch + 1),
             first_seq: self.archive.next_seq(),
             start,
             started_time: jiff::Timestamp::now().to_string(),
             gap_before,
+            server: self.server.clone(),
+            continues: continues.clone(),
         };
         self.archive.epochs.push(epoch);
         self.archive.storage.put(EPOCHS_FILE, to_json(&self.archive.epochs)).await?;
-        // What the archive holds of this server begins with the epoch.
-        self.archive.last_time = None;
-        self.archive.last_gtid = None;
-        self.archive.caught_up = None;
-        self.archive.caught_up_stored = None;
+        if continues.is_none() {
+            // What the archive holds of this server begins with the epoch.
+            self.archive.last_time = None;
+            self.archive.last_gtid = None;
+            self.archive.caught_up = None;
+            self.archive.caught_up_stored = None;
+        }
         self.archive.write_checkpoint().await
     }
 
-    fn start_at(&mut self, start: BinlogPos) -> Result<()> {
+    fn start_at(&mut self, start: BinlogPos) -> StreamStart {
         self.file = start.file.clone();
         self.position = start.position;
-        self.next_start = start;
-        Ok(())
+        self.next_start = start.clone();
+        StreamStart::At(start)
+    }
+
+    /// Streams from the first transaction after `gtids`: the server names the file in its
+    /// first rotate, and skips what the archive holds; the epoch that continues the archive is
+    /// written where the stream is past it ([`Self::positioned_at`]).
+    fn start_after(&mut self, gtids: GtidSet) -> StreamStart {
+        let previous_end = self.previous_end().unwrap_or(BinlogPos { file: String::new(), position: 4 });
+        self.continuation = Some(Continuation { after_gtids: gtids.to_string(), previous_end });
+        self.file = String::new();
+        self.position = 4;
+        self.next_start = BinlogPos { file: String::new(), position: 4 };
+        self.gtids = Some(gtids.clone());
+        StreamStart::AfterGtids(gtids)
+    }
+
+    /// A server that refuses to stream after the archive's GTIDs before sending anything does
+    /// not have what follows them: the next attempt records the gap.
+    fn note_refusal(&mut self, start: &StreamStart, result: &Result<()>, facts: &ServerFacts) {
+        if let (StreamStart::AfterGtids(gtids), Err(AgentError::Server { code: DUMP_REFUSED, message, .. })) =
+            (start, result)
+            && self.file.is_empty()
+        {
+            tracing::warn!("{} refused to stream after {gtids}: {message}", facts.identity);
+            self.archive.refused = Some((facts.identity.clone(), message.clone()));
+        }
     }
 
     async fn stream(
         &mut self,
         mut conn: Conn,
+        start: &StreamStart,
         facts: &ServerFacts,
         connector: &Connector,
         observer: &mut impl Observer,
         stop: &CancellationToken,
     ) -> Result<()> {
         let during = "requesting the binary log";
+        let mut settings = Vec::new();
         if facts.mariadb {
             // Without it MariaDB hides GTID events from a client it takes for an old replica.
-            conn.query_drop("SET @mariadb_slave_capability = 4").await.map_err(|e| connector.error(during, e))?;
+            settings.push("SET @mariadb_slave_capability = 4".to_string());
         }
-        let period = format!("SET @master_heartbeat_period = {}", HEARTBEAT.as_nanos());
-        conn.query_drop(period).await.map_err(|e| connector.error(during, e))?;
-        tracing::info!("streaming the binary log from {}:{}", self.file, self.position);
-        let request = BinlogStreamRequest::new(self.options.replica_server_id)
-            .with_filename(self.file.as_bytes())
-            .with_pos(self.position);
+        settings.push(format!("SET @master_heartbeat_period = {}", HEARTBEAT.as_nanos()));
+        if let (StreamStart::AfterGtids(gtids), true) = (start, facts.mariadb) {
+            // The server starts after this state, and refuses one its binary log does not hold.
+            settings.push(format!("SET @slave_connect_state = '{gtids}'"));
+            settings.push("SET @slave_gtid_strict_mode = 1".into());
+        }
+        for sql in settings {
+            conn.query_drop(sql).await.map_err(|e| connector.error(during, e))?;
+        }
+        let request = match start {
+            StreamStart::At(position) => {
+                tracing::info!("streaming the binary log from {position}");
+                BinlogStreamRequest::new(self.options.replica_server_id)
+                    .with_filename(position.file.as_bytes())
+                    .with_pos(position.position)
+            }
+            StreamStart::AfterGtids(gtids) => {
+                tracing::info!("streaming the binary log after GTIDs {gtids}");
+                gtid_request(self.options.replica_server_id, gtids, facts.mariadb)?
+            }
+        };
         let mut stream = conn.get_binlog_stream(request).await.map_err(|e| connector.error(during, e))?;
         self.archive.problem = None;
         let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -653,7 +833,7 @@ impl<'a> Session<'a> {
                 self.format = Some(format);
                 Ok(())
             }
-            _ if raw.is_artificial() => Ok(()),
+            _ if raw.is_artificial() => self.artificial(raw).await,
             kind::TRANSACTION_PAYLOAD => Err(AgentError::BinlogUnsuitable(
                 "the server sends compressed transactions (binlog_transaction_compression=ON): turn it off".into(),
             )),
@@ -689,6 +869,14 @@ impl<'a> Session<'a> {
         if file == self.file {
             return Ok(());
         }
+        if self.continuation.is_some() {
+            // Still skipping what the archive holds: nothing of this file is stored.
+            self.file = file.clone();
+            self.position = position.max(4);
+            self.next_start = BinlogPos { file, position: self.position };
+            self.format = None;
+            return Ok(());
+        }
         if self.boundaries.in_transaction() {
             return Err(AgentError::ArchiveInvalid {
                 location: self.archive.storage.location().into(),
@@ -703,6 +891,30 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
+    /// An event the server made up for this client. MariaDB's fake GTID list of a stream by
+    /// GTID says where in the file the stream goes on, past what the archive holds.
+    async fn artificial(&mut self, raw: RawEvent<'_>) -> Result<()> {
+        if self.continuation.is_some() && raw.kind() == kind::MARIADB_GTID_LIST && raw.log_pos() > 0 {
+            self.positioned_at(u64::from(raw.log_pos())).await?;
+        }
+        Ok(())
+    }
+
+    /// A stream by GTID reached the first place after what the archive holds: the epoch that
+    /// continues the archive begins there, and so does its first segment, so that its span
+    /// holds no event the server skipped (a position resumed later is exact).
+    async fn positioned_at(&mut self, position: u64) -> Result<()> {
+        let Some(continuation) = self.continuation.take() else { return Ok(()) };
+        if self.file.is_empty() {
+            return Err(self.invalid_event("binary log", &std::io::Error::other("no rotate event before it")));
+        }
+        let start = BinlogPos { file: self.file.clone(), position };
+        self.begin_epoch(start.clone(), None, Some(continuation)).await?;
+        self.position = position;
+        self.next_start = start;
+        Ok(())
+    }
+
     /// The current file ended at the current position: its last segment says so, or a record
     /// without events marks it.
     async fn end_file(&mut self) -> Result<()> {
@@ -714,6 +926,7 @@ impl<'a> Session<'a> {
         }
         let seq = self.archive.next_seq();
         let entry = SegmentEntry {
+            gtid_before: self.gtids.as_ref().map(ToString::to_string),
             gtid_after: self.gtids.as_ref().map(ToString::to_string),
             stored_time: jiff::Timestamp::now().to_string(),
             ..SegmentEntry::without_events(
@@ -734,9 +947,18 @@ impl<'a> Session<'a> {
             return Err(self.invalid_event("binary log", &std::io::Error::other("no format description before it")));
         };
         if let Some(state) = file_start_state(raw, &format).map_err(|e| self.invalid_event("GTID list", &e))? {
-            self.gtids = Some(state);
+            // The state a file starts with; a stream by GTID is already past it.
+            match self.gtids.as_mut() {
+                Some(gtids) => gtids.union_with(&state),
+                None => self.gtids = Some(state),
+            }
         }
         let step = self.boundaries.step(raw, &format).map_err(|e| self.invalid_event("transaction", &e))?;
+        if self.continuation.is_some() {
+            // A stream by GTID stores from its first transaction, where it is positioned.
+            let Step::Begins(_) = step else { return Ok(()) };
+            self.positioned_at(u64::from(raw.log_pos()).saturating_sub(raw.0.len() as u64)).await?;
+        }
         if let Step::Begins(transaction) = &step {
             self.transaction_info = Some(transaction.clone());
         }
@@ -791,6 +1013,7 @@ impl<'a> Session<'a> {
                 seq,
                 start: self.next_start.clone(),
                 end: self.next_start.position,
+                gtid_before: self.gtids.as_ref().map(ToString::to_string),
                 events: 0,
                 transactions: 0,
                 first_gtid: None,
@@ -852,6 +1075,7 @@ impl<'a> Session<'a> {
             transactions: segment.transactions,
             first_gtid: segment.first_gtid,
             last_gtid: segment.last_gtid.clone(),
+            gtid_before: segment.gtid_before,
             gtid_after: self.gtids.as_ref().map(ToString::to_string),
             first_time: segment.first_time,
             last_time: segment.last_time,
@@ -915,6 +1139,27 @@ impl<'a> Session<'a> {
     }
 }
 
+/// A dump request from the first transaction after `gtids`: MariaDB takes them from
+/// `@slave_connect_state` (set before) and an empty file name; MySQL from the request itself
+/// (`COM_BINLOG_DUMP_GTID`).
+fn gtid_request(replica_server_id: u32, gtids: &GtidSet, mariadb: bool) -> Result<BinlogStreamRequest<'static>> {
+    let request = BinlogStreamRequest::new(replica_server_id).with_filename(&b""[..]).with_pos(4u64);
+    if mariadb {
+        return Ok(request);
+    }
+    Ok(request.with_gtid().with_gtid_set(mysql_sids(gtids)?))
+}
+
+/// A MySQL GTID set as the source blocks of `COM_BINLOG_DUMP_GTID` (tagged ones included).
+fn mysql_sids(gtids: &GtidSet) -> Result<Vec<Sid<'static>>> {
+    gtids
+        .to_string()
+        .split(',')
+        .map(|item| item.parse::<Sid<'static>>())
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| AgentError::Internal(format!("the GTID set {gtids} cannot be requested: {e}")))
+}
+
 fn count_events(mut bytes: &[u8]) -> u64 {
     let mut count = 0;
     while let Some((_, rest)) = RawEvent::split(bytes) {
@@ -922,4 +1167,38 @@ fn count_events(mut bytes: &[u8]) -> u64 {
         bytes = rest;
     }
     count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mysql_gtid_set_is_requested_source_by_source_tags_included() {
+        let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let set = GtidSet::parse(&format!("{uuid}:1-5:7,{uuid}:nightly:1-3")).unwrap();
+        let sids: Vec<String> = mysql_sids(&set).unwrap().iter().map(ToString::to_string).collect();
+        assert_eq!(sids, [format!("{uuid}:1-5:7"), format!("{uuid}:nightly:1-3")]);
+    }
+
+    #[test]
+    fn the_stretch_without_a_gap_reaches_back_through_continuations() {
+        let epoch = |n: u64, continues: bool| Epoch {
+            epoch: n,
+            first_seq: n + 1,
+            start: BinlogPos { file: "b.1".into(), position: 4 },
+            started_time: String::new(),
+            gap_before: None,
+            server: None,
+            continues: continues.then(|| Continuation {
+                after_gtids: "0-1-1".into(),
+                previous_end: BinlogPos { file: "b.1".into(), position: 4 },
+            }),
+        };
+        assert_eq!(first_epoch_without_gap(&[]), 0);
+        assert_eq!(first_epoch_without_gap(&[epoch(0, false)]), 0);
+        assert_eq!(first_epoch_without_gap(&[epoch(0, false), epoch(1, true), epoch(2, true)]), 0);
+        assert_eq!(first_epoch_without_gap(&[epoch(0, false), epoch(1, false), epoch(2, true)]), 1);
+        assert_eq!(first_epoch_without_gap(&[epoch(0, false), epoch(1, true), epoch(2, false)]), 2);
+    }
 }

@@ -14,6 +14,7 @@
 use futures::stream::{self, StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use visitors_agent_contract::archive::ServerIdentity;
+use visitors_agent_contract::gtid::GtidSet;
 
 use crate::error::{AgentError, Result};
 use crate::storage::Storage;
@@ -87,9 +88,36 @@ pub struct Epoch {
     pub start: BinlogPos,
     /// When the archiver began it (RFC 3339).
     pub started_time: String,
-    /// Why the one before it ended, when there is one before it.
+    /// Why the one before it ended, when there is one before it and a gap between them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gap_before: Option<GapRecord>,
+    /// The server whose binary log it follows: its file names and positions are that
+    /// server's. Absent in archives of older agents (the first epoch's is then `archive.json`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerIdentity>,
+    /// It goes on from the epoch before it without a gap, on another server (a failover or a
+    /// switchover): where the two meet is a GTID state, not a file position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<Continuation>,
+}
+
+impl Epoch {
+    /// The server of the epoch, falling back for an archive of an older agent to the one the
+    /// archive was created with for its first epoch.
+    pub fn server_or<'a>(&'a self, meta: Option<&'a ArchiveMeta>) -> Option<&'a ServerIdentity> {
+        self.server.as_ref().or(meta.filter(|_| self.epoch == 0).map(|m| &m.server))
+    }
+}
+
+/// Where an epoch that continues the one before it by GTID meets it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Continuation {
+    /// The archive's GTID state when the epoch began (the `gtidAfter` of the previous epoch's
+    /// last record): the epoch's first transaction is the first one its server had after it.
+    pub after_gtids: String,
+    /// Where the previous epoch ended, in its own server's binary log.
+    pub previous_end: BinlogPos,
 }
 
 /// Continuity lost: the server no longer has (or never had) what follows the previous epoch.
@@ -134,7 +162,10 @@ pub struct SegmentEntry {
     pub first_gtid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_gtid: Option<String>,
-    /// The server's GTID state after the segment, as far as the archive knows it.
+    /// The server's GTID state before and after the segment, as far as the archive knows it
+    /// (`gtidBefore` is absent in archives of older agents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid_before: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gtid_after: Option<String>,
     /// Commit times (Unix seconds, server clock) of its first and last transactions.
@@ -167,6 +198,7 @@ impl SegmentEntry {
             transactions: 0,
             first_gtid: None,
             last_gtid: None,
+            gtid_before: None,
             gtid_after: None,
             first_time: None,
             last_time: None,
@@ -191,10 +223,34 @@ impl SegmentEntry {
         }
     }
 
-    /// Whether `next` takes up exactly where this segment ends.
+    /// Whether `next` takes up exactly where this segment ends, in the same server's binary log.
     pub fn is_followed_by(&self, next: &SegmentEntry) -> bool {
         next.seq == self.seq + 1 && next.epoch == self.epoch && next.start_pos() == self.next_start()
     }
+
+    pub fn gtids_after(&self) -> Option<GtidSet> {
+        self.gtid_after.as_deref().and_then(|g| GtidSet::parse(g).ok())
+    }
+
+    pub fn gtids_before(&self) -> Option<GtidSet> {
+        self.gtid_before.as_deref().and_then(|g| GtidSet::parse(g).ok())
+    }
+}
+
+/// Whether `next` takes up exactly where `previous` ends: in one epoch by file and position; at
+/// the start of an epoch that continues the previous one on another server, by GTID (the
+/// epoch began after exactly the state `previous` left, and `previous` is its epoch's last).
+pub fn continues(previous: &SegmentEntry, next: &SegmentEntry, epochs: &[Epoch]) -> bool {
+    if next.epoch == previous.epoch {
+        return previous.is_followed_by(next);
+    }
+    let Some(epoch) = epochs.iter().find(|e| e.epoch == next.epoch) else { return false };
+    let Some(continuation) = &epoch.continues else { return false };
+    let met = GtidSet::parse(&continuation.after_gtids).ok();
+    next.seq == previous.seq + 1
+        && epoch.first_seq == next.seq
+        && previous.end_pos() == continuation.previous_end
+        && matches!((met, previous.gtids_after()), (Some(met), Some(after)) if met.same_as(&after))
 }
 
 /// `checkpoint.json`: the newest stored position, and until when the archive was known to
@@ -315,8 +371,17 @@ pub async fn describe(storage: &Storage) -> Result<(String, u64)> {
     for epoch in &epochs {
         let own: Vec<&SegmentEntry> = entries.iter().filter(|e| e.epoch == epoch.epoch).collect();
         out.push_str(&format!("epoch {} from {} (begun {})\n", epoch.epoch, epoch.start, epoch.started_time));
+        if let Some(server) = epoch.server_or(meta.as_ref()) {
+            out.push_str(&format!("  following {server}\n"));
+        }
         if let Some(gap) = &epoch.gap_before {
             out.push_str(&format!("  gap before it ({}): {}\n", gap.reason, gap.message));
+        }
+        if let Some(continuation) = &epoch.continues {
+            out.push_str(&format!(
+                "  continues the epoch before it without a gap, on another server, after GTIDs {} (it ended at {})\n",
+                continuation.after_gtids, continuation.previous_end
+            ));
         }
         if let (Some(first), Some(last)) = (own.first(), own.last()) {
             let transactions: u64 = own.iter().map(|e| e.transactions).sum();

@@ -23,9 +23,10 @@ use super::event::{
     Boundaries, Format, RawEvent, STMT_END_FLAG, Step, Transaction, first_word, kind, rows_flags, table_map,
 };
 use super::layout::{
-    BinlogPos, CHECKPOINT_FILE, Checkpoint, SegmentEntry, all_entries, covered_through, read_epochs, read_json,
+    ARCHIVE_FILE, ArchiveMeta, BinlogPos, CHECKPOINT_FILE, Checkpoint, Epoch, SegmentEntry, all_entries, continues,
+    covered_through, read_epochs, read_json,
 };
-use super::prune::{PruneTarget, first_needed};
+use super::prune::{PruneTarget, Start, find_start};
 use super::segment::read_segment;
 use crate::encryption::Keyring;
 use crate::error::{AgentError, Result};
@@ -88,76 +89,164 @@ impl std::fmt::Display for Target {
 pub struct ReplayPlan {
     pub location: String,
     pub segments: Vec<SegmentEntry>,
-    /// The base backup's snapshot position: events ending at or before it are in the backup.
-    pub start: BinlogPos,
+    /// Where, in the first segment, the base backup ends.
+    pub start: ReplayStart,
     pub base_gtids: Option<GtidSet>,
     pub target: Target,
+}
+
+/// Where the base backup ends in the first segment of a replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplayStart {
+    /// At this position of the first segment's file (the backup was taken on the archived
+    /// server): events ending at or before it are in the backup.
+    Within(BinlogPos),
+    /// Right before the first segment, by position.
+    Before,
+    /// The first segment holds the first transaction the backup's GTIDs do not (a backup of
+    /// another server, or one from before a failover): every transaction they hold, wherever
+    /// it comes, is in the backup and skipped.
+    ByGtids,
 }
 
 /// Chooses the segments a replay from the snapshot `position` of a base backup to `target`
 /// reads, or refuses.
 pub async fn plan(archive: &Storage, position: Option<&Position>, target: Target) -> Result<ReplayPlan> {
     let location = archive.location().to_string();
-    let base_not_held = |reason: String| AgentError::BaseNotInArchive { location: location.clone(), reason };
-    let base = PruneTarget::from_manifest(position, "being restored").map_err(|e| base_not_held(e.one_line()))?;
-    let base_gtids = position.and_then(|p| p.gtid.as_deref()).and_then(|g| GtidSet::parse(g).ok());
-    check_target_after_base(&target, base.time, base_gtids.as_ref())?;
-    let entries = all_entries(archive).await?;
-    let epochs = read_epochs(archive).await?;
-    let checkpoint: Option<Checkpoint> = read_json(archive, CHECKPOINT_FILE).await?;
-    let Some(first) = first_needed(&entries, &base) else {
-        // The base may be right at the end of what is stored: then there is nothing to replay
-        // but the target must still be covered.
-        let newest = entries.last();
-        if newest.is_some_and(|e| base.follows(e)) {
-            let archived = covered_until(&entries, entries.len() - 1, checkpoint.as_ref());
-            check_covered(&target, archived, &location, newest.and_then(|e| e.gtid_after.as_deref()))?;
-            return Ok(ReplayPlan { location, segments: Vec::new(), start: base.position, base_gtids, target });
-        }
-        let span = match (entries.first(), entries.last()) {
-            (Some(first), Some(last)) => format!("it holds {} to {}", first.start_pos(), last.end_pos()),
-            _ => "it holds no segment".into(),
-        };
-        return Err(base_not_held(format!("the backup's snapshot is at {}, and {span}", base.position)));
+    let base = PruneTarget::from_manifest(position, "being restored")
+        .map_err(|e| AgentError::BaseNotInArchive { location: location.clone(), reason: e.one_line() })?;
+    check_target_after_base(&target, base.time, base.gtids.as_ref())?;
+    let archived = Archived {
+        entries: all_entries(archive).await?,
+        epochs: read_epochs(archive).await?,
+        meta: read_json(archive, ARCHIVE_FILE).await?,
+        checkpoint: read_json(archive, CHECKPOINT_FILE).await?,
     };
-    let mut chosen = vec![entries[first].clone()];
-    let mut index = first;
-    while !reached(&target, &entries[index]) {
-        let Some(next) = entries.get(index + 1) else {
-            let archived = covered_until(&entries, index, checkpoint.as_ref());
-            check_covered(&target, archived, &location, entries[index].gtid_after.as_deref())?;
-            break;
+    let (segments, start) = archived.choose(&base, &target, &location)?;
+    Ok(ReplayPlan { location, segments, start, base_gtids: base.gtids, target })
+}
+
+/// What an archive holds, as a plan reads it.
+#[derive(Debug, Clone, Default)]
+pub struct Archived {
+    pub entries: Vec<SegmentEntry>,
+    pub epochs: Vec<Epoch>,
+    pub meta: Option<ArchiveMeta>,
+    pub checkpoint: Option<Checkpoint>,
+}
+
+impl Archived {
+    /// The segments from the one where `base` ends to the one where `target` is reached, and
+    /// where in the first the base ends; refuses a base the archive does not hold, a gap on
+    /// the way, and a target the archive has not reached.
+    pub fn choose(
+        &self,
+        base: &PruneTarget,
+        target: &Target,
+        location: &str,
+    ) -> Result<(Vec<SegmentEntry>, ReplayStart)> {
+        let entries = &self.entries;
+        let Some(start) = find_start(entries, &self.epochs, self.meta.as_ref(), base) else {
+            return Err(AgentError::BaseNotInArchive { location: location.into(), reason: self.not_held(base) });
         };
-        if !entries[index].is_followed_by(next) {
-            let (reason, message) = match epochs
-                .iter()
-                .find(|e| e.epoch == next.epoch && next.epoch != entries[index].epoch)
-            {
-                Some(epoch) => {
-                    let gap = epoch.gap_before.as_ref();
-                    (gap.map_or("gap".into(), |g| g.reason.clone()), gap.map_or(String::new(), |g| g.message.clone()))
-                }
-                None => (
-                    "missingSegment".into(),
-                    format!(
-                        "segment {} ends at {} but the next record, {}, begins at {}",
-                        entries[index].seq,
-                        entries[index].next_start(),
-                        next.seq,
-                        next.start_pos()
-                    ),
-                ),
-            };
-            let before = covered_until(&entries, index, None);
-            if matches!(target, Target::Time(t) if before.is_some_and(|b| t <= b)) {
-                break;
-            }
-            return Err(AgentError::ArchiveGap { location, reason, message });
+        let replay_start = match start {
+            Start::Within(_) => ReplayStart::Within(base.position.clone().expect("found by its position")),
+            Start::Before(_) => ReplayStart::Before,
+            Start::ByGtids(_) => ReplayStart::ByGtids,
+        };
+        let first = start.index();
+        if first == entries.len() {
+            // The base is right at the end of what is stored: nothing to replay, but the target
+            // must still be covered.
+            let newest = entries.last();
+            let archived = covered_until(entries, &self.epochs, entries.len() - 1, self.checkpoint.as_ref());
+            check_covered(target, archived, location, newest.and_then(|e| e.gtid_after.as_deref()))?;
+            return Ok((Vec::new(), replay_start));
         }
-        index += 1;
-        chosen.push(next.clone());
+        let mut chosen = vec![entries[first].clone()];
+        let mut index = first;
+        while !reached(target, &entries[index]) {
+            let Some(next) = entries.get(index + 1) else {
+                let archived = covered_until(entries, &self.epochs, index, self.checkpoint.as_ref());
+                check_covered(target, archived, location, entries[index].gtid_after.as_deref())?;
+                break;
+            };
+            if !continues(&entries[index], next, &self.epochs) {
+                let before = covered_until(entries, &self.epochs, index, None);
+                if matches!(target, Target::Time(t) if before.is_some_and(|b| *t <= b)) {
+                    break;
+                }
+                let (reason, message) = self.gap_between(&entries[index], next);
+                return Err(AgentError::ArchiveGap { location: location.into(), reason, message });
+            }
+            index += 1;
+            chosen.push(next.clone());
+        }
+        Ok((chosen, replay_start))
     }
-    Ok(ReplayPlan { location, segments: chosen, start: base.position, base_gtids, target })
+
+    /// Why `next` does not continue `previous`: the gap its epoch recorded, or a missing record.
+    fn gap_between(&self, previous: &SegmentEntry, next: &SegmentEntry) -> (String, String) {
+        let epoch = self.epochs.iter().find(|e| e.epoch == next.epoch && next.epoch != previous.epoch);
+        match epoch.and_then(|e| e.gap_before.as_ref()) {
+            Some(gap) => (gap.reason.clone(), gap.message.clone()),
+            None if epoch.is_some() => (
+                "gap".into(),
+                format!(
+                    "epoch {} does not continue segment {} (its first record is {}, or its GTIDs are not where segment {} ends)",
+                    next.epoch, previous.seq, next.seq, previous.seq
+                ),
+            ),
+            None => (
+                "missingSegment".into(),
+                format!(
+                    "segment {} ends at {} but the next record, {}, begins at {}",
+                    previous.seq,
+                    previous.next_start(),
+                    next.seq,
+                    next.start_pos()
+                ),
+            ),
+        }
+    }
+
+    /// Why the archive does not hold `base`, in words a user can act on.
+    fn not_held(&self, base: &PruneTarget) -> String {
+        let (Some(first), Some(last)) = (self.entries.first(), self.entries.last()) else {
+            return "the archive holds no segment yet: wait until the archiver has stored the transactions after the backup".into();
+        };
+        let at = match (&base.position, &base.gtids) {
+            (Some(position), Some(gtids)) => format!("{position} (GTIDs {gtids})"),
+            (Some(position), None) => position.to_string(),
+            (None, Some(gtids)) => format!("GTIDs {gtids}"),
+            (None, None) => "an unknown position".into(),
+        };
+        let taken_on = base.server.as_ref().map(|s| format!(" on {s}")).unwrap_or_default();
+        let Some(gtids) = &base.gtids else {
+            return format!(
+                "the backup's snapshot is at {at}{taken_on}, and the archive holds {} to {}",
+                first.start_pos(),
+                last.end_pos()
+            );
+        };
+        let newest = last.gtids_after();
+        if newest.as_ref().is_some_and(|newest| gtids.includes(newest)) {
+            return format!(
+                "the backup's snapshot at {at}{taken_on} holds transactions the archive has not stored (its newest GTIDs are {}): wait until the archiver has caught up, or the backup is of another history",
+                newest.map_or_else(String::new, |n| n.to_string())
+            );
+        }
+        match first.gtids_before() {
+            Some(oldest) if !gtids.includes(&oldest) => format!(
+                "the archive begins after the backup's snapshot at {at}{taken_on}: its first segment follows GTIDs {oldest}, so the transactions between them are in neither (pruned, or archived only since); restore from a newer backup"
+            ),
+            _ => format!(
+                "no segment of the archive ({} to {}) follows the backup's snapshot at {at}{taken_on}: its GTIDs are not in the archive's history",
+                first.start_pos(),
+                last.end_pos()
+            ),
+        }
+    }
 }
 
 fn check_target_after_base(target: &Target, base_time: Option<i64>, base_gtids: Option<&GtidSet>) -> Result<()> {
@@ -189,11 +278,22 @@ fn reached(target: &Target, entry: &SegmentEntry) -> bool {
     }
 }
 
-/// Until when the archive holds everything up to segment `index` of its epoch, by its newest
-/// transaction and, for the newest segment, the checkpoint's caught-up time.
-fn covered_until(entries: &[SegmentEntry], index: usize, checkpoint: Option<&Checkpoint>) -> Option<i64> {
-    let epoch = entries[index].epoch;
-    let newest_time = entries[..=index].iter().rev().take_while(|e| e.epoch == epoch).find_map(|e| e.last_time);
+/// Until when the archive holds everything up to segment `index` since its last gap, by its
+/// newest transaction and, for the newest segment, the checkpoint's caught-up time.
+fn covered_until(
+    entries: &[SegmentEntry],
+    epochs: &[Epoch],
+    index: usize,
+    checkpoint: Option<&Checkpoint>,
+) -> Option<i64> {
+    let without_gap = |epoch: u64| {
+        epoch == entries[index].epoch
+            || epochs
+                .iter()
+                .filter(|e| e.epoch > epoch && e.epoch <= entries[index].epoch)
+                .all(|e| e.continues.is_some())
+    };
+    let newest_time = entries[..=index].iter().rev().take_while(|e| without_gap(e.epoch)).find_map(|e| e.last_time);
     let caught_up =
         checkpoint.filter(|c| index + 1 == entries.len() && c.seq == entries[index].seq).and_then(|c| c.caught_up_time);
     covered_through(newest_time, caught_up)
@@ -310,12 +410,13 @@ impl<'a> Replayer<'a> {
             sink.format(&data.format).await?;
             state.boundaries = Boundaries::default();
             state.tables.clear();
+            let in_backup = match (&self.plan.start, index) {
+                (ReplayStart::Within(end), 0) => Some(end),
+                _ => None,
+            };
             for event in data.events() {
                 let event = event?;
-                if index == 0
-                    && entry.file == self.plan.start.file
-                    && u64::from(event.log_pos()) <= self.plan.start.position
-                {
+                if in_backup.is_some_and(|end| u64::from(event.log_pos()) <= end.position) {
                     continue;
                 }
                 if self.apply(event, &data.format, &mut state, &mut report, sink).await? == Flow::Stop {
@@ -355,15 +456,19 @@ impl<'a> Replayer<'a> {
         let step = state.boundaries.step(event, format).map_err(|e| self.refuse(&e.to_string()))?;
         match &step {
             Step::Begins(transaction) => {
-                if !self.plan.target.includes(transaction) {
-                    return Ok(Flow::Stop);
+                if self.in_base(transaction)? {
+                    state.skipping = true;
+                    return Ok(Flow::Go);
                 }
-                if let (Some(base), Some(gtid)) = (&self.plan.base_gtids, &transaction.gtid)
-                    && base.contains(gtid)
+                if let (Some(gtid), Some(reached)) = (&transaction.gtid, &state.reached)
+                    && reached.contains(gtid)
                 {
                     return Err(self.refuse(&format!(
-                        "transaction {gtid} after the base backup's position is already in its GTIDs ({base}): the backup and the archive disagree"
+                        "transaction {gtid} comes a second time, after {reached} (the archive's segments overlap, as an archive written across a failover by an older agent can); choose a target before it"
                     )));
+                }
+                if !self.plan.target.includes(transaction) {
+                    return Ok(Flow::Stop);
                 }
                 if transaction.xa {
                     return Err(self.refuse(&format!("XA transaction {}", describe(transaction))));
@@ -374,6 +479,11 @@ impl<'a> Replayer<'a> {
                 return Ok(Flow::Go);
             }
             Step::Outside => return self.outside(event, format, sink).await.map(|()| Flow::Go),
+            Step::Inside if state.skipping => return Ok(Flow::Go),
+            Step::Ends if state.skipping => {
+                state.skipping = false;
+                return Ok(Flow::Go);
+            }
             Step::Inside | Step::Ends => {}
         }
         report.events += 1;
@@ -425,6 +535,32 @@ impl<'a> Replayer<'a> {
             }
         }
         Ok(Flow::Go)
+    }
+
+    /// Whether `transaction` is already in the base backup. After a start by position, none
+    /// may be: the backup and the archive would disagree. After a start by GTID, those the
+    /// backup holds are skipped wherever they come (a replica applies domains in its own
+    /// order), but a MariaDB GTID at a sequence number the backup has from another server
+    /// means another history.
+    fn in_base(&self, transaction: &Transaction) -> Result<bool> {
+        let (Some(base), Some(gtid)) = (&self.plan.base_gtids, &transaction.gtid) else { return Ok(false) };
+        if self.plan.start != ReplayStart::ByGtids {
+            return match base.contains(gtid) {
+                true => Err(self.refuse(&format!(
+                    "transaction {gtid} after the base backup's position is already in its GTIDs ({base}): the backup and the archive disagree"
+                ))),
+                false => Ok(false),
+            };
+        }
+        if let Some(ours) = base.other_writer_of(gtid) {
+            return Err(AgentError::BaseNotInArchive {
+                location: self.plan.location.clone(),
+                reason: format!(
+                    "the backup holds {ours} where the archive has {gtid}: the backup is of another history (a diverged server); restore from a backup of the archived servers"
+                ),
+            });
+        }
+        Ok(base.contains(gtid))
     }
 
     /// Events between transactions: file bookkeeping is skipped, an incident refused, a
@@ -537,6 +673,8 @@ struct ReplayState {
     current: Option<Transaction>,
     /// The base's GTIDs and those of the transactions replayed.
     reached: Option<GtidSet>,
+    /// Inside a transaction the base backup already holds.
+    skipping: bool,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -841,6 +979,142 @@ mod tests {
         assert_eq!(statement_kind(view), "CREATE VIEW");
         assert_eq!(statement_kind("INSERT INTO `app`.t VALUES ('secret')"), "INSERT");
         assert_eq!(statement_kind("'quoted'"), "statement");
+    }
+
+    /// A record of `file`'s span `start`-`end` in `epoch`, with the GTID state before and after
+    /// it and the commit time of its last transaction.
+    fn segment(
+        seq: u64,
+        epoch: u64,
+        (file, start, end): (&str, u64, u64),
+        gtids: (&str, &str),
+        time: i64,
+    ) -> SegmentEntry {
+        serde_json::from_value(serde_json::json!({
+            "seq": seq, "epoch": epoch, "file": file, "start": start, "end": end, "endsFile": false,
+            "object": format!("segments/{seq}"), "storedBytes": 10, "bytes": 10, "events": 4, "transactions": 1,
+            "gtidBefore": gtids.0, "gtidAfter": gtids.1, "firstTime": time, "lastTime": time,
+            "storedTime": "2026-11-25T10:00:00Z",
+        }))
+        .unwrap()
+    }
+
+    fn server(id: u32) -> visitors_agent_contract::archive::ServerIdentity {
+        visitors_agent_contract::archive::ServerIdentity {
+            flavor: "mariadb".into(),
+            version: "10.11".into(),
+            server_id: id,
+            server_uuid: None,
+            hostname: Some(format!("db-{id}")),
+        }
+    }
+
+    fn epoch(epoch: u64, first_seq: u64, server_id: u32, continues: Option<(&str, BinlogPos)>) -> Epoch {
+        Epoch {
+            epoch,
+            first_seq,
+            start: BinlogPos { file: "binlog.000001".into(), position: 4 },
+            started_time: "2026-11-25T10:00:00Z".into(),
+            gap_before: None,
+            server: Some(server(server_id)),
+            continues: continues.map(|(gtids, previous_end)| super::super::layout::Continuation {
+                after_gtids: gtids.into(),
+                previous_end,
+            }),
+        }
+    }
+
+    /// Server 1 archived up to `0-1-20` (its `binlog.000001` to 900); after a failover, server 2
+    /// (whose `binlog.000001` is another file) goes on by GTID.
+    fn across_a_failover() -> Archived {
+        let end_of_first = BinlogPos { file: "binlog.000001".into(), position: 900 };
+        Archived {
+            entries: vec![
+                segment(1, 0, ("binlog.000001", 4, 500), ("", "0-1-10"), 100),
+                segment(2, 0, ("binlog.000001", 500, 900), ("0-1-10", "0-1-20"), 110),
+                segment(3, 1, ("binlog.000001", 4, 700), ("0-1-20", "0-2-30"), 120),
+                segment(4, 1, ("binlog.000001", 700, 800), ("0-2-30", "0-2-40"), 130),
+            ],
+            epochs: vec![epoch(0, 1, 1, None), epoch(1, 3, 2, Some(("0-1-20", end_of_first)))],
+            meta: None,
+            checkpoint: None,
+        }
+    }
+
+    fn base(position: Option<(&str, u64)>, gtids: &str, server_id: u32) -> PruneTarget {
+        PruneTarget {
+            position: position.map(|(file, position)| BinlogPos { file: file.into(), position }),
+            time: None,
+            gtids: GtidSet::parse(gtids).ok(),
+            server: Some(server(server_id)),
+        }
+    }
+
+    fn seqs(chosen: &[SegmentEntry]) -> Vec<u64> {
+        chosen.iter().map(|e| e.seq).collect()
+    }
+
+    #[test]
+    fn a_replay_crosses_a_failover_by_gtid() {
+        let archived = across_a_failover();
+        let on_the_old_primary = base(Some(("binlog.000001", 600)), "0-1-15", 1);
+        let (chosen, start) = archived.choose(&on_the_old_primary, &Target::Time(125), "a").unwrap();
+        assert_eq!(seqs(&chosen), [2, 3, 4]);
+        assert_eq!(start, ReplayStart::Within(BinlogPos { file: "binlog.000001".into(), position: 600 }));
+
+        // The replica's position names its own binlog.000001, which segment 3 spans too: only
+        // its GTIDs say where it is.
+        let on_the_replica = base(Some(("binlog.000001", 600)), "0-1-15", 2);
+        let (chosen, start) = archived.choose(&on_the_replica, &Target::Time(125), "a").unwrap();
+        assert_eq!((seqs(&chosen), start), (vec![2, 3, 4], ReplayStart::ByGtids));
+        let on_the_new_primary = base(Some(("binlog.000001", 700)), "0-2-30", 2);
+        let (chosen, start) = archived.choose(&on_the_new_primary, &Target::Time(129), "a").unwrap();
+        let at_700 = ReplayStart::Within(BinlogPos { file: "binlog.000001".into(), position: 700 });
+        assert_eq!((seqs(&chosen), start), (vec![4], at_700), "its own server's position, in the new epoch");
+        let without_a_position = base(None, "0-1-20", 3);
+        let (chosen, start) = archived.choose(&without_a_position, &Target::Time(125), "a").unwrap();
+        assert_eq!((seqs(&chosen), start), (vec![3, 4], ReplayStart::ByGtids));
+    }
+
+    #[test]
+    fn an_epoch_that_does_not_meet_the_one_before_it_is_a_gap() {
+        let mut archived = across_a_failover();
+        archived.epochs[1].continues.as_mut().unwrap().after_gtids = "0-1-19".into();
+        let refused = archived.choose(&base(None, "0-1-15", 2), &Target::Time(125), "a");
+        assert!(matches!(&refused, Err(AgentError::ArchiveGap { reason, .. }) if reason == "gap"), "{refused:?}");
+        let before_the_gap = archived.choose(&base(None, "0-1-15", 2), &Target::Time(109), "a").unwrap();
+        assert_eq!(seqs(&before_the_gap.0), [2], "a target before the gap is reached");
+
+        let mut purged = across_a_failover();
+        (purged.epochs[1].continues, purged.epochs[1].gap_before) = (
+            None,
+            Some(super::super::layout::GapRecord {
+                reason: "binlogPurged".into(),
+                message: "purged".into(),
+                previous_end: BinlogPos { file: "binlog.000001".into(), position: 900 },
+                previous_gtid: None,
+                previous_time: None,
+            }),
+        );
+        let refused = purged.choose(&base(None, "0-1-15", 2), &Target::Time(125), "a");
+        assert!(
+            matches!(&refused, Err(AgentError::ArchiveGap { reason, .. }) if reason == "binlogPurged"),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_base_the_archive_cannot_cover_from_is_refused_saying_why() {
+        let mut archived = across_a_failover();
+        archived.entries.remove(0);
+        let refused = archived.choose(&base(None, "0-1-5", 2), &Target::Time(125), "a");
+        let Err(AgentError::BaseNotInArchive { reason, .. }) = refused else { panic!("{refused:?}") };
+        assert!(reason.contains("the archive begins after the backup's snapshot"), "{reason}");
+        let ahead = archived.choose(&base(None, "0-2-45", 2), &Target::Time(125), "a");
+        let Err(AgentError::BaseNotInArchive { reason, .. }) = ahead else { panic!("{ahead:?}") };
+        assert!(reason.contains("has not stored"), "{reason}");
+        let (chosen, _) = archived.choose(&base(None, "0-2-40", 2), &Target::Time(129), "a").unwrap();
+        assert!(chosen.is_empty(), "a base at the archive's end replays nothing");
     }
 
     #[test]

@@ -12,6 +12,8 @@ use futures::future::try_join_all;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
+use visitors_agent_contract::archive::ServerIdentity;
+
 use super::Connector;
 use super::wire::DataConn;
 use crate::error::{AgentError, Result};
@@ -158,11 +160,15 @@ async fn release(connector: &Connector, coordinator: &mut Conn, method: &str) ->
     connector.execute(coordinator, sql, "releasing the snapshot lock").await
 }
 
-/// The binary log position while commits are blocked; `None` when the server does not log
-/// or the user may not see it.
+/// The binary log position while commits are blocked, and the server it is a position of;
+/// `None` when the server does not log or the user may not see it.
+///
+/// On a MariaDB replica, `gtid_binlog_pos` holds exactly the snapshot's transactions: with
+/// `log_slave_updates` every applied transaction is in the replica's own binary log, written in
+/// the commit the block holds back. A MariaDB server without a binary log (a replica that does
+/// not log) has its applied transactions in `gtid_current_pos`. MySQL's `gtid_executed` holds
+/// them either way.
 async fn read_position(coordinator: &mut Conn, mariadb: bool) -> Option<Position> {
-    let gtid_sql = if mariadb { "SELECT @@GLOBAL.gtid_binlog_pos" } else { "SELECT @@GLOBAL.gtid_executed" };
-    let gtid: Option<String> = coordinator.query_first(gtid_sql).await.ok().flatten();
     // MySQL 8.4 renamed SHOW MASTER STATUS.
     let mut status: Option<mysql_async::Row> = coordinator.query_first("SHOW MASTER STATUS").await.ok().flatten();
     if status.is_none() && !mariadb {
@@ -172,11 +178,38 @@ async fn read_position(coordinator: &mut Conn, mariadb: bool) -> Option<Position
         Some(row) => (row.get::<String, _>(0), row.get::<u64, _>(1)),
         None => (None, None),
     };
-    let position = Position { gtid: gtid.filter(|g| !g.is_empty()), binlog_file, binlog_position, time: None };
+    let gtid_sql = match (mariadb, binlog_file.is_some()) {
+        (true, true) => "SELECT @@GLOBAL.gtid_binlog_pos",
+        (true, false) => "SELECT @@GLOBAL.gtid_current_pos",
+        (false, _) => "SELECT @@GLOBAL.gtid_executed",
+    };
+    let gtid: Option<String> = coordinator.query_first(gtid_sql).await.ok().flatten();
+    let position =
+        Position { gtid: gtid.filter(|g| !g.is_empty()), binlog_file, binlog_position, time: None, server: None };
     if position == Position::default() {
         return None;
     }
     let now: Option<i64> = coordinator.query_first("SELECT UNIX_TIMESTAMP()").await.ok().flatten();
     let time = now.and_then(|seconds| jiff::Timestamp::from_second(seconds).ok()).map(|t| t.to_string());
-    Some(Position { time, ..position })
+    let server = server_identity(coordinator, mariadb).await;
+    Some(Position { time, server, ..position })
+}
+
+/// Which server this is: its id, host name and (MySQL) UUID, as the binary log archive
+/// records the servers it follows.
+async fn server_identity(coordinator: &mut Conn, mariadb: bool) -> Option<ServerIdentity> {
+    let sql = if mariadb {
+        "SELECT @@GLOBAL.server_id, @@hostname, NULL, VERSION()"
+    } else {
+        "SELECT @@GLOBAL.server_id, @@hostname, @@GLOBAL.server_uuid, VERSION()"
+    };
+    let row: (u32, Option<String>, Option<String>, String) = coordinator.query_first(sql).await.ok().flatten()?;
+    let (server_id, hostname, server_uuid, version) = row;
+    Some(ServerIdentity {
+        flavor: if mariadb { "mariadb" } else { "mysql" }.into(),
+        version,
+        server_id,
+        server_uuid: server_uuid.filter(|u| !u.is_empty()),
+        hostname: hostname.filter(|h| !h.is_empty()),
+    })
 }

@@ -8,6 +8,7 @@ mod ddl_users;
 mod delete;
 mod drill;
 mod encryption;
+mod failover;
 mod failures;
 mod manifest;
 mod point_in_time;

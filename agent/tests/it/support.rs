@@ -34,6 +34,24 @@ impl MariaDb {
         Self::start_configured(options, ServerTls::On)
     }
 
+    /// The primary of a replicated app: server id 1, replicating with GTIDs as the VisitorsApp
+    /// controller runs it.
+    pub fn start_primary() -> Option<Self> {
+        let options = visitors_test_support::MariaDb::replication_options(1);
+        Self::start_with(&options.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    /// A read-only replica of `primary` with its own `server_id`, caught up with it. The
+    /// agent's account reaches it by replication (a replica writes nothing of its own).
+    pub fn start_replica_of(primary: &MariaDb, server_id: u32) -> Option<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let options = visitors_test_support::MariaDb::replication_options(server_id);
+        let options: Vec<&str> = options.iter().map(String::as_str).collect();
+        let server = visitors_test_support::MariaDb::start_configured(&options, ServerTls::On)?;
+        server.replicate_from(primary, USER, PASSWORD);
+        Some(Self(server))
+    }
+
     /// A server started with `options` too, offering TLS as `tls` says.
     pub fn start_configured(options: &[&str], tls: ServerTls) -> Option<Self> {
         // What the agent's binaries do first: mysql_async's TLS needs a process-wide provider.
