@@ -151,6 +151,13 @@ pub mod reason {
         priority = 1
     ),
     printcolumn(name = "LastSuccessful", type_ = "string", json_path = ".status.lastSuccessfulRun", priority = 1),
+    printcolumn(
+        name = "TakenFrom",
+        type_ = "string",
+        json_path = ".status.takenFrom.pod",
+        description = "Run: the MySQL server it read",
+        priority = 1
+    ),
     printcolumn(name = "Error", type_ = "string", json_path = ".status.error", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -212,6 +219,46 @@ pub struct BackupSource {
     /// Name of the VisitorsApp, in this namespace, whose database is backed up.
     #[schemars(length(min = 1, max = 253))]
     pub visitors_app: String,
+    /// Which MySQL server of a replicated app (`spec.mysql.replicas` of 2 or more) a run reads:
+    /// `PreferReplica` (default) a replica that replicates from the primary with at most 120 s
+    /// of lag, else the primary; `Replica` only such a replica (the run waits for one);
+    /// `Primary` the primary. An app with one server is read from it whatever this says,
+    /// except `Replica`, which waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<BackupFrom>,
+}
+
+impl BackupSource {
+    pub fn reads_from(&self) -> BackupFrom {
+        self.from.unwrap_or_default()
+    }
+}
+
+/// Which server of a replicated app a backup run reads.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum BackupFrom {
+    #[default]
+    PreferReplica,
+    Replica,
+    Primary,
+}
+
+/// The server a run read: its pod and what it was then.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TakenFrom {
+    /// The MySQL pod, for example `shop-mysql-2`.
+    pub pod: String,
+    /// `Primary` or `Replica`.
+    pub role: ServerRole,
+}
+
+/// What a MySQL server of an app is to the others.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ServerRole {
+    #[default]
+    Primary,
+    Replica,
 }
 
 /// A cron schedule of backup runs.
@@ -335,6 +382,10 @@ pub struct MySQLBackupStatus {
     /// Run: the server time and binary log position of the backup's snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotPosition>,
+    /// Run: the MySQL server it read (see `spec.source.from`); its GTID position is
+    /// `snapshot.gtid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_from: Option<TakenFrom>,
     /// Run: why the run failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -598,7 +649,7 @@ mod tests {
 
     fn on_demand() -> MySQLBackupSpec {
         MySQLBackupSpec {
-            source: BackupSource { visitors_app: "ex".into() },
+            source: BackupSource { visitors_app: "ex".into(), from: None },
             storage: BackupStorage {
                 s3: None,
                 persistent_volume_claim: Some(PvcStorage { claim_name: "backups".into(), sub_path: None }),

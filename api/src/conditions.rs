@@ -37,6 +37,8 @@ pub mod reason {
     pub const WAITING_FOR_BACKUP_VOLUME: &str = "WaitingForBackupVolume";
     /// The Secret of the encryption keys is missing, or lacks the key the run needs.
     pub const WAITING_FOR_ENCRYPTION_KEY: &str = "WaitingForEncryptionKey";
+    /// A backup run that reads only a replica finds none healthy.
+    pub const WAITING_FOR_REPLICA: &str = "WaitingForReplica";
     /// Another operation holds the database's lock.
     pub const WAITING_FOR_DATABASE_LOCK: &str = "WaitingForDatabaseLock";
     /// A Job of the operation's name exists but is someone else's.

@@ -388,9 +388,14 @@ pub struct ReplicationStatus {
     /// The last automatic failover.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failover: Option<RoleChange>,
-    /// The last switchover asked for by annotation, done or refused.
+    /// The last switchover, asked for by annotation or made by a rolling update, done or
+    /// refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_switchover: Option<RoleChange>,
+    /// The value of the `example.com/switchover-requested-at` annotation answered last (its
+    /// switchover done or refused): a request is carried out once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_switchover_request: Option<String>,
 }
 
 /// One MySQL server of a replicated app.

@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
-# Failover and switchover write gaps of a replicated VisitorsApp on the local test cluster
-# (../shared/test-cluster: a real control plane, three real MariaDB servers): sets the cluster
-# up and installs the suite as the e2e suite does (e2e/run.sh --local --keep, with only the
-# quick CRD scenarios), runs e2e/src/bin/failover-bench.rs, then stops and wipes the cluster.
+# High availability of a replicated VisitorsApp on the local test cluster (../shared/test-cluster:
+# a real control plane, three real MariaDB servers): sets the cluster up and installs the suite
+# as the e2e suite does (e2e/run.sh --local --keep, with only the quick CRD scenarios), runs one
+# benchmark, then stops and wipes the cluster.
 #
-#   bench/high-availability/run.sh [DELETIONS] [FREEZES] [SWITCHOVERS] [TRY_SECONDS]     default: 5 5 3 5
+#   bench/high-availability/run.sh failover [DELETIONS] [FREEZES] [SWITCHOVERS] [TRY_SECONDS]
+#       write gaps of failovers and switchovers (e2e/src/bin/failover-bench.rs); default 5 5 3 5
+#   bench/high-availability/run.sh lag [RATE] [SECONDS]
+#       replication lag under load (e2e/src/bin/replication-bench.rs); default 500 60
+#   bench/high-availability/run.sh seed [MIB]
+#       seeding a replica whose volume was lost (e2e/src/bin/replication-bench.rs); default 1024
 #
 # Needs what e2e/run.sh --local needs (KUBE_BIN_DIR). Results go in docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+bench=${1:-failover}
+shift || true
+case "$bench" in
+    failover) binary=failover-bench; args=("$@") ;;
+    lag | seed) binary=replication-bench; args=("$bench" "$@") ;;
+    *) echo "usage: $0 failover|lag|seed [ARGS...]" >&2; exit 2 ;;
+esac
 export TEST_CLUSTER_STATE=${TEST_CLUSTER_STATE:-${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/test-cluster}
 e2e/run.sh --local --keep --test crds
 eval "$(../shared/test-cluster/cluster.sh env)"
 cleanup() { ../shared/test-cluster/cluster.sh stop --reset >/dev/null 2>&1 || true; }
 trap cleanup EXIT
-cargo run --quiet --locked -p visitors-e2e --bin failover-bench -- "$@"
+cargo run --quiet --locked -p visitors-e2e --bin "$binary" -- "${args[@]}"

@@ -49,7 +49,7 @@ NOT_REASONS = {
     **dict.fromkeys(["True", "False", "Unknown"], "a condition status"),
     # printer column names (CRD attributes)
     **dict.fromkeys(["Active", "Age", "App", "Backend", "Duration", "Error", "Last", "LastBackup", "LastSuccessful", "Next",
-                     "Phase", "Reason", "Recoverable", "Rows", "Size", "Primary", "Replicas"], "a printer column"),
+                     "Phase", "Reason", "Recoverable", "Rows", "Size", "Primary", "Replicas", "TakenFrom"], "a printer column"),
     # the `action` of an Event (its reason is another argument)
     **dict.fromkeys(["Apply", "Backup", "Create", "CreateJob", "Delete", "GrowClaim", "Quiesce", "Reconcile",
                      "Recreate", "RepairLists", "Restore", "Retention", "Schedule", "Start", "Validate", "DeleteStorage",
@@ -57,9 +57,11 @@ NOT_REASONS = {
     # values of Kubernetes objects the controllers read or write
     **dict.fromkeys(["Complete", "DeletionByPodGC", "DeletionByTaintManager", "DisruptionTarget", "Evicted", "OOMKilled",
                      "PreemptionByScheduler", "Never", "RuntimeDefault", "File", "Opaque", "ClusterIP", "NodePort",
-                     "ReadWriteOnce", "RollingUpdate", "Retain", "None", "Credentials", "Target", "OnRootMismatch",
+                     "ReadWriteOnce", "OnDelete", "Retain", "None", "Credentials", "Target", "OnRootMismatch",
                      "Required", "Disabled", "Parallel", "OrderedReady", "Yes", "Connecting"],
                     "a Kubernetes field value, label or enum value"),
+    # values of the API's enums that the controllers write into annotations and read back
+    **dict.fromkeys(["Replica"], "an enum value of the API (a backup's server role)"),
     **dict.fromkeys(["Ei", "Gi", "Ki", "Mi", "Pi", "Ti"], "a quantity suffix"),
 }
 

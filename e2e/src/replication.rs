@@ -95,8 +95,9 @@ fn shell_job(
 
 /// The writer: until a table `ha_stop` exists (or `seconds` passed), inserts rows numbered 1, 2,
 /// 3... one at a time, as the app's user, through the client Service (the primary), each try
-/// bounded by `try_seconds` (a try that times out counts as not acknowledged). Its termination message: `acked=<ranges> tries=<n> gap=<longest seconds
-/// between two acknowledged rows> gaps=<every wait over a second, in order>`.
+/// bounded by `try_seconds` (a try that times out counts as not acknowledged). Its termination
+/// message: `acked=<ranges> tries=<n> gap=<longest seconds between two acknowledged rows>
+/// gaps=<every wait over a second, in order>`.
 pub fn writer_job(app: &str, namespace: &str, name: &str, seconds: u32, try_seconds: u32) -> serde_json::Value {
     let script = r#"set -u
 mariadb -h "$HOST" -u "$DB_USER" visitors -e 'CREATE TABLE IF NOT EXISTS ha_writes (id INT PRIMARY KEY)' || exit 1
@@ -231,6 +232,12 @@ impl Site {
         format!("{what}-{}", self.jobs)
     }
 
+    /// Runs `sql` on server `pod` itself, for its effect.
+    pub async fn execute(&mut self, pod: &str, sql: &str) {
+        let name = self.job("execute");
+        run_job(&self.client, &self.namespace, &name, pod_sql_job(&self.app, &self.namespace, &name, pod, sql)).await;
+    }
+
     /// `sql`'s one-line answer on server `pod` itself.
     pub async fn on(&mut self, pod: &str, sql: &str) -> String {
         let name = self.job("on");
@@ -287,10 +294,17 @@ impl Site {
         self.on(pod, &sql).await.parse().expect("a count")
     }
 
-    /// Waits until every server's copy of the written table equals the primary's.
+    /// Waits until every server's copy of the writer's table equals the primary's.
     pub async fn replicas_equal_the_primary(&mut self) {
+        self.replicas_hold_what_the_primary_holds("ha_writes").await
+    }
+
+    /// Waits until every server's copy of `table` (of the `visitors` database) equals the
+    /// primary's, by `CHECKSUM TABLE`.
+    pub async fn replicas_hold_what_the_primary_holds(&mut self, table: &str) {
         let primary = self.primary().await;
-        let expected = self.on(&primary, "CHECKSUM TABLE ha_writes").await;
+        let checksum = format!("CHECKSUM TABLE {table}");
+        let expected = self.on(&primary, &checksum).await;
         for ordinal in 0..self.servers {
             let pod = format!("{}-mysql-{ordinal}", self.app);
             if pod == primary {
@@ -298,12 +312,12 @@ impl Site {
             }
             let mut tries = 0;
             loop {
-                let checksum = self.on(&pod, "CHECKSUM TABLE ha_writes").await;
-                if checksum == expected {
+                let theirs = self.on(&pod, &checksum).await;
+                if theirs == expected {
                     break;
                 }
                 tries += 1;
-                assert!(tries < 30, "{pod} holds {checksum}, the primary {primary} {expected}");
+                assert!(tries < 30, "{pod} holds {theirs}, the primary {primary} {expected}");
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
         }
@@ -330,6 +344,47 @@ impl Site {
             }
         };
         wait_for("the writer to write", &mut written).await;
+    }
+
+    /// The app's MySQL pods, by ordinal (those that exist).
+    pub async fn mysql_pods(&self) -> Vec<Pod> {
+        let mut pods = Vec::new();
+        for ordinal in 0..self.servers {
+            if let Ok(Some(pod)) = self.pods.get_opt(&format!("{}-mysql-{ordinal}", self.app)).await {
+                pods.push(pod);
+            }
+        }
+        pods
+    }
+
+    /// Loses server `pod`'s volume: its claim deleted, then its pod. On a cluster whose volumes
+    /// outlive their claim on this machine (the test cluster's hostPath volumes, re-bound to a
+    /// claim of the same name), the volume's folder is moved away first, as losing the disk
+    /// would; elsewhere the StatefulSet's new claim is a new volume. Waits for the new pod.
+    pub async fn lose_volume(&self, pod: &str) {
+        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &self.namespace);
+        let claim_name = format!("data-{pod}");
+        let claim = claims.get(&claim_name).await.expect("read the server's claim");
+        let volume = claim.spec.and_then(|s| s.volume_name).expect("a bound claim");
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        let host_path = volumes.get(&volume).await.ok().and_then(|v| v.spec?.host_path).map(|h| h.path);
+        let old_uid = self.pods.get(pod).await.ok().and_then(|p| p.metadata.uid);
+        claims.delete(&claim_name, &DeleteParams::default()).await.expect("delete the claim");
+        if let Some(path) = host_path.filter(|p| std::path::Path::new(p).is_dir()) {
+            let lost = format!("{path}.lost-{}", std::process::id());
+            std::fs::rename(&path, &lost).expect("move the volume's folder away");
+            eprintln!("moved {path} away (the test cluster keeps a deleted claim's folder)");
+        }
+        self.pods.delete(pod, &DeleteParams::default()).await.expect("delete the server's pod");
+        wait_for(&format!("{pod} to come back as a new pod with a new claim"), || async {
+            let now = self.pods.get_opt(pod).await.map_err(|e| e.to_string())?.and_then(|p| p.metadata.uid);
+            let claim = claims.get_opt(&claim_name).await.map_err(|e| e.to_string())?;
+            let new_pod = now.is_some() && now != old_uid;
+            let new_claim = claim.is_some_and(|c| c.metadata.deletion_timestamp.is_none());
+            if new_pod && new_claim { Ok(()) } else { Err(format!("new pod: {new_pod}, new claim: {new_claim}")) }
+        })
+        .await;
     }
 
     /// Deletes every MySQL pod at once and waits until each is back as a new pod.

@@ -11,6 +11,8 @@
 //!    primary (a prober tries every server's own address all along: the servers that accept
 //!    follow each other, never interleave) and rejoins as a replica;
 //! 4. a switchover by annotation; one to a server that is not a healthy replica is refused;
+//! 5. the MySQL image changed: the replicas restart first, then one switchover, then the old
+//!    primary restarts as a replica; no failover;
 //! 6. all three pods deleted at once: the server holding the most transactions becomes the
 //!    primary.
 //!
@@ -19,17 +21,24 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use visitors_api::backup::ServerRole;
+use visitors_api::restore::RestorePhase;
 use visitors_api::visitors_app::{
     MemberRole, ReplicationStatus, SWITCHOVER_REQUESTED_AT_ANNOTATION, SWITCHOVER_TO_ANNOTATION,
 };
+use visitors_api::{MySQLBackup, MySQLRestore};
+use visitors_e2e::archive::{self, rfc3339};
 use visitors_e2e::replication::{
-    Site, app_write_job, create_replicated_app, job_output_when_ended, pod_sql_job, prober_job,
+    MARIADB_IMAGE, Site, app_write_job, create_replicated_app, job_output_when_ended, pod_sql_job, prober_job,
+    replicating,
 };
 use visitors_e2e::{
-    TestNamespace, cluster, events_of, job_completes, job_output, mariadb_job, run_job, sql_value, wait_for,
+    TestNamespace, cluster, create_backup_claim, events_of, job_completes, job_output, mariadb_job, mariadb_shell_job,
+    restore_finished, run_job, sql_value, wait_for,
 };
 
 const APP: &str = "ha";
@@ -148,6 +157,46 @@ async fn a_replicated_mysql_loses_no_acknowledged_write_through_deletion_freeze_
     assert!(events_of(&client, &ns, APP).await.iter().any(|e| e.reason.as_deref() == Some("SwitchoverRefused")));
     assert_eq!(site.primary().await, target, "nothing moved");
 
+    // 5. A new image: the replicas first, one switchover, the old primary last; no failover.
+    let before = site.primary().await;
+    let failover_before = site.last_failover().await;
+    let image = format!("docker.io/library/{MARIADB_IMAGE}");
+    site.apps
+        .patch(APP, &PatchParams::default(), &Patch::Merge(json!({"spec": {"mysql": {"image": image}}})))
+        .await
+        .expect("change the MySQL image");
+    let updated = wait_for("every MySQL pod to run the new image, replicating", || async {
+        let pods = site.mysql_pods().await;
+        let images: Vec<Option<String>> =
+            pods.iter().map(|p| p.spec.as_ref().map(|s| s.containers[0].image.clone().unwrap_or_default())).collect();
+        if images.iter().any(|i| i.as_deref() != Some(image.as_str())) {
+            return Err(format!("images {images:?}"));
+        }
+        let replication = replicating(&site.apps, APP, SERVERS - 1).await?;
+        Ok((pods, replication))
+    })
+    .await;
+    let (pods, replication) = updated;
+    let handed_over = replication.last_switchover.clone().expect("a switchover");
+    assert_eq!(
+        (handed_over.reason.as_str(), handed_over.from.as_deref()),
+        ("RollingUpdate", Some(before.as_str())),
+        "{handed_over:?}"
+    );
+    assert_eq!(replication.last_failover, failover_before, "a rolling update makes no failover");
+    let started = |pod: &Pod| pod.metadata.creation_timestamp.clone().expect("a creation time").0;
+    let old_primary =
+        pods.iter().find(|p| p.metadata.name.as_deref() == Some(before.as_str())).expect("the old primary");
+    for replica in pods.iter().filter(|p| p.metadata.name.as_deref() != Some(before.as_str())) {
+        let name = replica.metadata.name.clone().unwrap_or_default();
+        assert!(started(replica) <= handed_over.time.0, "replica {name} restarted after the switchover");
+    }
+    assert!(handed_over.time.0 <= started(old_primary), "the primary restarted before it was handed over");
+    eprintln!(
+        "rolling update: switchover {before} -> {:?}, write gap {:?} s",
+        handed_over.to, handed_over.write_gap_seconds
+    );
+
     // Nothing lost: every acknowledged row is on the primary, every replica equals it.
     let written = site.stop_writer(&writer).await;
     eprintln!(
@@ -181,4 +230,116 @@ fn ordinal(pod: &str) -> String {
 
 fn rand_suffix() -> u32 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos()
+}
+
+const DATA_APP: &str = "hadata";
+const CLAIM: &str = "backups";
+const SCHEDULE: &str = "minutely";
+
+/// The second app of issue 29's scenarios, side by side with the first:
+///
+/// 7. a replica's pod and volume lost: the new empty server is seeded from the other replica
+///    (an Event `Seeding` names it), never from the primary, and ends equal to the primary;
+/// 8. a schedule with `pointInTime`: its run reads a replica (`status.takenFrom`); rows written
+///    one a second through the primary Service while the primary's pod is deleted; the archive
+///    follows the new primary with no gap, and a restore to a second after the failover, from
+///    the run taken before it, holds exactly the rows committed up to that second;
+/// 9. after that restore into the replicated app, every replica equals the primary.
+#[tokio::test]
+#[ignore = "needs a cluster with visitors-operator installed (e2e/run.sh)"]
+async fn a_lost_replica_is_reseeded_from_a_replica_and_a_restore_to_a_second_crosses_a_failover() {
+    let client = cluster().await;
+    let namespace = TestNamespace::create(&client, "ha-data").await;
+    let ns = namespace.name.clone();
+    eprintln!("namespace {ns}");
+    let mut site = Site::new(&client, &ns, DATA_APP, SERVERS);
+    create_replicated_app(&site.apps, DATA_APP, SERVERS).await;
+    create_backup_claim(&client, &ns, CLAIM).await;
+    let table = "CREATE TABLE visitors.ticks (id INT PRIMARY KEY, written_at DATETIME NOT NULL)";
+    run_job(&client, &ns, "table", mariadb_job(DATA_APP, &ns, "table", table)).await;
+
+    // 7. A replica's volume lost: seeded from the other replica.
+    let primary = site.primary().await;
+    let lost = (0..SERVERS).rev().map(|i| format!("{DATA_APP}-mysql-{i}")).find(|pod| *pod != primary).unwrap();
+    site.lose_volume(&lost).await;
+    site.healthy().await;
+    let seeded = wait_for("an Event naming the seeding", || async {
+        let events = events_of(&client, &ns, DATA_APP).await;
+        let note = events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("Seeding"))
+            .filter_map(|e| e.note.clone())
+            .find(|note| note.starts_with(&format!("MySQL server {lost} ")));
+        note.ok_or_else(|| "no Seeding Event yet".to_string())
+    })
+    .await;
+    assert!(seeded.contains("from replica") && !seeded.contains(&format!("from replica {primary}")), "{seeded}");
+    site.replicas_hold_what_the_primary_holds("ticks").await;
+
+    // The replicas' binary logs rotated, twice: their files and positions no longer match the
+    // primary's, as on any server that restarted or was seeded. A run read from a replica, and
+    // an archive that goes on on another server, are then found by GTID, not by position.
+    let primary = site.primary().await;
+    for replica in (0..SERVERS).map(|i| format!("{DATA_APP}-mysql-{i}")).filter(|pod| *pod != primary) {
+        site.execute(&replica, "FLUSH BINARY LOGS; FLUSH BINARY LOGS").await;
+    }
+
+    // 8. A run from a replica, then rows every second across a failover.
+    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
+    let schedule: MySQLBackup = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": SCHEDULE},
+        "spec": {"source": {"visitorsApp": DATA_APP}, "storage": {"persistentVolumeClaim": {"claimName": CLAIM}},
+                 "schedule": {"cron": "* * * * *"}, "pointInTime": {"flushSeconds": 2}},
+    }))
+    .unwrap();
+    backups.create(&PostParams::default(), &schedule).await.expect("create the schedule");
+    let ticks = r#"for i in $(seq 1 60); do mariadb -h "$HOST" -uroot --connect-timeout=2 -e "INSERT INTO visitors.ticks VALUES ($i, NOW())" 2>/dev/null; sleep 1; done; echo done > /dev/termination-log"#;
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
+    let writer = serde_json::from_value(mariadb_shell_job(DATA_APP, &ns, "ticks", ticks, &[])).unwrap();
+    jobs.create(&PostParams::default(), &writer).await.expect("start the ticks");
+    let (base, _) = archive::a_successful_run(&backups, SCHEDULE).await;
+    backups
+        .patch(SCHEDULE, &PatchParams::default(), &Patch::Merge(json!({"spec": {"schedule": {"suspend": true}}})))
+        .await
+        .expect("suspend the schedule: the restore starts from the run before the failover");
+    let base_status = backups.get(&base).await.expect("read the run").status.unwrap();
+    let taken_from = base_status.taken_from.clone().expect("the run names its server");
+    let primary = site.primary().await;
+    assert_eq!(taken_from.role, ServerRole::Replica, "{taken_from:?}");
+    assert_ne!(taken_from.pod, primary, "a replica, not the primary");
+    assert!(base_status.snapshot.and_then(|s| s.gtid).is_some(), "the run records its GTID position");
+    let before = site.last_failover().await;
+    site.pods.delete(&primary, &DeleteParams::default()).await.expect("delete the primary's pod");
+    let failover = site.failover_from(&primary, before.as_ref()).await;
+    let target = failover.time.0.as_second() + 3;
+    eprintln!("run {base} from {taken_from:?}; failed over {primary} -> {:?}; target {}", failover.to, rfc3339(target));
+    wait_for("the ticks to end", || async { job_output_when_ended(&client, &ns, "ticks").await.map(drop) }).await;
+    let expect = format!(
+        "CREATE DATABASE e2e_expect; CREATE TABLE e2e_expect.rows AS SELECT * FROM visitors.ticks WHERE UNIX_TIMESTAMP(written_at) <= {target}"
+    );
+    run_job(&client, &ns, "expect", mariadb_job(DATA_APP, &ns, "expect", &expect)).await;
+    archive::archived_until(&backups, SCHEDULE, target).await;
+    let restores: Api<MySQLRestore> = Api::namespaced(client.clone(), &ns);
+    let restore: MySQLRestore = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "MySQLRestore", "metadata": {"name": "after-failover"},
+        "spec": {"source": {"pointInTime": {"backup": SCHEDULE, "targetTime": rfc3339(target)}},
+                 "target": {"visitorsApp": DATA_APP}},
+    }))
+    .unwrap();
+    restores.create(&PostParams::default(), &restore).await.expect("create the restore");
+    let restored = restore_finished(&restores, "after-failover").await.status.unwrap_or_default();
+    assert_eq!(restored.phase, Some(RestorePhase::Succeeded), "{:?} {:?}", restored.error, restored.conditions);
+    assert_eq!(restored.backup_name.as_deref(), Some(base.as_str()), "the run taken before the failover");
+    let same_rows = "(SELECT COUNT(*) FROM visitors.ticks) = (SELECT COUNT(*) FROM e2e_expect.rows) \
+         AND NOT EXISTS (SELECT 1 FROM visitors.ticks t LEFT JOIN e2e_expect.rows e \
+         ON e.id = t.id AND e.written_at = t.written_at WHERE e.id IS NULL)";
+    let check = format!("SELECT IF({same_rows}, 'holds', (SELECT 1 UNION SELECT 2)) AS checked");
+    run_job(&client, &ns, "row-by-row", mariadb_job(DATA_APP, &ns, "row-by-row", &check)).await;
+    let archive = backups.get(SCHEDULE).await.unwrap().status.and_then(|s| s.point_in_time).unwrap_or_default();
+    assert!(archive.gaps.is_empty(), "the failover made a gap in the archive: {:?}", archive.gaps);
+
+    // 9. Every replica equals the primary after the restore.
+    site.healthy().await;
+    site.replicas_hold_what_the_primary_holds("ticks").await;
+    namespace.delete().await;
 }

@@ -14,14 +14,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use visitors_agent_contract::summary::Operation;
-use visitors_api::backup::BackupPhase;
+use visitors_api::backup::{BackupPhase, TakenFrom};
 use visitors_api::conditions::reason;
 use visitors_api::{InvalidSpec, MySQLBackup, MySQLBackupStatus};
 
 use crate::build::backup_path;
-use crate::build::job::{backup_job, job_name};
+use crate::build::job::{backup_job, job_name, taken_from};
 use crate::context::{Context, Error};
 use crate::metrics::SourceLabels;
+use crate::source::{self, Source};
 use crate::{status, validate};
 
 /// How soon a run that succeeded looks again, to start the drill it owes.
@@ -57,17 +58,19 @@ impl BackupRun<'_> {
     }
 
     /// Everything the Job needs that the run does not hold: the app, its credentials Secret,
-    /// the storage's Secret or claim, then the database lock. Returns how the Job reaches the
-    /// database.
-    async fn resolve(&self) -> Result<Step<DatabaseAccess>, ApiError> {
+    /// the server to read, the storage's Secret or claim, then the database lock. Returns how
+    /// the Job reaches the database, and which server it reads.
+    async fn resolve(&self) -> Result<Step<(DatabaseAccess, Source)>, ApiError> {
         let access = ready!(self.op.app_access("spec.source.visitorsApp").await?);
+        let from = self.backup.spec.source.reads_from();
+        let source = ready!(source::choose(from, self.op.app, self.op.namespace, &access.servers));
         if let Some(encryption) = &self.backup.spec.encryption {
             let field = "spec.encryption";
             ready!(self.op.encryption_keys_ready(&encryption.key_secret, Some(&encryption.key_id), field).await?);
         }
         let claim_field = "spec.storage.persistentVolumeClaim.claimName";
         ready!(self.op.storage_ready(&self.backup.spec.storage, claim_field).await?);
-        Ok(self.op.take_lock().await?.map(|()| access))
+        Ok(self.op.take_lock().await?.map(|()| (access, source)))
     }
 
     /// A run whose Job cannot start: it waits and says for what, or, blocked, it fails.
@@ -154,14 +157,17 @@ impl JobSteps for BackupRun<'_> {
     type Error = Error;
 
     async fn start(&self, job_name: &str) -> Result<Action, Error> {
-        let access = match self.resolve().await? {
-            Step::Ready(access) => access,
+        let (access, source) = match self.resolve().await? {
+            Step::Ready(resolved) => resolved,
             stopped => return self.stopped(stopped).await,
         };
-        let job = backup_job(self.backup, &self.ctx.settings.inputs(), &access);
-        let note = format!("Job {job_name} backs up VisitorsApp {} to {}", self.op.app, self.location());
+        let job = backup_job(self.backup, &self.ctx.settings.inputs(), &access, &source);
+        let TakenFrom { pod, role } = &source.taken_from;
+        let note =
+            format!("Job {job_name} backs up VisitorsApp {} from {pod} ({role:?}) to {}", self.op.app, self.location());
         self.op.create_job(&job, note).await?;
-        self.publish(status::running(self.backup, job_name, self.location(), None, now())).await?;
+        let running = status::running(self.backup, job_name, self.location(), None, Some(source.taken_from), now());
+        self.publish(running).await?;
         // The Job watch wakes the run when the Job changes, ends or disappears.
         Ok(self.ctx.runtime.watching(self.backup))
     }
@@ -176,7 +182,8 @@ impl JobSteps for BackupRun<'_> {
             Some(end) => self.finish(&job_name, encrypted_as_asked(self.backup, end)).await,
             None => {
                 let started = controller_common::agent_job::started_at(job);
-                self.publish(status::running(self.backup, &job_name, self.location(), started, now())).await?;
+                let running = status::running(self.backup, &job_name, self.location(), started, taken_from(job), now());
+                self.publish(running).await?;
                 Ok(self.ctx.runtime.watching(self.backup))
             }
         }

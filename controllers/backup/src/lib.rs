@@ -18,6 +18,7 @@ pub mod reconcile;
 pub mod retention;
 pub mod schedule;
 pub mod schedule_drills;
+pub mod source;
 pub mod status;
 pub mod timing;
 pub mod validate;

@@ -7,7 +7,7 @@ use controller_common::status::{Update, seconds_between, status_count, summary_c
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use visitors_agent_contract::summary::AgentSummary;
 use visitors_api::InvalidSpec;
-use visitors_api::backup::{MySQLBackup, MySQLBackupStatus, condition};
+use visitors_api::backup::{MySQLBackup, MySQLBackupStatus, TakenFrom, condition};
 use visitors_api::conditions::{self, Desired, READY, REASON_INVALID_SPEC, Status};
 use visitors_api::drill::{DEFECT_ERROR_KINDS, DrillPhase, DrillStatus, reason as drill_reason};
 use visitors_api::point_in_time::SnapshotPosition;
@@ -44,10 +44,14 @@ pub fn running(
     job: &str,
     location: String,
     started: Option<Time>,
+    taken_from: Option<TakenFrom>,
     now: Time,
 ) -> MySQLBackupStatus {
     let mut update = Update::of(backup, now);
     update.status.location = Some(location);
+    if taken_from.is_some() {
+        update.status.taken_from = taken_from;
+    }
     update.started(job, started).running(job);
     update.done()
 }
@@ -256,8 +260,12 @@ mod tests {
     fn failure_keeps_the_reason_and_never_looks_successful() {
         let end = JobEnd::Failed { reason: "DeadlineExceeded", message: "too slow".into(), summary: None };
         let mut backup = run();
-        backup.status = Some(running(&backup, "b1-backup", "pvc://backups/x".into(), Some(at(1_000)), at(1_000)));
+        let replica = TakenFrom { pod: "ex-mysql-2".into(), role: visitors_api::backup::ServerRole::Replica };
+        let started =
+            running(&backup, "b1-backup", "pvc://backups/x".into(), Some(at(1_000)), Some(replica.clone()), at(1_000));
+        backup.status = Some(started);
         let status = finished(&backup, "b1-backup", &end, "pvc://backups/x".into(), at(1_090));
+        assert_eq!(status.taken_from, Some(replica), "the server read stays named");
         assert_eq!(status.phase, Some(BackupPhase::Failed));
         assert_eq!(status.error.as_deref(), Some("too slow"));
         assert_eq!(status.manifest_sha256, None);

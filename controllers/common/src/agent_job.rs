@@ -15,10 +15,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use visitors_agent_contract::command::{AgentCli, ArchiverCli, Command};
 use visitors_agent_contract::env as agent_env;
 use visitors_agent_contract::summary::{AgentSummary, MAX_SUMMARY_BYTES, Operation, TERMINATION_MESSAGE_PATH};
+use visitors_api::VisitorsApp;
 use visitors_api::conditions::reason;
 use visitors_api::labels::names;
 use visitors_api::storage::{BackupStorage, S3Storage, VOLUME_MOUNT};
-use visitors_api::visitors_app::{MYSQL_PORT, secret_keys, tls_keys};
+use visitors_api::visitors_app::{MYSQL_PORT, MemberRole, secret_keys, tls_keys};
 
 /// The agent binary inside the image; Jobs name it explicitly instead of relying on an
 /// entrypoint.
@@ -266,11 +267,48 @@ impl AgentJob {
     }
 }
 
-/// How an agent Job reaches its MySQL: the Secret of the root password, and TLS.
+/// How an agent Job reaches its MySQL: the Secret of the root password, and TLS; and the
+/// app's servers, for a Job that may read a replica.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DatabaseAccess {
     pub credentials_secret: String,
     pub tls: ServerTls,
+    pub servers: MysqlServers,
+}
+
+/// An app's MySQL servers, as its status reported them when the access was read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MysqlServers {
+    /// `spec.mysql.replicas`: more than 1 is a primary and replicas.
+    pub wanted: i32,
+    /// The primary's pod, once a replicated app recorded one.
+    pub primary: Option<String>,
+    /// The pods that replicate from the primary, with their lag in seconds when known.
+    pub replicas: Vec<(String, Option<i64>)>,
+}
+
+impl MysqlServers {
+    pub fn of(app: &VisitorsApp) -> Self {
+        let replication = app.status.as_ref().and_then(|s| s.replication.as_ref());
+        let replicas = replication
+            .map(|r| {
+                r.members
+                    .iter()
+                    .filter(|m| m.role == MemberRole::Replica)
+                    .map(|m| (m.name.clone(), m.lag_seconds))
+                    .collect()
+            })
+            .unwrap_or_default();
+        MysqlServers {
+            wanted: app.spec.mysql_replicas(),
+            primary: replication.and_then(|r| r.primary.clone()),
+            replicas,
+        }
+    }
+
+    pub fn replicated(&self) -> bool {
+        self.wanted > 1
+    }
 }
 
 /// Whether the agent must use TLS, and what it verifies the server with.

@@ -21,7 +21,7 @@ use visitors_api::operation::{OperationKind, OperationStatus};
 use visitors_api::storage::BackupStorage;
 use visitors_api::visitors_app::{TlsMode, secret_keys};
 
-use crate::agent_job::{self, AgentInputs, DatabaseAccess, JobEnd, JobState, ServerTls};
+use crate::agent_job::{self, AgentInputs, DatabaseAccess, JobEnd, JobState, MysqlServers, ServerTls};
 use crate::error::{ApiError, api_err};
 use crate::kind::NamespacedKind;
 use crate::lock::{Acquired, DatabaseLock, Holder, HolderKind, REASON_WAITING_FOR_LOCK};
@@ -127,7 +127,8 @@ where
         let check = self
             .secret_has_keys(&secret, &[secret_keys::ROOT_PASSWORD], reason::WAITING_FOR_CREDENTIALS_SECRET)
             .await?;
-        Ok(check.map(|()| DatabaseAccess { credentials_secret: secret, tls }))
+        let servers = MysqlServers::of(&app);
+        Ok(check.map(|()| DatabaseAccess { credentials_secret: secret, tls, servers }))
     }
 
     /// The storage's Secret holds its keys, or its claim exists. `claim_field` says where the

@@ -33,7 +33,7 @@ pub struct Context {
     /// app's pace.
     pub hold: Hold,
     /// What the replication step remembers of each replicated app between looks.
-    pub replication: crate::replication::Memory,
+    pub replication: crate::replication::memory::Memory,
     /// How the replicated apps' servers replicate, for `/metrics`.
     pub metrics: crate::metrics::ReplicationMetrics,
 }

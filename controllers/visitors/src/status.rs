@@ -21,7 +21,8 @@ use visitors_api::{VisitorsApp, VisitorsAppStatus};
 
 use crate::build::mysql::client_host;
 use crate::build::tls::ServingTls;
-use crate::replication::{Report, decide};
+use crate::replication::decide;
+use crate::replication::report::Report;
 
 /// What a workload's own status says.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -45,7 +46,11 @@ impl Workload {
         let status = sts.status.clone().unwrap_or_default();
         let spec = sts.spec.as_ref();
         let seen = status.observed_generation.unwrap_or(0) >= sts.metadata.generation.unwrap_or(0);
-        let one_revision = status.current_revision.is_none() || status.current_revision == status.update_revision;
+        // Under `OnDelete` the StatefulSet controller never moves `currentRevision`: the pods
+        // at the update revision (`updatedReplicas`) say how far an update went.
+        let on_delete = spec.and_then(|s| s.update_strategy.as_ref()?.type_.as_deref()) == Some("OnDelete");
+        let one_revision =
+            on_delete || status.current_revision.is_none() || status.current_revision == status.update_revision;
         Self {
             desired: spec.and_then(|s| s.replicas).unwrap_or(1),
             ready: status.ready_replicas.unwrap_or(0),
@@ -140,7 +145,7 @@ pub struct Observed {
     /// The TLS MySQL serves; `None` for plain text.
     pub tls: Option<ServingTls>,
     /// How a replicated app's MySQL servers stand; `None` for a single server.
-    pub replication: Option<crate::replication::Report>,
+    pub replication: Option<Report>,
 }
 
 impl Observed {
@@ -205,6 +210,7 @@ fn replication_status(app: &VisitorsApp, status: &mut VisitorsAppStatus, report:
         members: report.members.clone(),
         last_failover: report.failover.clone().or(previous.last_failover),
         last_switchover: report.switchover.clone().or(previous.last_switchover),
+        answered_switchover_request: report.answered_request.clone().or(previous.answered_switchover_request),
     });
     let primary = report.primary.as_deref().unwrap_or("none yet");
     let replicating = match &report.problem {
@@ -626,5 +632,30 @@ mod tests {
         assert_eq!(workload.image.as_deref(), Some("jdob/visitors-service:1.0.0"));
         deployment.metadata.generation = Some(3);
         assert!(!Workload::from_deployment(&deployment).rolled_out());
+    }
+
+    #[test]
+    fn a_statefulset_updated_on_delete_is_rolled_out_once_every_pod_is_at_the_update_revision() {
+        use k8s_openapi::api::apps::v1::StatefulSetStatus;
+        use visitors_api::visitors_app::MysqlSpec;
+        let mut app = book_app();
+        app.spec.mysql = Some(MysqlSpec { replicas: Some(3), ..MysqlSpec::default() });
+        let mut sts = crate::build::mysql::statefulset(&app, "c", Default::default(), None);
+        sts.metadata.generation = Some(2);
+        let status = |updated| StatefulSetStatus {
+            observed_generation: Some(2),
+            replicas: 3,
+            ready_replicas: Some(3),
+            available_replicas: Some(3),
+            updated_replicas: Some(updated),
+            // `OnDelete`: the StatefulSet controller never moves it.
+            current_revision: Some("ex-mysql-old".into()),
+            update_revision: Some("ex-mysql-new".into()),
+            ..StatefulSetStatus::default()
+        };
+        sts.status = Some(status(2));
+        assert!(!Workload::from_statefulset(&sts).rolled_out(), "one pod is not updated yet");
+        sts.status = Some(status(3));
+        assert!(Workload::from_statefulset(&sts).rolled_out());
     }
 }

@@ -54,17 +54,17 @@ async fn read(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<Option<
         return Ok(Step::Ready(None));
     }
     let name = &valid.tls.name;
-    let host = build::mysql::client_host(scope.app);
+    let hosts = build::mysql::verified_hosts(scope.app);
     let now = jiff::Timestamp::now();
     let found = scope.api::<Secret>().get_opt(name).await.map_err(api_err(format!("reading Secret {name}")))?;
     if !valid.tls.generated {
-        return Ok(checked(validate::tls_secret(name, found.as_ref(), &host, now)));
+        return Ok(checked(validate::tls_secret(name, found.as_ref(), &hosts, now)));
     }
     if let Some(secret) = &found {
         if !validate::is_generated_for(&scope.name, secret) {
             return Ok(Invalid::ForeignTlsSecret { name: name.clone() }.into());
         }
-        if let Ok(tls) = validate::tls_secret(name, Some(secret), &host, now)
+        if let Ok(tls) = validate::tls_secret(name, Some(secret), &hosts, now)
             && !certificates::due_for_renewal(tls.not_after, now)
         {
             return Ok(Step::Ready(Some(tls)));
@@ -96,7 +96,7 @@ async fn issue_server_certificate(scope: &AppScope<'_>, renewal: bool) -> Result
     apply(&scope.api::<Secret>(), &scope.runtime().field_manager, &desired)
         .await
         .map_err(api_err(format!("writing Secret {name}")))?;
-    let tls = validate::tls_secret(&name, Some(&desired), &build::mysql::client_host(scope.app), now);
+    let tls = validate::tls_secret(&name, Some(&desired), &build::mysql::verified_hosts(scope.app), now);
     // A first certificate is progress, in the status only (an Event per new app is thousands
     // of writes at scale); a renewal restarts MySQL and is told.
     if let Ok(tls) = &tls

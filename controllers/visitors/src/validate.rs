@@ -84,7 +84,7 @@ pub enum Invalid {
     #[error("the certificate (tls.crt) in Secret {name:?} cannot be read: {problem}")]
     TlsCertificateUnreadable { name: String, problem: String },
     #[error(
-        "the certificate (tls.crt) in Secret {name:?} does not name {host}, the host clients verify it for; add {host} to its DNS names"
+        "the certificate (tls.crt) in Secret {name:?} does not name {host}, a host clients verify it for; add {host} to its DNS names (with replicas, each server's name: a wildcard *.<app>-mysql-headless.<namespace>.svc covers them)"
     )]
     TlsCertificateWrongName { name: String, host: String },
     #[error("the certificate (tls.crt) in Secret {name:?} expired at {not_after}; renew it")]
@@ -149,12 +149,12 @@ pub fn user_secret(name: &str, secret: Option<&Secret>) -> Result<(), Invalid> {
 }
 
 /// Checks a TLS Secret (the user's, or a generated one read back) and reads what MySQL's
-/// clients need from it: the certificate must be readable, unexpired at `now` and name
-/// `host`, the Service clients verify it for.
+/// clients need from it: the certificate must be readable, unexpired at `now` and name every
+/// one of `hosts`, the names clients verify it for.
 pub fn tls_secret(
     name: &str,
     secret: Option<&Secret>,
-    host: &str,
+    hosts: &[String],
     now: jiff::Timestamp,
 ) -> Result<ServingTls, Invalid> {
     let Some(secret) = secret else {
@@ -172,7 +172,7 @@ pub fn tls_secret(
     if facts.not_after <= now {
         return Err(Invalid::TlsCertificateExpired { name: name.to_string(), not_after: facts.not_after.to_string() });
     }
-    if !facts.serves(host) {
+    if let Some(host) = hosts.iter().find(|host| !facts.serves(host)) {
         return Err(Invalid::TlsCertificateWrongName { name: name.to_string(), host: host.to_string() });
     }
     Ok(ServingTls {
@@ -231,11 +231,11 @@ mod tests {
 
         use super::*;
 
-        fn now() -> jiff::Timestamp {
+        pub fn now() -> jiff::Timestamp {
             "2026-11-26T10:00:00Z".parse().unwrap()
         }
 
-        fn certificate_for(names: &[&str]) -> Secret {
+        pub fn certificate_for(names: &[&str]) -> Secret {
             let ca = new_authority("CA", now()).unwrap();
             let names: Vec<String> = names.iter().map(ToString::to_string).collect();
             let server = issue_server(&ca, "mysql", &names, now(), SERVER_VALIDITY).unwrap();
@@ -249,17 +249,17 @@ mod tests {
         #[test]
         fn a_certificate_for_the_service_is_served_with_its_ca() {
             let s = certificate_for(&["ex-mysql.shop.svc"]);
-            let tls = tls_secret("mine", Some(&s), "ex-mysql.shop.svc", now()).unwrap();
+            let tls = tls_secret("mine", Some(&s), &["ex-mysql.shop.svc".into()], now()).unwrap();
             assert_eq!(tls.ca_pem, secret_value(&s, "ca.crt").unwrap());
             assert_eq!(tls.not_after, now().checked_add(SERVER_VALIDITY).unwrap());
             let other = certificate_for(&["ex-mysql.shop.svc"]);
-            let renewed = tls_secret("mine", Some(&other), "ex-mysql.shop.svc", now()).unwrap();
+            let renewed = tls_secret("mine", Some(&other), &["ex-mysql.shop.svc".into()], now()).unwrap();
             assert_ne!(tls.server_fingerprint, renewed.server_fingerprint, "a new certificate rolls MySQL");
         }
 
         #[test]
         fn each_unusable_secret_gets_its_own_error() {
-            let host = "ex-mysql.shop.svc";
+            let host = &["ex-mysql.shop.svc".to_string()];
             assert!(matches!(tls_secret("m", None, host, now()), Err(Invalid::TlsSecretMissing { .. })));
             let partial = secret(&[("tls.crt", "x")]);
             assert_eq!(
@@ -276,9 +276,27 @@ mod tests {
             assert!(matches!(error, Invalid::TlsCertificateWrongName { .. }));
             assert_eq!(error.reason(), "InvalidTLSSecret");
             let later = now().checked_add(SERVER_VALIDITY).unwrap();
-            let right = certificate_for(&[host]);
+            let right = certificate_for(&["ex-mysql.shop.svc"]);
             assert!(matches!(tls_secret("m", Some(&right), host, later), Err(Invalid::TlsCertificateExpired { .. })));
         }
+    }
+
+    #[test]
+    fn a_replicated_apps_certificate_must_name_each_server_too() {
+        use crate::build::mysql::verified_hosts;
+        use visitors_api::visitors_app::MysqlSpec;
+        let mut app = crate::build::fixtures::book_app();
+        app.spec.mysql = Some(MysqlSpec { replicas: Some(2), ..MysqlSpec::default() });
+        let hosts = verified_hosts(&app);
+        assert_eq!(
+            hosts,
+            ["ex-mysql.shop.svc", "ex-mysql-0.ex-mysql-headless.shop.svc", "ex-mysql-1.ex-mysql-headless.shop.svc"]
+        );
+        let service_only = tls::certificate_for(&["ex-mysql.shop.svc"]);
+        let error = tls_secret("m", Some(&service_only), &hosts, tls::now()).unwrap_err();
+        assert!(error.to_string().contains("does not name ex-mysql-0.ex-mysql-headless.shop.svc"), "{error}");
+        let with_wildcard = tls::certificate_for(&["ex-mysql.shop.svc", "*.ex-mysql-headless.shop.svc"]);
+        assert!(tls_secret("m", Some(&with_wildcard), &hosts, tls::now()).is_ok());
     }
 
     #[test]

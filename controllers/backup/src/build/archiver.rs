@@ -218,6 +218,7 @@ mod tests {
                 ca_secret: "ex-mysql-tls".into(),
                 check_name: true,
             },
+            servers: Default::default(),
         }
     }
 

@@ -98,6 +98,7 @@ pub fn database_access(run: &MySQLBackup) -> DatabaseAccess {
     DatabaseAccess {
         credentials_secret: secret_name(run),
         tls: ServerTls::Verified { ca_secret: secret_name(run), check_name: false },
+        servers: Default::default(),
     }
 }
 

@@ -1,16 +1,20 @@
-//! The Job that runs one backup: `visitors-agent backup --to <location>` against the app's
-//! MySQL Service, as root, with every credential from a Secret reference.
+//! The Job that runs one backup: `visitors-agent backup --to <location>` against the MySQL
+//! server the run reads (the app's client Service, or a replica's own name), as root, with
+//! every credential from a Secret reference.
+
+use std::collections::BTreeMap;
 
 use controller_common::agent_job::{AgentInputs, AgentJob, DatabaseAccess, KEYS_MOUNT, KEYS_VOLUME, StorageAccess};
 use k8s_openapi::api::batch::v1::Job;
 use kube::{Resource, ResourceExt};
 use visitors_agent_contract::command::{BackupArgs, Command, Compression, DeleteArgs, EncryptArgs};
 use visitors_api::MySQLBackup;
-use visitors_api::backup::Compression as SpecCompression;
+use visitors_api::backup::{Compression as SpecCompression, ServerRole, TakenFrom};
 use visitors_api::encryption::BackupEncryption;
 use visitors_api::labels::names;
 
 use super::{backup_path, run_labels};
+use crate::source::Source;
 
 /// The Job's name: derived from the run, so a repeated reconcile finds it instead of starting a
 /// second one.
@@ -68,14 +72,18 @@ fn compression(compression: SpecCompression) -> Compression {
     }
 }
 
-/// The Job of run `backup`, connecting to the app's MySQL as `access` says.
-pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseAccess) -> Job {
+/// Annotations of a backup Job naming the server it reads (`status.takenFrom`).
+pub const TAKEN_FROM_POD: &str = "example.com/taken-from-pod";
+pub const TAKEN_FROM_ROLE: &str = "example.com/taken-from-role";
+
+/// The Job of run `backup`, reading the server `source` names, as `access` says.
+pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseAccess, source: &Source) -> Job {
     let namespace = backup.namespace().unwrap_or_default();
     let agent = AgentJob::of(inputs, backup_command(backup))
-        .with_database(&backup.spec.source.visitors_app, &namespace, access)
+        .with_server(&source.host, access)
         .with_storage(&backup.spec.storage, StorageAccess::ReadWrite);
     let agent = with_encryption_key(agent, backup.spec.encryption.as_ref(), None);
-    AgentJob {
+    let mut job = AgentJob {
         name: job_name(backup),
         namespace: namespace.clone(),
         labels: run_labels(backup),
@@ -84,7 +92,26 @@ pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseA
         resources: backup.spec.resources.clone(),
         ..agent
     }
-    .build()
+    .build();
+    let role = match source.taken_from.role {
+        ServerRole::Primary => "Primary",
+        ServerRole::Replica => "Replica",
+    };
+    job.metadata.annotations = Some(BTreeMap::from([
+        (TAKEN_FROM_POD.to_string(), source.taken_from.pod.clone()),
+        (TAKEN_FROM_ROLE.to_string(), role.to_string()),
+    ]));
+    job
+}
+
+/// The server a backup Job reads, as its annotations name it.
+pub fn taken_from(job: &Job) -> Option<TakenFrom> {
+    let annotations = job.metadata.annotations.as_ref()?;
+    let role = match annotations.get(TAKEN_FROM_ROLE)?.as_str() {
+        "Replica" => ServerRole::Replica,
+        _ => ServerRole::Primary,
+    };
+    Some(TakenFrom { pod: annotations.get(TAKEN_FROM_POD)?.clone(), role })
 }
 
 /// The name of the Job that deletes the run's stored backup (`deletionPolicy: Delete`).
@@ -121,7 +148,29 @@ mod tests {
         DatabaseAccess {
             credentials_secret: "ex-mysql-credentials".into(),
             tls: controller_common::agent_job::ServerTls::Disabled,
+            servers: Default::default(),
         }
+    }
+
+    /// The app's one server, as `source::choose` names it.
+    fn primary() -> Source {
+        let servers = controller_common::agent_job::MysqlServers { wanted: 1, ..Default::default() };
+        crate::source::choose(Default::default(), "ex", "shop", &servers).into_ready::<()>().expect("the server")
+    }
+
+    #[test]
+    fn a_backup_of_a_replica_reads_it_by_its_own_name_and_says_so() {
+        let servers = controller_common::agent_job::MysqlServers {
+            wanted: 3,
+            primary: Some("ex-mysql-0".into()),
+            replicas: vec![("ex-mysql-1".into(), Some(0))],
+        };
+        let replica = crate::source::choose(Default::default(), "ex", "shop", &servers).into_ready::<()>().unwrap();
+        let job = backup_job(&run(), &inputs(), &credentials(), &replica);
+        assert_eq!(env_value(container(&job), "MYSQL_HOST"), Some("ex-mysql-1.ex-mysql-headless.shop.svc"));
+        assert_eq!(taken_from(&job), Some(TakenFrom { pod: "ex-mysql-1".into(), role: ServerRole::Replica }));
+        let single = backup_job(&run(), &inputs(), &credentials(), &primary());
+        assert_eq!(taken_from(&single), Some(TakenFrom { pod: "ex-mysql-0".into(), role: ServerRole::Primary }));
     }
 
     fn inputs() -> AgentInputs {
@@ -151,7 +200,7 @@ mod tests {
     fn pvc_backup_job() {
         let mut run = run();
         run.spec.resources = serde_json::from_value(serde_json::json!({"limits": {"memory": "512Mi"}})).unwrap();
-        let job = backup_job(&run, &inputs(), &credentials());
+        let job = backup_job(&run, &inputs(), &credentials(), &primary());
         assert_eq!(job.metadata.name.as_deref(), Some("b1-backup"));
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("MySQLBackup", "b1", Some(true)));
@@ -181,8 +230,12 @@ mod tests {
 
     #[test]
     fn s3_backup_job_reads_keys_from_the_secret() {
-        let job =
-            backup_job(&s3_run(), &AgentInputs { traceparent: None, otlp_endpoint: None, ..inputs() }, &credentials());
+        let job = backup_job(
+            &s3_run(),
+            &AgentInputs { traceparent: None, otlp_endpoint: None, ..inputs() },
+            &credentials(),
+            &primary(),
+        );
         let container = container(&job);
         let args = container.args.as_ref().unwrap().join(" ");
         assert!(args.contains("--to s3://backups/prod/shop/ex/b1"), "{args}");
@@ -216,7 +269,13 @@ mod tests {
         let pod = spec.template.spec.as_ref().unwrap();
         assert_eq!(
             pod.security_context,
-            backup_job(&run(), &inputs(), &credentials()).spec.unwrap().template.spec.unwrap().security_context
+            backup_job(&run(), &inputs(), &credentials(), &primary())
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap()
+                .security_context
         );
         let volume = pod.volumes.as_ref().unwrap().iter().find(|v| v.name == "backup").unwrap();
         assert_eq!(volume.persistent_volume_claim.as_ref().unwrap().claim_name, "backups");
@@ -235,7 +294,7 @@ mod tests {
         use visitors_api::encryption::BackupEncryption;
         let mut encrypted = run();
         encrypted.spec.encryption = Some(BackupEncryption { key_secret: "backup-keys".into(), key_id: "k2".into() });
-        let job = backup_job(&encrypted, &inputs(), &credentials());
+        let job = backup_job(&encrypted, &inputs(), &credentials(), &primary());
         let args = container(&job).args.clone().unwrap().join(" ");
         assert!(args.contains("--encrypt-key-file /etc/visitors/backup-keys/k2 --encrypt-key-id k2"), "{args}");
         let pod = job.spec.unwrap().template.spec.unwrap();
@@ -264,7 +323,7 @@ mod tests {
         use controller_common::testing::agent_contract_of;
         use visitors_agent_contract::summary::TERMINATION_MESSAGE_PATH;
         for run in [run(), s3_run()] {
-            let backup = agent_contract_of(&backup_job(&run, &inputs(), &credentials()));
+            let backup = agent_contract_of(&backup_job(&run, &inputs(), &credentials(), &primary()));
             let delete = agent_contract_of(&delete_job(&run, &inputs()));
             let expected_delete =
                 Command::Delete(DeleteArgs { break_lock: true, ..DeleteArgs::of(agent_location(&run)) });

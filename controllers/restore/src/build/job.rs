@@ -112,6 +112,7 @@ mod tests {
         DatabaseAccess {
             credentials_secret: "ex-mysql-credentials".into(),
             tls: controller_common::agent_job::ServerTls::Disabled,
+            servers: Default::default(),
         }
     }
 

@@ -115,6 +115,22 @@ pub fn client_host(app: &VisitorsApp) -> String {
     format!("{}.{}.svc", names::mysql(&app.name_any()), app.namespace().unwrap_or_default())
 }
 
+/// Every name clients verify MySQL's certificate for: the client Service's, and, with
+/// replicas, each server's own (replicas reach their source by it, backups read a replica by
+/// it).
+pub fn verified_hosts(app: &VisitorsApp) -> Vec<String> {
+    let mut hosts = vec![client_host(app)];
+    if app.spec.replicated() {
+        let (name, namespace) = (app.name_any(), app.namespace().unwrap_or_default());
+        let headless = names::mysql_headless(&name);
+        hosts.extend(
+            (0..app.spec.mysql_replicas())
+                .map(|i| format!("{}.{headless}.{namespace}.svc", names::mysql_pod(&name, i))),
+        );
+    }
+    hosts
+}
+
 /// The StatefulSet. `existing_claim` is the data claim template of the StatefulSet already in
 /// the cluster: claim templates are immutable, so it is kept verbatim (a size change goes
 /// through [`claim_resize`]); rebuilding it would fail the apply as soon as anything in it
@@ -181,14 +197,21 @@ pub fn statefulset(app: &VisitorsApp, secret: &str, kept: Kept<'_>, tls: Option<
             },
             volume_claim_templates: Some(claims),
             persistent_volume_claim_retention_policy: Some(retention_policy(app.spec.deletion_policy())),
-            update_strategy: Some(StatefulSetUpdateStrategy {
-                type_: Some("RollingUpdate".to_string()),
-                ..StatefulSetUpdateStrategy::default()
-            }),
+            update_strategy: Some(update_strategy(replicated)),
             ..StatefulSetSpec::default()
         }),
         ..StatefulSet::default()
     }
+}
+
+/// One server restarts itself on a new template. The servers of a replicated app wait for the
+/// VisitorsApp controller, which restarts the replicas first, then hands the primary over and
+/// restarts the old one (`replication::decide`): a rolling update by the StatefulSet controller
+/// would restart the primary whenever its ordinal's turn came, a failover instead of a
+/// switchover.
+pub fn update_strategy(replicated: bool) -> StatefulSetUpdateStrategy {
+    let type_ = if replicated { "OnDelete" } else { "RollingUpdate" };
+    StatefulSetUpdateStrategy { type_: Some(type_.to_string()), ..StatefulSetUpdateStrategy::default() }
 }
 
 /// The StatefulSet controller deletes the claim with the StatefulSet only under `Delete`.

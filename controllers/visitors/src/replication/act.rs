@@ -95,6 +95,7 @@ fn statements(operation: &Operation, flavor: Flavor, access: &Access) -> Result<
         Operation::DisarmSemiSync { .. } => flavor.disarm_semi_sync(),
         Operation::OpenWrites { .. } => flavor.open_writes(),
         Operation::Restart { .. }
+        | Operation::Update { .. }
         | Operation::Extract { .. }
         | Operation::Reseed { .. }
         | Operation::ClearSeed { .. } => Vec::new(),
@@ -130,6 +131,7 @@ pub fn describe(operation: &Operation) -> (&str, &'static str) {
         Operation::DisarmSemiSync { member } => (member, "disarming semi-synchronous replication"),
         Operation::OpenWrites { member } => (member, "opening writes"),
         Operation::Restart { member } => (member, "restarting"),
+        Operation::Update { member } => (member, "restarting on the new pod template"),
         Operation::Extract { member, .. } => (member, "copying its transactions the primary lacks"),
         Operation::Reseed { member } => (member, "starting it again empty"),
         Operation::ClearSeed { member } => (member, "spending its seeding token"),
@@ -137,11 +139,20 @@ pub fn describe(operation: &Operation) -> (&str, &'static str) {
 }
 
 impl Operation {
+    /// The member this restarts on the new pod template, if it does.
+    pub fn updated_member(&self) -> Option<&str> {
+        match self {
+            Operation::Update { member } => Some(member),
+            _ => None,
+        }
+    }
+
     /// Whether it runs SQL on its server (the others act on its pod or a Job).
     pub fn is_sql(&self) -> bool {
         !matches!(
             self,
             Operation::Restart { .. }
+                | Operation::Update { .. }
                 | Operation::Extract { .. }
                 | Operation::Reseed { .. }
                 | Operation::ClearSeed { .. }

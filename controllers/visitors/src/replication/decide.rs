@@ -16,6 +16,9 @@
 //!   transaction the others hold, the former primary first among equals.
 //! - A switchover fences the primary, waits for the target to apply everything, then promotes
 //!   it; it is refused unless the target is a healthy replica.
+//! - A new pod template (image, options, certificate) reaches the servers one at a time, only
+//!   while all is well: the replicas first, then a switchover to an updated replica, then the
+//!   old primary, restarted as a replica.
 
 use visitors_api::visitors_app::{Durability, MemberRole};
 
@@ -50,6 +53,8 @@ pub struct Member {
     pub extraction: Extraction,
     /// It is to start again empty, to be seeded (a token waits for it).
     pub reseeding: bool,
+    /// Its pod runs an older template than the StatefulSet's.
+    pub outdated: bool,
 }
 
 /// The extraction of a diverged server's transactions to a file.
@@ -70,6 +75,15 @@ pub struct Switchover {
     pub request: String,
     /// The pod asked for; `None`: the best replica.
     pub to: Option<String>,
+    /// Who asked: `Requested` (the annotation) or `RollingUpdate`.
+    pub reason: &'static str,
+}
+
+impl Switchover {
+    /// A switchover asked for by the app's annotations.
+    pub fn requested(request: String, to: Option<String>) -> Self {
+        Switchover { request, to, reason: reason::REQUESTED }
+    }
 }
 
 /// Everything a decision reads.
@@ -86,6 +100,8 @@ pub struct Cluster {
     pub requested: Option<Switchover>,
     /// A switchover under way: its primary was fenced at an earlier look, towards this target.
     pub switching: Option<Switchover>,
+    /// The member restarted on the new pod template, until its new pod is seen.
+    pub updating: Option<String>,
 }
 
 /// One step, on one member.
@@ -132,6 +148,10 @@ pub enum Operation {
     Restart {
         member: String,
     },
+    /// Restarts its pod on the StatefulSet's new template.
+    Update {
+        member: String,
+    },
     /// Copies the transactions it holds and the primary lacks to a file: those after `after`
     /// (MariaDB: the last GTID it shares with the primary, per domain) or outside `primary_set`
     /// (MySQL), read from its binary log from `first_log` on.
@@ -175,6 +195,8 @@ pub struct Change {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub request: String,
+    /// Who asked: `Requested` (the annotation) or `RollingUpdate`.
+    pub asked_by: &'static str,
     pub to: Option<String>,
     pub reason: &'static str,
     pub message: String,
@@ -217,12 +239,14 @@ pub mod reason {
     pub const PRIMARY_SILENT: &str = "PrimarySilent";
     pub const NO_ACKNOWLEDGING_REPLICA: &str = "NoAcknowledgingReplica";
     pub const PROMOTING: &str = "Promoting";
+    pub const UPDATING: &str = "Updating";
     // Why a primary changed.
     pub const POD_DELETED: &str = "PodDeleted";
     pub const POD_NOT_READY: &str = "PodNotReady";
     pub const NOT_ANSWERING: &str = "NotAnswering";
     pub const PRIMARY_RESTARTED: &str = "PrimaryRestarted";
     pub const REQUESTED: &str = "Requested";
+    pub const ROLLING_UPDATE: &str = "RollingUpdate";
     // Why a switchover was refused.
     pub const TARGET_NOT_A_HEALTHY_REPLICA: &str = "TargetNotAHealthyReplica";
     pub const NO_HEALTHY_REPLICA: &str = "NoHealthyReplica";
@@ -240,7 +264,10 @@ pub fn decide(cluster: &Cluster) -> Decision {
     match health(cluster, primary) {
         Health::Writable => match (&cluster.switching, &cluster.requested) {
             (_, Some(request)) => start_switchover(cluster, primary, request, &mut decision),
-            _ => steady(cluster, primary, &mut decision),
+            _ => {
+                steady(cluster, primary, &mut decision);
+                roll(cluster, primary, &mut decision);
+            }
         },
         Health::ReadOnly => match &cluster.switching {
             Some(switching) => finish_switchover(cluster, primary, switching, &mut decision),
@@ -391,6 +418,31 @@ fn steady(cluster: &Cluster, primary: &str, decision: &mut Decision) {
     } else {
         None
     };
+}
+
+/// The request a rolling update's switchover answers.
+pub const UPDATE_REQUEST: &str = "rolling update";
+
+/// Brings the next outdated server to the new pod template, while every server is healthy and
+/// no other is being restarted: a replica (the highest ordinal first, as a StatefulSet would),
+/// or, once every replica is updated, the primary is handed over by a switchover (it is then an
+/// outdated replica, restarted next).
+fn roll(cluster: &Cluster, primary: &str, decision: &mut Decision) {
+    let all_ready = cluster.members.iter().all(|m| m.pod == PodState::Ready && m.server.is_some());
+    if decision.problem.is_some() || !all_ready || cluster.updating.is_some() {
+        return;
+    }
+    if let Some(replica) = cluster.members.iter().rev().find(|m| m.outdated && m.name != primary) {
+        decision.operations.push(Operation::Update { member: replica.name.clone() });
+        let message = format!("restarting replica {} on the new pod template", replica.name);
+        for standing in decision.standings.iter_mut().filter(|s| s.member == replica.name) {
+            standing.message = Some("restarting on the new pod template".into());
+        }
+        decision.problem = Some((reason::UPDATING, message));
+    } else if member(cluster, primary).is_some_and(|m| m.outdated) {
+        let request = Switchover { request: UPDATE_REQUEST.into(), to: None, reason: reason::ROLLING_UPDATE };
+        start_switchover(cluster, primary, &request, decision);
+    }
 }
 
 /// Where a member that does not replicate from the primary yet starts from: an empty server
@@ -614,13 +666,18 @@ fn start_switchover(cluster: &Cluster, primary: &str, request: &Switchover, deci
         Ok(target) => {
             decision.operations.push(Operation::Fence { member: primary.into() });
             decision.look_again = true;
-            decision.switching = Some(Switchover { request: request.request.clone(), to: Some(target) });
+            decision.switching = Some(Switchover { to: Some(target), ..request.clone() });
             decision.problem = Some((reason::PROMOTING, format!("switching over from {primary}")));
             decision.standings = cluster.members.iter().map(|m| standing(m, primary, m.name == primary)).collect();
         }
         Err((reason, message)) => {
-            decision.refusal =
-                Some(Refusal { request: request.request.clone(), to: request.to.clone(), reason, message });
+            decision.refusal = Some(Refusal {
+                request: request.request.clone(),
+                asked_by: request.reason,
+                to: request.to.clone(),
+                reason,
+                message,
+            });
             steady(cluster, primary, decision);
         }
     }
@@ -661,6 +718,7 @@ fn finish_switchover(cluster: &Cluster, primary: &str, switching: &Switchover, d
         decision.operations.push(Operation::OpenWrites { member: primary.into() });
         decision.refusal = Some(Refusal {
             request: switching.request.clone(),
+            asked_by: switching.reason,
             to: switching.to.clone(),
             reason: reason::TARGET_NOT_A_HEALTHY_REPLICA,
             message: format!("{target} stopped answering during the switchover; {primary} stays the primary"),
@@ -687,7 +745,7 @@ fn finish_switchover(cluster: &Cluster, primary: &str, switching: &Switchover, d
         kind: ChangeKind::Switchover,
         from: Some(primary.into()),
         to: target.clone(),
-        reason: reason::REQUESTED,
+        reason: switching.reason,
         request: Some(switching.request.clone()),
     });
     decision.standings = cluster
@@ -712,6 +770,7 @@ fn refuse_unanswerable_request(cluster: &Cluster, decision: &mut Decision) {
     }
     decision.refusal = Some(Refusal {
         request: request.request.clone(),
+        asked_by: request.reason,
         to: request.to.clone(),
         reason: reason::PRIMARY_NOT_HEALTHY,
         message: "the primary is not accepting writes now; a switchover needs a healthy primary".into(),
@@ -816,6 +875,7 @@ mod tests {
             server_id: 100 + ordinal,
             extraction: Extraction::NotStarted,
             reseeding: false,
+            outdated: false,
         }
     }
 
@@ -851,6 +911,7 @@ mod tests {
             primary_silent: 0,
             requested: None,
             switching: None,
+            updating: None,
         }
     }
 
@@ -1128,7 +1189,7 @@ mod tests {
                 replica(2, 0, "0-100-9", "0-100-8", true),
             ]
         };
-        let request = Switchover { request: "r1".into(), to: Some("ex-mysql-2".into()) };
+        let request = Switchover::requested("r1".into(), Some("ex-mysql-2".into()));
         let mut asked = cluster(healthy(), Some("ex-mysql-0"));
         asked.requested = Some(request.clone());
         let d = decide(&asked);
@@ -1165,14 +1226,14 @@ mod tests {
             (Some("nobody"), reason::TARGET_NOT_A_HEALTHY_REPLICA),
         ] {
             let mut c = cluster(members.clone(), Some("ex-mysql-0"));
-            c.requested = Some(Switchover { request: "r".into(), to: to.map(Into::into) });
+            c.requested = Some(Switchover::requested("r".into(), to.map(Into::into)));
             let d = decide(&c);
             assert_eq!(d.refusal.map(|r| r.reason), Some(reason), "{to:?}");
             assert!(!d.operations.contains(&op(fence, 0)), "{to:?}");
             assert_eq!(d.primary.as_deref(), Some("ex-mysql-0"));
         }
         let mut best = cluster(members, Some("ex-mysql-0"));
-        best.requested = Some(Switchover { request: "r".into(), to: None });
+        best.requested = Some(Switchover::requested("r".into(), None));
         assert_eq!(decide(&best).switching.and_then(|s| s.to).as_deref(), Some("ex-mysql-1"));
     }
 
@@ -1189,5 +1250,80 @@ mod tests {
             ]
         );
         let _ = Fenced;
+    }
+
+    fn healthy_three() -> Vec<Member> {
+        vec![
+            primary(0, "0-100-9"),
+            replica(1, 0, "0-100-9", "0-100-9", true),
+            replica(2, 0, "0-100-9", "0-100-9", true),
+        ]
+    }
+
+    fn outdated(members: &mut [Member], ordinals: &[usize]) {
+        for &ordinal in ordinals {
+            members[ordinal].outdated = true;
+        }
+    }
+
+    fn update(ordinal: u32) -> Operation {
+        op(|m| Update { member: m }, ordinal)
+    }
+
+    #[test]
+    fn a_new_pod_template_restarts_one_healthy_replica_at_a_time_the_highest_first() {
+        let not_ready = |members: &mut Vec<Member>| members[1].pod = PodState::NotReady;
+        let not_replicating = |members: &mut Vec<Member>| members[1].server.as_mut().unwrap().replica = None;
+        type Case = (&'static str, Vec<usize>, fn(&mut Vec<Member>), Option<&'static str>, Vec<Operation>);
+        let cases: Vec<Case> = vec![
+            ("nothing outdated", vec![], |_| {}, None, vec![]),
+            ("one replica", vec![1], |_| {}, None, vec![update(1)]),
+            ("two replicas: the highest first", vec![1, 2], |_| {}, None, vec![update(2)]),
+            ("every server: the replicas first", vec![0, 1, 2], |_| {}, None, vec![update(2)]),
+            ("another is being restarted", vec![1], |_| {}, Some("ex-mysql-2"), vec![]),
+            ("a pod is not ready", vec![2], not_ready, None, vec![]),
+            ("a replica does not replicate", vec![2], not_replicating, None, vec![replicate(1, 0)]),
+        ];
+        for (case, stale, damage, updating, expected) in cases {
+            let mut members = healthy_three();
+            outdated(&mut members, &stale);
+            damage(&mut members);
+            let mut c = cluster(members, Some("ex-mysql-0"));
+            c.updating = updating.map(Into::into);
+            let d = decide(&c);
+            assert_eq!(d.operations, expected, "{case}");
+            assert_eq!(d.switching, None, "{case}");
+            if expected.iter().any(|op| matches!(op, Update { .. })) {
+                assert_eq!(d.problem.map(|p| p.0), Some(reason::UPDATING), "{case}");
+            }
+        }
+    }
+
+    #[test]
+    fn once_every_replica_is_updated_the_primary_is_handed_over_then_restarted_as_a_replica() {
+        let mut members = healthy_three();
+        outdated(&mut members, &[0]);
+        let d = decide(&cluster(members.clone(), Some("ex-mysql-0")));
+        assert_eq!(d.operations, [op(fence, 0)]);
+        let switching = d.switching.expect("a switchover starts");
+        assert_eq!((switching.reason, switching.request.as_str()), (reason::ROLLING_UPDATE, UPDATE_REQUEST));
+
+        members[0].server.as_mut().unwrap().read_only = true;
+        let mut fenced = cluster(members.clone(), Some("ex-mysql-0"));
+        fenced.switching = Some(switching);
+        let change = decide(&fenced).change.expect("the switchover finishes");
+        assert_eq!(
+            (change.kind, change.reason, change.to.as_str()),
+            (ChangeKind::Switchover, reason::ROLLING_UPDATE, "ex-mysql-1")
+        );
+
+        // The old primary is now an outdated replica of the new one.
+        let mut after = vec![
+            replica(0, 1, "0-100-9", "0-100-9", true),
+            primary(1, "0-100-9"),
+            replica(2, 1, "0-100-9", "0-100-9", true),
+        ];
+        outdated(&mut after, &[0]);
+        assert_eq!(decide(&cluster(after, Some("ex-mysql-1"))).operations, [update(0)]);
     }
 }

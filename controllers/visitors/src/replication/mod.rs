@@ -2,32 +2,31 @@
 //! of its reconcile that runs after the StatefulSet is applied: each look reads every server
 //! ([`observe`]), decides what to do ([`decide`], pure) and does it ([`act`]); a decision that
 //! fenced a server looks again at once, so a failover is done within one reconcile. [`sql`]
-//! holds the statements of both server families, [`server`] what a server answered. Then the
+//! holds the statements of both server families, [`server`] what a server answered, [`memory`]
+//! what the controller keeps between looks and [`report`] what a look tells the status. Then the
 //! pods' role labels follow the decision: the client Service leads to the primary.
 
 pub mod act;
 pub mod decide;
+pub mod memory;
 pub mod observe;
+pub mod report;
 pub mod server;
 pub mod sql;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use controller_common::agent_job::JobState;
 use controller_common::error::{ApiError, api_err};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use sha2::{Digest, Sha256};
 use visitors_api::VisitorsApp;
 use visitors_api::labels::{Component, MYSQL_ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA, names};
-use visitors_api::visitors_app::{
-    MYSQL_PORT, MemberRole, ReplicationMember, RoleChange, SWITCHOVER_REQUESTED_AT_ANNOTATION, SWITCHOVER_TO_ANNOTATION,
-};
+use visitors_api::visitors_app::{MYSQL_PORT, MemberRole};
 
 use crate::build;
 use crate::build::secret::Credentials;
@@ -35,7 +34,9 @@ use crate::build::tls::ServingTls;
 use crate::context::{AppScope, Error};
 use crate::db::Target;
 use act::{Access, Outcome};
-use decide::{Change, ChangeKind, Cluster, Decision, Extraction, Member, Operation, PodState, Refusal, Switchover};
+use decide::{Change, ChangeKind, Cluster, Decision, Extraction, Member, Operation, PodState, Refusal};
+use memory::{forget_a_finished_update, remember_the_primary, requested, write_gap};
+use report::{Report, changed, fill, refused};
 use server::Server;
 
 /// How often a replicated app's servers are looked at while all is well: a primary that stops
@@ -47,63 +48,6 @@ pub const BUSY_LOOK_INTERVAL: Duration = Duration::from_millis(500);
 const LOOKS_PER_RECONCILE: usize = 4;
 /// A switchover whose target does not catch up within this is given up.
 const SWITCHOVER_LIMIT: Duration = Duration::from_secs(30);
-
-/// What the controller remembers of each replicated app between looks. Lost on a restart of the
-/// controller, which costs a look: a switchover under way is then decided again (an election
-/// that keeps the old primary), a silent primary counted again.
-#[derive(Default)]
-pub struct Memory {
-    apps: Mutex<HashMap<String, Remembered>>,
-}
-
-#[derive(Debug, Clone, Default)]
-struct Remembered {
-    /// Looks in a row in which the primary's pod was ready but its server silent.
-    primary_silent: u32,
-    /// A switchover whose primary is fenced, since when.
-    switching: Option<(Switchover, Instant)>,
-    /// When the primary was last seen accepting writes, and which it was.
-    writable: Option<(String, jiff::Timestamp)>,
-}
-
-impl Memory {
-    fn get(&self, app: &VisitorsApp) -> Remembered {
-        self.apps.lock().unwrap_or_else(|p| p.into_inner()).get(&key(app)).cloned().unwrap_or_default()
-    }
-
-    fn put(&self, app: &VisitorsApp, remembered: Remembered) {
-        self.apps.lock().unwrap_or_else(|p| p.into_inner()).insert(key(app), remembered);
-    }
-
-    /// The app is gone.
-    pub fn forget(&self, app: &VisitorsApp) {
-        self.apps.lock().unwrap_or_else(|p| p.into_inner()).remove(&key(app));
-    }
-}
-
-fn key(app: &VisitorsApp) -> String {
-    app.uid().unwrap_or_else(|| format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any()))
-}
-
-/// How the servers stand after a look, for the status.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Report {
-    pub primary: Option<String>,
-    pub members: Vec<ReplicationMember>,
-    /// Replicas replicating from the primary.
-    pub ready_replicas: i32,
-    /// The primary waits for acknowledgements and some replica gives them.
-    pub acknowledged: bool,
-    /// Why the servers are not all as they should be: a condition reason and message.
-    pub problem: Option<(&'static str, String)>,
-    /// A failover these looks made.
-    pub failover: Option<RoleChange>,
-    /// A switchover these looks made or refused.
-    pub switchover: Option<RoleChange>,
-    /// Something is under way: look again soon.
-    pub busy: bool,
-}
-
 /// Looks at the servers of `scope`'s app and brings them where the decisions say.
 pub async fn converge(
     scope: &AppScope<'_>,
@@ -119,23 +63,23 @@ pub async fn converge(
     let mut last: Option<(Decision, Vec<Member>)> = None;
     if remembered.switching.as_ref().is_some_and(|(_, since)| since.elapsed() > SWITCHOVER_LIMIT) {
         let (switching, _) = remembered.switching.take().expect("checked");
-        report.switchover = Some(refused(
-            &primary,
-            &Refusal {
-                request: switching.request,
-                to: switching.to,
-                reason: decide::reason::TARGET_NOT_A_HEALTHY_REPLICA,
-                message: format!(
-                    "the target did not apply the primary's transactions within {} s",
-                    SWITCHOVER_LIMIT.as_secs()
-                ),
-            },
-        ));
+        let refusal = Refusal {
+            asked_by: switching.reason,
+            request: switching.request,
+            to: switching.to,
+            reason: decide::reason::TARGET_NOT_A_HEALTHY_REPLICA,
+            message: format!(
+                "the target did not apply the primary's transactions within {} s",
+                SWITCHOVER_LIMIT.as_secs()
+            ),
+        };
+        report.switched(refused(&primary, &refusal), refusal.asked_by);
     }
     for _ in 0..LOOKS_PER_RECONCILE {
         let mut members = look(scope, &targets).await;
         set_aside_state(scope, primary.as_deref(), &mut members).await?;
         remember_the_primary(&mut remembered, primary.as_deref(), &members);
+        forget_a_finished_update(&mut remembered, &members);
         let cluster = Cluster {
             members: members.clone(),
             primary: primary.clone(),
@@ -143,6 +87,7 @@ pub async fn converge(
             primary_silent: remembered.primary_silent,
             requested: requested(app, &remembered).filter(|_| report.switchover.is_none()),
             switching: remembered.switching.as_ref().map(|(s, _)| s.clone()),
+            updating: remembered.updating.as_ref().map(|(member, _)| member.clone()),
         };
         let decision = decide::decide(&cluster);
         let access = access(&targets, &members, credentials, app, tls.is_some());
@@ -154,9 +99,13 @@ pub async fn converge(
         let done = outcome == Outcome::Done;
         if done {
             act_on_pods(scope, &decision.operations, tls).await?;
+            announce_seeding(scope, &decision).await;
+            if let Some(member) = decision.operations.iter().find_map(Operation::updated_member) {
+                remembered.updating = Some((member.to_string(), Instant::now()));
+            }
         }
         if let Some(refusal) = decision.refusal.as_ref().filter(|_| done) {
-            report.switchover = Some(refused(&primary, refusal));
+            report.switched(refused(&primary, refusal), refusal.asked_by);
             remembered.switching = None;
         }
         if done {
@@ -169,7 +118,7 @@ pub async fn converge(
                 announce(scope, change, gap).await;
                 match change.kind {
                     ChangeKind::Failover => report.failover = Some(record),
-                    ChangeKind::Switchover => report.switchover = Some(record),
+                    ChangeKind::Switchover => report.switched(record, change.reason),
                 }
                 remembered.switching = None;
                 remembered.writable = Some((change.to.clone(), jiff::Timestamp::now()));
@@ -226,6 +175,8 @@ fn targets(scope: &AppScope<'_>, credentials: &Credentials, tls: Option<&Serving
 
 /// Every member: its pod as the cache has it, its server as it answers now (all at once).
 async fn look(scope: &AppScope<'_>, targets: &BTreeMap<String, Target>) -> Vec<Member> {
+    let revision = update_revision(scope);
+    let revision = revision.as_deref();
     let reads = targets.iter().map(|(pod_name, target)| async move {
         let pod = scope.cached(&scope.ctx.stores.pods, pod_name);
         let state = pod_state(pod.as_deref());
@@ -248,10 +199,29 @@ async fn look(scope: &AppScope<'_>, targets: &BTreeMap<String, Target>) -> Vec<M
             server_id,
             extraction: Extraction::NotStarted,
             reseeding: false,
+            outdated: pod.as_deref().is_some_and(|pod| runs_an_older_template(pod, revision)),
         }
     });
     futures::future::join_all(reads).await
 }
+
+/// The pod template revision the StatefulSet's pods should run, once its controller has seen
+/// the latest spec.
+fn update_revision(scope: &AppScope<'_>) -> Option<String> {
+    let sts = scope.cached(&scope.ctx.stores.statefulsets, &names::mysql(&scope.name))?;
+    let status = sts.status.as_ref()?;
+    let seen = status.observed_generation? >= sts.metadata.generation?;
+    status.update_revision.clone().filter(|_| seen)
+}
+
+/// Whether `pod` runs another template than the StatefulSet's `revision`.
+pub fn runs_an_older_template(pod: &Pod, revision: Option<&str>) -> bool {
+    let Some(revision) = revision else { return false };
+    pod.labels().get(POD_REVISION_LABEL).is_some_and(|theirs| theirs != revision)
+}
+
+/// The label the StatefulSet controller gives each pod: its template's revision.
+const POD_REVISION_LABEL: &str = "controller-revision-hash";
 
 /// What setting a server aside and seeding it again need of the API, read only when some server
 /// is empty or holds transactions the primary lacks: the seeding tokens, and each diverged
@@ -320,6 +290,11 @@ async fn act_on_pods(scope: &AppScope<'_>, operations: &[Operation], tls: Option
                     "restarted MySQL server {member}: commits on it waited for an acknowledgement no replica will send; it holds transactions the primary lacks"
                 );
                 events.normal(scope.app, "Restarted", "Replication", note).await;
+            }
+            Operation::Update { member } => {
+                delete_pod(scope, member).await?;
+                let note = format!("restarting MySQL server {member} on the StatefulSet's new pod template");
+                events.normal(scope.app, "Updating", "Replication", note).await;
             }
             Operation::Extract { member, after, primary_set, first_log, errant } => {
                 extract(scope, member, after, primary_set, first_log, errant, tls).await?;
@@ -465,70 +440,6 @@ fn access(
     Access { targets: targets.clone(), servers, replication_password: replication_password(credentials, app), tls }
 }
 
-fn remember_the_primary(remembered: &mut Remembered, primary: Option<&str>, members: &[Member]) {
-    let Some(member) = primary.and_then(|p| members.iter().find(|m| m.name == p)) else { return };
-    match (&member.server, member.pod) {
-        (Some(server), _) => {
-            remembered.primary_silent = 0;
-            if !server.read_only {
-                remembered.writable = Some((member.name.clone(), jiff::Timestamp::now()));
-            }
-        }
-        (None, PodState::Ready) => remembered.primary_silent += 1,
-        (None, _) => {}
-    }
-}
-
-/// The switchover the app's annotations ask for, unless it was answered or is under way.
-fn requested(app: &VisitorsApp, remembered: &Remembered) -> Option<Switchover> {
-    let request = app.annotations().get(SWITCHOVER_REQUESTED_AT_ANNOTATION)?.clone();
-    let answered = app.status.as_ref().and_then(|s| s.replication.as_ref()).and_then(|r| r.last_switchover.as_ref());
-    if answered.and_then(|a| a.request.as_deref()) == Some(request.as_str())
-        || remembered.switching.as_ref().is_some_and(|(s, _)| s.request == request)
-    {
-        return None;
-    }
-    let to = app.annotations().get(SWITCHOVER_TO_ANNOTATION).filter(|to| !to.is_empty()).cloned();
-    Some(Switchover { request, to })
-}
-
-/// Seconds from the last moment the old primary was seen accepting writes to now.
-fn write_gap(remembered: &Remembered, change: &Change) -> Option<f64> {
-    let (pod, at) = remembered.writable.as_ref()?;
-    (change.from.as_deref() == Some(pod.as_str())).then(|| {
-        let elapsed = jiff::Timestamp::now().duration_since(*at);
-        (elapsed.as_secs_f64() * 10.0).round() / 10.0
-    })
-}
-
-fn changed(change: &Change, gap: Option<f64>) -> RoleChange {
-    let what = match change.kind {
-        ChangeKind::Failover => "failed over",
-        ChangeKind::Switchover => "switched over",
-    };
-    RoleChange {
-        time: Time(jiff::Timestamp::now()),
-        from: change.from.clone(),
-        to: Some(change.to.clone()),
-        reason: change.reason.to_string(),
-        message: Some(format!("{what} from {} to {}", change.from.as_deref().unwrap_or("none"), change.to)),
-        write_gap_seconds: gap,
-        request: change.request.clone(),
-    }
-}
-
-fn refused(primary: &Option<String>, refusal: &Refusal) -> RoleChange {
-    RoleChange {
-        time: Time(jiff::Timestamp::now()),
-        from: primary.clone(),
-        to: None,
-        reason: refusal.reason.to_string(),
-        message: Some(refusal.message.clone()),
-        write_gap_seconds: None,
-        request: Some(refusal.request.clone()),
-    }
-}
-
 async fn announce(scope: &AppScope<'_>, change: &Change, gap: Option<f64>) {
     let from = change.from.as_deref().unwrap_or("none");
     let gap = gap.map(|g| format!("; writes paused about {g} s")).unwrap_or_default();
@@ -553,6 +464,20 @@ async fn announce_divergence(scope: &AppScope<'_>, decision: &Decision) {
     for standing in decision.standings.iter().filter(|s| s.role == MemberRole::Diverged && !was_diverged(&s.member)) {
         let note = format!("MySQL server {} {}", standing.member, standing.message.as_deref().unwrap_or_default());
         scope.runtime().events.warning(scope.app, "Diverged", "Replication", note).await;
+    }
+}
+
+/// Names each server that starts replicating from a replica rather than from the primary: an
+/// empty one being seeded, which reads nothing of the primary.
+async fn announce_seeding(scope: &AppScope<'_>, decision: &Decision) {
+    let Some(primary) = decision.primary.as_deref() else { return };
+    for operation in &decision.operations {
+        if let Operation::Replicate { member, source } = operation
+            && source != primary
+        {
+            let note = format!("MySQL server {member} is seeded from replica {source}, not from the primary {primary}");
+            scope.runtime().events.normal(scope.app, "Seeding", "Replication", note).await;
+        }
     }
 }
 
@@ -583,25 +508,4 @@ async fn label_pods(scope: &AppScope<'_>, decision: &Decision, members: &[Member
         }
     }
     Ok(())
-}
-
-/// The report's members, counts and problem, from the last decision and look.
-fn fill(report: &mut Report, decision: &Decision, members: &[Member]) {
-    let primary = members.iter().find(|m| Some(&m.name) == report.primary.as_ref()).and_then(|m| m.server.as_ref());
-    report.acknowledged = primary.is_some_and(|s| s.semi_sync_armed && s.semi_sync_clients > 0);
-    report.members = decision
-        .standings
-        .iter()
-        .map(|standing| {
-            let server = members.iter().find(|m| m.name == standing.member).and_then(|m| m.server.as_ref());
-            ReplicationMember {
-                name: standing.member.clone(),
-                role: standing.role,
-                lag_seconds: server.and_then(|s| s.replica.as_ref()).and_then(|r| r.lag_seconds),
-                message: standing.message.clone(),
-            }
-        })
-        .collect();
-    report.ready_replicas = decision.standings.iter().filter(|s| s.role == MemberRole::Replica).count() as i32;
-    report.problem = decision.problem.clone();
 }

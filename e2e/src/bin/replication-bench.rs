@@ -1,0 +1,140 @@
+//! Replication lag and seeding time of a replicated VisitorsApp (bench/high-availability/run.sh),
+//! on the cluster of KUBECONFIG with the suite installed: an app with three MySQL servers.
+//!
+//!     replication-bench lag [RATE] [SECONDS]     default: 500 60
+//!
+//! One session on the primary commits RATE single-row transactions a second for SECONDS. On
+//! each replica a trigger (run for row-based events: `slave_run_triggers_for_rbr`) stamps every
+//! row with the replica's clock as it is applied; a row's lag is that stamp minus the time the
+//! primary wrote it (one machine, one clock). Prints p50, p99 and max per replica.
+//!
+//!     replication-bench seed [MIB]               default: 1024
+//!
+//! Loads MIB MiB of rows through the primary, then loses a replica's volume (its claim and pod
+//! deleted; on the test cluster its folder moved away) and times how long the new empty server
+//! takes to be seeded (from the other replica) until it replicates from the primary and holds
+//! what the primary holds.
+
+use std::time::Instant;
+
+use visitors_e2e::replication::{Site, create_replicated_app, pod_sql_job};
+use visitors_e2e::{TestNamespace, cluster, mariadb_job, run_job};
+
+const APP: &str = "bench";
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let number = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let client = cluster().await;
+    let namespace = TestNamespace::create(&client, "ha-bench").await;
+    let mut site = Site::new(&client, &namespace.name, APP, 3);
+    create_replicated_app(&site.apps, APP, 3).await;
+    site.healthy().await;
+    match args.first().map(String::as_str) {
+        Some("lag") => lag(&mut site, number(1, 500), number(2, 60)).await,
+        Some("seed") => seed(&mut site, number(1, 1024)).await,
+        other => panic!("replication-bench lag [RATE] [SECONDS] | seed [MIB], not {other:?}"),
+    }
+    namespace.delete().await;
+}
+
+async fn lag(site: &mut Site, rate: u64, seconds: u64) {
+    let table = "CREATE TABLE visitors.lag (id INT PRIMARY KEY, written DATETIME(6) NOT NULL, applied DATETIME(6))";
+    let trigger =
+        "CREATE TRIGGER visitors.lag_applied BEFORE INSERT ON visitors.lag FOR EACH ROW SET NEW.applied = SYSDATE(6)";
+    run_job(
+        &site.client,
+        &site.namespace,
+        "lag-table",
+        mariadb_job(APP, &site.namespace, "lag-table", &format!("{table}; {trigger}")),
+    )
+    .await;
+    let primary = site.primary().await;
+    let replicas: Vec<String> = (0..3).map(|i| format!("{APP}-mysql-{i}")).filter(|p| *p != primary).collect();
+    for replica in &replicas {
+        site.execute(replica, "SET GLOBAL slave_run_triggers_for_rbr = YES").await;
+    }
+    let total = rate * seconds;
+    let sessions = SESSIONS.min(total.max(1));
+    let started = Instant::now();
+    let loads = (0..sessions).map(|session| {
+        let name = format!("load-{session}");
+        let job = pod_sql_job(APP, &site.namespace, &name, &primary, &load(session, sessions, total, rate));
+        let (client, namespace) = (site.client.clone(), site.namespace.clone());
+        async move { run_job(&client, &namespace, &name, job).await }
+    });
+    futures::future::join_all(loads).await;
+    let took = started.elapsed().as_secs_f64();
+    let span = site
+        .on(&primary, "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(written), MAX(written)) / 1000000 FROM visitors.lag")
+        .await;
+    println!(
+        "{total} transactions from {sessions} sessions in {span} s ({:.0} a second; the Jobs took {took:.1} s) on primary {primary}",
+        total as f64 / span.parse::<f64>().unwrap_or(f64::NAN)
+    );
+    println!("| replica | rows applied | p50 | p99 | max |");
+    println!("|---|---|---|---|---|");
+    for replica in &replicas {
+        loop {
+            let count: u64 = site.on(replica, "SELECT COUNT(*) FROM visitors.lag").await.parse().unwrap_or(0);
+            if count >= total {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+        let percentiles = "SELECT CONCAT_WS(' ', n, MAX(IF(rn = CEIL(n * 0.5), ms, NULL)), MAX(IF(rn = CEIL(n * 0.99), ms, NULL)), MAX(ms)) \
+             FROM (SELECT TIMESTAMPDIFF(MICROSECOND, written, applied) / 1000 AS ms, \
+             ROW_NUMBER() OVER (ORDER BY TIMESTAMPDIFF(MICROSECOND, written, applied)) AS rn, COUNT(*) OVER () AS n \
+             FROM visitors.lag) ranked GROUP BY n";
+        let answer = site.on(replica, percentiles).await;
+        let fields: Vec<&str> = answer.split_whitespace().collect();
+        println!("| {replica} | {} | {} ms | {} ms | {} ms |", fields[0], fields[1], fields[2], fields[3]);
+    }
+}
+
+/// Parallel sessions of the load: one session's commits, each waiting for a replica's
+/// acknowledgement and two flushes, do not reach 500 a second.
+const SESSIONS: u64 = 4;
+
+/// The SQL of one session of the load: rows `session`, `session + sessions`, ... below `total`,
+/// paced by the wall clock so that all sessions together commit `rate` a second.
+fn load(session: u64, sessions: u64, total: u64, rate: u64) -> String {
+    format!(
+        "DELIMITER //\nBEGIN NOT ATOMIC DECLARE i INT DEFAULT {session}; DECLARE started DATETIME(6) DEFAULT SYSDATE(6); \
+         WHILE i < {total} DO INSERT INTO visitors.lag (id, written) VALUES (i, SYSDATE(6)); SET i = i + {sessions}; \
+         IF i % (10 * {sessions}) < {sessions} THEN DO SLEEP(GREATEST(0, i / {rate} - TIMESTAMPDIFF(MICROSECOND, started, SYSDATE(6)) / 1000000)); END IF; \
+         END WHILE; END//"
+    )
+}
+
+async fn seed(site: &mut Site, mib: u64) {
+    let table = "CREATE TABLE visitors.bulk (id INT PRIMARY KEY, v VARCHAR(1000) NOT NULL)";
+    run_job(&site.client, &site.namespace, "bulk-table", mariadb_job(APP, &site.namespace, "bulk-table", table)).await;
+    // About 1 KiB a row, in transactions of 50,000 rows.
+    let rows = mib * 1024;
+    let mut loaded = 0;
+    while loaded < rows {
+        let upto = (loaded + 50_000).min(rows);
+        let name = site.job("load");
+        let sql = format!("INSERT INTO visitors.bulk SELECT seq, REPEAT('x', 1000) FROM seq_{}_to_{upto}", loaded + 1);
+        run_job(&site.client, &site.namespace, &name, mariadb_job(APP, &site.namespace, &name, &sql)).await;
+        loaded = upto;
+    }
+    let primary = site.primary().await;
+    let size = site
+        .on(&primary, "SELECT ROUND(SUM(data_length + index_length) / 1048576) FROM information_schema.tables WHERE table_schema = 'visitors' AND table_name = 'bulk'")
+        .await;
+    site.replicas_hold_what_the_primary_holds("bulk").await;
+    let lost = (0..3).rev().map(|i| format!("{APP}-mysql-{i}")).find(|pod| *pod != primary).unwrap();
+    let started = Instant::now();
+    site.lose_volume(&lost).await;
+    let back = started.elapsed().as_secs_f64();
+    site.healthy().await;
+    let replicating = started.elapsed().as_secs_f64();
+    site.replicas_hold_what_the_primary_holds("bulk").await;
+    let equal = started.elapsed().as_secs_f64();
+    println!("| table | pod back | replicating from the primary | equal to the primary (checksum) |");
+    println!("|---|---|---|---|");
+    println!("| {size} MiB | {back:.1} s | {replicating:.1} s | {equal:.1} s |");
+}
