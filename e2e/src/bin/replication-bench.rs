@@ -3,10 +3,11 @@
 //!
 //!     replication-bench lag [RATE] [SECONDS]     default: 500 60
 //!
-//! One session on the primary commits RATE single-row transactions a second for SECONDS. On
-//! each replica a trigger (run for row-based events: `slave_run_triggers_for_rbr`) stamps every
-//! row with the replica's clock as it is applied; a row's lag is that stamp minus the time the
-//! primary wrote it (one machine, one clock). Prints p50, p99 and max per replica.
+//! Four sessions on the primary commit RATE single-row transactions a second in all for SECONDS.
+//! On each replica a trigger (created there alone, outside the binary log, and run for
+//! row-based events: `slave_run_triggers_for_rbr`) stamps every row with the replica's clock as
+//! it is applied; a row's lag is that stamp minus the time the primary wrote it (one machine,
+//! one clock). Prints p50, p99 and max per replica.
 //!
 //!     replication-bench seed [MIB]               default: 1024
 //!
@@ -41,19 +42,16 @@ async fn main() {
 
 async fn lag(site: &mut Site, rate: u64, seconds: u64) {
     let table = "CREATE TABLE visitors.lag (id INT PRIMARY KEY, written DATETIME(6) NOT NULL, applied DATETIME(6))";
-    let trigger =
-        "CREATE TRIGGER visitors.lag_applied BEFORE INSERT ON visitors.lag FOR EACH ROW SET NEW.applied = SYSDATE(6)";
-    run_job(
-        &site.client,
-        &site.namespace,
-        "lag-table",
-        mariadb_job(APP, &site.namespace, "lag-table", &format!("{table}; {trigger}")),
-    )
-    .await;
+    run_job(&site.client, &site.namespace, "lag-table", mariadb_job(APP, &site.namespace, "lag-table", table)).await;
     let primary = site.primary().await;
     let replicas: Vec<String> = (0..3).map(|i| format!("{APP}-mysql-{i}")).filter(|p| *p != primary).collect();
+    site.replicas_hold_what_the_primary_holds("lag").await;
+    // The trigger exists on the replicas only (created outside the binary log): on the primary
+    // it would stamp the row first, and the row event would carry the primary's stamp.
+    let trigger = "SET SESSION sql_log_bin = 0; SET GLOBAL slave_run_triggers_for_rbr = YES; \
+         CREATE TRIGGER visitors.lag_applied BEFORE INSERT ON visitors.lag FOR EACH ROW SET NEW.applied = SYSDATE(6)";
     for replica in &replicas {
-        site.execute(replica, "SET GLOBAL slave_run_triggers_for_rbr = YES").await;
+        site.execute(replica, trigger).await;
     }
     let total = rate * seconds;
     let sessions = SESSIONS.min(total.max(1));
