@@ -367,9 +367,16 @@ pub async fn sql_value(client: &Client, namespace: &str, app: &str, name: &str, 
 /// What Job `name`'s container wrote to `/dev/termination-log` (its termination message),
 /// trimmed: how a test reads a value back from a Job on any cluster.
 pub async fn job_output(client: &Client, namespace: &str, name: &str) -> String {
-    use k8s_openapi::api::core::v1::Pod;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let listed = pods.list(&kube::api::ListParams::default().labels(&format!("job-name={name}"))).await.unwrap();
+    job_output_when_ended(client, namespace, name).await.unwrap_or_else(|_| panic!("Job {name} left no output"))
+}
+
+/// A Job's termination message once it has one.
+pub async fn job_output_when_ended(client: &Client, namespace: &str, name: &str) -> Result<String, String> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
+    let listed = pods
+        .list(&kube::api::ListParams::default().labels(&format!("job-name={name}")))
+        .await
+        .map_err(|e| e.to_string())?;
     listed
         .items
         .iter()
@@ -377,9 +384,8 @@ pub async fn job_output(client: &Client, namespace: &str, name: &str) -> String 
             let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
             statuses.iter().find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
         })
-        .unwrap_or_else(|| panic!("Job {name} left no output"))
-        .trim()
-        .to_string()
+        .map(|m| m.trim().to_string())
+        .ok_or_else(|| format!("Job {name} has not ended"))
 }
 
 /// A Job that runs the shell `script` (busybox) with the backup claim `claim` mounted at

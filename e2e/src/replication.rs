@@ -15,7 +15,10 @@ use visitors_api::VisitorsApp;
 use visitors_api::conditions::{self, READY, REPLICATING};
 use visitors_api::visitors_app::{MemberRole, ReplicationStatus, RoleChange};
 
-use crate::{AppInitLock, TLS_PRELUDE, ca_volume, conditions_text, job_completes, job_output, run_job, wait_for};
+use crate::{
+    AppInitLock, TLS_PRELUDE, ca_volume, conditions_text, job_completes, job_output, job_output_when_ended, run_job,
+    wait_for,
+};
 
 /// The MySQL image of the scenarios: the server the test cluster runs is MariaDB, and the
 /// controller's statements depend on the family (it asks the server, whatever the image says).
@@ -416,24 +419,6 @@ impl Site {
             wait_for("the writer to stop", || job_output_when_ended(&self.client, &self.namespace, writer)).await;
         Written::parse(&output)
     }
-}
-
-/// A Job's termination message once it has one.
-pub async fn job_output_when_ended(client: &Client, namespace: &str, name: &str) -> Result<String, String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let listed = pods
-        .list(&kube::api::ListParams::default().labels(&format!("job-name={name}")))
-        .await
-        .map_err(|e| e.to_string())?;
-    listed
-        .items
-        .iter()
-        .find_map(|pod| {
-            let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
-            statuses.iter().find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
-        })
-        .map(|m| m.trim().to_string())
-        .ok_or_else(|| format!("Job {name} has not ended"))
 }
 
 /// The writer's acknowledged rows as runs of consecutive numbers.

@@ -33,12 +33,11 @@ use visitors_api::visitors_app::{
 use visitors_api::{MySQLBackup, MySQLRestore};
 use visitors_e2e::archive::{self, rfc3339};
 use visitors_e2e::replication::{
-    MARIADB_IMAGE, Site, app_write_job, create_replicated_app, job_output_when_ended, pod_sql_job, prober_job,
-    replicating,
+    MARIADB_IMAGE, Site, app_write_job, create_replicated_app, pod_sql_job, prober_job, replicating,
 };
 use visitors_e2e::{
-    TestNamespace, cluster, create_backup_claim, events_of, job_completes, job_output, mariadb_job, mariadb_shell_job,
-    restore_finished, run_job, sql_value, wait_for,
+    TestNamespace, cluster, create_backup_claim, events_of, job_completes, job_output, job_output_when_ended,
+    mariadb_job, mariadb_shell_job, restore_finished, run_job, sql_value, wait_for,
 };
 
 const APP: &str = "ha";

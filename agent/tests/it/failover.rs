@@ -14,6 +14,30 @@ use crate::point_in_time::{APP, Archiver, ParseGtids, checksum, restore_to, rows
 use crate::support::{MariaDb, ServerTls};
 use crate::{back_up, file_location, small_backup};
 
+/// A primary with the app's table, a replica of it, an empty server to restore into, and the
+/// archive's and the base backup's locations in a folder that lives as long as the value.
+struct Servers {
+    primary: MariaDb,
+    replica: MariaDb,
+    scratch: MariaDb,
+    archive: String,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+/// [`Servers`], or none where MariaDB is missing (the test says it skips, as
+/// `programs_or_skip` does for every test of this crate).
+fn servers() -> Option<Servers> {
+    let primary = MariaDb::start_primary()?;
+    primary.sql(APP);
+    let replica = MariaDb::start_replica_of(&primary, 2)?;
+    let scratch = MariaDb::start()?;
+    let dir = tempfile::tempdir().unwrap();
+    let archive = file_location(&dir.path().join("archive"));
+    let base = file_location(&dir.path().join("base"));
+    Some(Servers { primary, replica, scratch, archive, base, _dir: dir })
+}
+
 /// Inserts rows `ids` into `app.t`, one transaction each, a second apart (commit times are
 /// whole seconds).
 async fn insert_rows(server: &MariaDb, ids: std::ops::RangeInclusive<i64>) {
@@ -53,13 +77,7 @@ async fn continuous_archive(archive: &str) -> (Vec<visitors_agent::binlog::layou
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_archive_follows_a_failover_without_a_gap_and_a_restore_replays_across_it() {
-    let Some(mut primary) = MariaDb::start_primary() else { return };
-    primary.sql(APP);
-    let Some(replica) = MariaDb::start_replica_of(&primary, 2) else { return };
-    let Some(scratch) = MariaDb::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let archive = file_location(&dir.path().join("archive"));
-    let base = file_location(&dir.path().join("base"));
+    let Some(Servers { mut primary, replica, scratch, archive, base, _dir }) = servers() else { return };
     back_up(&small_backup(&primary, &base)).await;
     let archiver = Archiver::start(&primary, &archive);
     insert_rows(&primary, 1..=3).await;
@@ -97,13 +115,7 @@ async fn the_archive_follows_a_failover_without_a_gap_and_a_restore_replays_acro
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backup_of_a_replica_restores_to_a_point_by_replaying_exactly_what_it_lacks() {
-    let Some(primary) = MariaDb::start_primary() else { return };
-    primary.sql(APP);
-    let Some(replica) = MariaDb::start_replica_of(&primary, 2) else { return };
-    let Some(scratch) = MariaDb::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let archive = file_location(&dir.path().join("archive"));
-    let base = file_location(&dir.path().join("base"));
+    let Some(Servers { primary, replica, scratch, archive, base, _dir }) = servers() else { return };
     let archiver = Archiver::start(&primary, &archive);
     let before_writes: u64 =
         primary.sql("SELECT @@gtid_binlog_pos").trim().rsplit('-').next().unwrap().parse().unwrap();
@@ -150,13 +162,7 @@ async fn a_backup_of_a_replica_restores_to_a_point_by_replaying_exactly_what_it_
 /// position, the archive would store events of the wrong place (or half an event).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_with_a_larger_binary_log_of_the_same_name_is_never_resumed_by_position() {
-    let Some(mut primary) = MariaDb::start_primary() else { return };
-    primary.sql(APP);
-    let Some(replica) = MariaDb::start_replica_of(&primary, 2) else { return };
-    let Some(scratch) = MariaDb::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let archive = file_location(&dir.path().join("archive"));
-    let base = file_location(&dir.path().join("base"));
+    let Some(Servers { mut primary, replica, scratch, archive, base, _dir }) = servers() else { return };
     back_up(&small_backup(&primary, &base)).await;
     let insert = |server: &MariaDb, ids: std::ops::RangeInclusive<i64>| {
         for id in ids {

@@ -108,25 +108,17 @@ pub(super) fn write_gap(remembered: &Remembered, change: &Change) -> Option<f64>
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use visitors_api::VisitorsAppStatus;
-    use visitors_api::visitors_app::{ReplicationStatus, RoleChange};
+    use visitors_api::visitors_app::ReplicationStatus;
 
     use super::*;
+    use crate::replication::report::asked_by;
 
     fn app(annotation: &str, answered: Option<&str>, last_request: Option<&str>) -> VisitorsApp {
         let mut app = VisitorsApp::new("ex", Default::default());
         app.metadata.annotations =
             Some(BTreeMap::from([(SWITCHOVER_REQUESTED_AT_ANNOTATION.to_string(), annotation.to_string())]));
-        let last_switchover = last_request.map(|request| RoleChange {
-            time: Time(jiff::Timestamp::UNIX_EPOCH),
-            from: None,
-            to: None,
-            reason: String::new(),
-            message: None,
-            write_gap_seconds: None,
-            request: Some(request.into()),
-        });
+        let last_switchover = last_request.map(asked_by);
         let replication = ReplicationStatus {
             answered_switchover_request: answered.map(Into::into),
             last_switchover,

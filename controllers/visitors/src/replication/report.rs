@@ -87,24 +87,29 @@ pub(super) fn fill(report: &mut Report, decision: &Decision, members: &[Member])
     report.problem = decision.problem.clone();
 }
 
+/// A role change that answers `request`, and no more, for tests.
+#[cfg(test)]
+pub(super) fn asked_by(request: &str) -> RoleChange {
+    RoleChange {
+        time: Time(jiff::Timestamp::UNIX_EPOCH),
+        from: None,
+        to: None,
+        reason: String::new(),
+        message: None,
+        write_gap_seconds: None,
+        request: Some(request.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn only_a_switchover_an_annotation_asked_for_answers_it() {
-        let record = |request: &str| RoleChange {
-            time: Time(jiff::Timestamp::UNIX_EPOCH),
-            from: None,
-            to: None,
-            reason: String::new(),
-            message: None,
-            write_gap_seconds: None,
-            request: Some(request.into()),
-        };
         let mut report = Report::default();
-        report.switched(record("second"), decide::reason::REQUESTED);
-        report.switched(record(decide::UPDATE_REQUEST), decide::reason::ROLLING_UPDATE);
+        report.switched(asked_by("second"), decide::reason::REQUESTED);
+        report.switched(asked_by(decide::UPDATE_REQUEST), decide::reason::ROLLING_UPDATE);
         assert_eq!(report.answered_request.as_deref(), Some("second"));
         assert_eq!(report.switchover.and_then(|s| s.request).as_deref(), Some(decide::UPDATE_REQUEST));
     }
