@@ -4,6 +4,7 @@
 //! message when no cluster is configured, or `cargo test -p visitors-e2e -- --ignored`.
 
 pub mod archive;
+pub mod book_backups;
 pub mod moto;
 pub mod replication;
 

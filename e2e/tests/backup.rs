@@ -1,49 +1,24 @@
 //! MySQLBackup scenarios on a real cluster: the Jobs run the agent against the app's real
 //! MariaDB. On-demand backups to a volume (verified by `visitors-agent verify` in a Job), two
-//! runs of one app serialised by the database lock, a failure with the agent's error, and a
-//! schedule every minute with retention and suspend.
+//! runs of one app serialised by the database lock, a failure with the agent's error that its
+//! schedule reports (a schedule's fire times, retention and suspend are in backup_schedule.rs).
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use visitors_api::MySQLBackup;
 use visitors_api::backup::{BackupPhase, condition};
 use visitors_api::conditions;
 use visitors_e2e::backup_finished as finished;
+use visitors_e2e::book_backups::{APP, CLAIM, backup_object, ready_app_with_rows};
 use visitors_e2e::moto::Moto;
 use visitors_e2e::{
-    TestNamespace, cluster, controller_metrics, controller_name, controller_selector, events_of, mariadb_job,
-    metric_value, ready_app_with_claim_and_rows, release_namespace, run_job, wait_for,
+    cluster, controller_metrics, controller_name, controller_selector, events_of, mariadb_job, metric_value,
+    release_namespace, run_job, wait_for,
 };
-
-const APP: &str = "ex";
-const CLAIM: &str = "backups";
-
-/// A namespace with the book's app Ready, rows written into its database, and a claim for
-/// backups.
-async fn ready_app_with_rows(client: &Client, prefix: &str) -> TestNamespace {
-    let sql = "CREATE TABLE IF NOT EXISTS visitors.e2e_rows (id INT PRIMARY KEY, note VARCHAR(64)); \
-               INSERT INTO visitors.e2e_rows SELECT seq, CONCAT('row ', seq) FROM seq_1_to_500;";
-    ready_app_with_claim_and_rows(client, prefix, APP, CLAIM, sql).await
-}
-
-fn backup_object(name: &str, extra: Value) -> MySQLBackup {
-    let mut spec = json!({
-        "source": {"visitorsApp": APP},
-        "storage": {"persistentVolumeClaim": {"claimName": CLAIM}},
-    });
-    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
-        spec.extend(extra.clone());
-    }
-    serde_json::from_value(
-        json!({"apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": name}, "spec": spec}),
-    )
-    .unwrap()
-}
 
 fn assert_succeeded(backup: &MySQLBackup) {
     let status = backup.status.clone().unwrap();
@@ -163,63 +138,6 @@ async fn wrong_credentials_fail_the_run_with_the_agents_error_and_the_schedule_s
     let before = run.resource_version();
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(backups.get(&failed_run.0).await.unwrap().resource_version(), before);
-    namespace.delete().await;
-}
-
-#[tokio::test]
-#[ignore = "end-to-end: needs a cluster with the suite installed; run e2e/run.sh"]
-async fn a_schedule_every_minute_keeps_two_successful_runs_and_suspend_stops_it() {
-    let client = cluster().await;
-    let namespace = ready_app_with_rows(&client, "e2e-backup-schedule").await;
-    let ns = namespace.name.clone();
-    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
-    let schedule = backup_object(
-        "minutely",
-        json!({"schedule": {"cron": "* * * * *", "retention": {"keepSuccessful": 2}}, "compression": "gzip"}),
-    );
-    backups.create(&PostParams::default(), &schedule).await.expect("create the schedule");
-
-    let runs = ListParams::default().labels("example.com/backup-schedule=minutely");
-    let seen = std::sync::Mutex::new(BTreeSet::new());
-    wait_for("four fire times with retention applied", || async {
-        let listed = backups.list(&runs).await.map_err(|e| e.to_string())?;
-        let mut seen = seen.lock().unwrap();
-        seen.extend(listed.items.iter().map(|r| r.name_any()));
-        let finished = listed
-            .items
-            .iter()
-            .filter(|r| r.status.as_ref().and_then(|s| s.phase) == Some(BackupPhase::Succeeded))
-            .count();
-        if seen.len() >= 4 && finished == 2 && listed.items.len() == 2 {
-            Ok(())
-        } else {
-            Err(format!("runs seen {seen:?}, now {} of which {finished} succeeded", listed.items.len()))
-        }
-    })
-    .await;
-    let status = backups.get("minutely").await.unwrap().status.unwrap();
-    let kept: BTreeSet<String> = backups.list(&runs).await.unwrap().items.iter().map(|r| r.name_any()).collect();
-    let seen = seen.into_inner().unwrap();
-    let newest_seen = seen.iter().max().cloned();
-    assert!(kept.iter().max() == newest_seen.as_ref(), "the newest run is kept: {kept:?} of {seen:?}");
-    assert_eq!(status.last_successful_run.as_ref(), kept.iter().max(), "the newest successful run is kept");
-    assert!(conditions::is_true(&status.conditions, condition::LAST_BACKUP_SUCCEEDED));
-    assert!(status.next_schedule_time.is_some());
-
-    backups
-        .patch("minutely", &PatchParams::default(), &Patch::Merge(json!({"spec": {"schedule": {"suspend": true}}})))
-        .await
-        .expect("suspend the schedule");
-    wait_for("the schedule to be suspended", || async {
-        let status = backups.get("minutely").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
-        let ready = conditions::find(&status.conditions, conditions::READY).cloned();
-        if ready.as_ref().is_some_and(|c| c.reason == "Suspended") { Ok(()) } else { Err(format!("{ready:?}")) }
-    })
-    .await;
-    let before: BTreeSet<String> = backups.list(&runs).await.unwrap().items.iter().map(|r| r.name_any()).collect();
-    tokio::time::sleep(Duration::from_secs(75)).await;
-    let after: BTreeSet<String> = backups.list(&runs).await.unwrap().items.iter().map(|r| r.name_any()).collect();
-    assert_eq!(before, after, "a suspended schedule creates no runs");
     namespace.delete().await;
 }
 
