@@ -136,6 +136,11 @@ pub mod names {
     pub fn mysql_pod(app: &str, ordinal: i32) -> String {
         format!("{app}-mysql-{ordinal}")
     }
+    /// The stable DNS name of MySQL pod `pod` of `app` in `namespace`, through the headless
+    /// Service: how replicas reach their source and a backup reads a replica.
+    pub fn mysql_pod_host(app: &str, pod: &str, namespace: &str) -> String {
+        format!("{pod}.{}.{namespace}.svc", mysql_headless(app))
+    }
     /// The backend Deployment and Service.
     pub fn backend(app: &str) -> String {
         format!("{app}-backend")

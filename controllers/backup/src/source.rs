@@ -47,7 +47,7 @@ pub fn choose(from: BackupFrom, app: &str, namespace: &str, servers: &MysqlServe
         return Step::wait(reason::WAITING_FOR_VISITORS_APP, message);
     }
     let replica = best_replica(servers).map(|pod| Source {
-        host: format!("{pod}.{}.{namespace}.svc", names::mysql_headless(app)),
+        host: names::mysql_pod_host(app, &pod, namespace),
         taken_from: TakenFrom { pod, role: ServerRole::Replica },
     });
     match (from, replica) {

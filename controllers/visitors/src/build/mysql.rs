@@ -122,10 +122,9 @@ pub fn verified_hosts(app: &VisitorsApp) -> Vec<String> {
     let mut hosts = vec![client_host(app)];
     if app.spec.replicated() {
         let (name, namespace) = (app.name_any(), app.namespace().unwrap_or_default());
-        let headless = names::mysql_headless(&name);
         hosts.extend(
             (0..app.spec.mysql_replicas())
-                .map(|i| format!("{}.{headless}.{namespace}.svc", names::mysql_pod(&name, i))),
+                .map(|i| names::mysql_pod_host(&name, &names::mysql_pod(&name, i), &namespace)),
         );
     }
     hosts

@@ -160,7 +160,7 @@ fn targets(scope: &AppScope<'_>, credentials: &Credentials, tls: Option<&Serving
     (0..scope.app.spec.mysql_replicas())
         .map(|ordinal| {
             let pod = names::mysql_pod(&scope.name, ordinal);
-            let host = format!("{pod}.{}.{}.svc", names::mysql_headless(&scope.name), scope.namespace);
+            let host = names::mysql_pod_host(&scope.name, &pod, &scope.namespace);
             let target = Target {
                 host,
                 port: MYSQL_PORT as u16,
@@ -363,7 +363,7 @@ async fn extract(
         .map_err(api_err(format!("applying PersistentVolumeClaim {}", claim.name_any())))?;
     let job_name = extraction_job_name(member, errant);
     let file = format!("{member}-{}.sql", jiff::Timestamp::now().as_second());
-    let host = format!("{member}.{}.{}.svc", names::mysql_headless(&scope.name), scope.namespace);
+    let host = names::mysql_pod_host(&scope.name, member, &scope.namespace);
     let extraction = build::seeding::Extraction {
         job: &job_name,
         host: &host,
