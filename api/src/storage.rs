@@ -199,9 +199,33 @@ pub fn relative_path(path: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The agent's `--from` for a location a backup run recorded: `s3://` and `file:///backup/`
+/// as they are (what the backup's agent wrote to), `pvc://claim/path` as the mounted folder.
+pub fn agent_location_of_recorded(recorded: &str) -> Option<String> {
+    if recorded.starts_with("s3://") || recorded.starts_with(&format!("file://{VOLUME_MOUNT}/")) {
+        return Some(recorded.to_string());
+    }
+    let (_claim, path) = recorded.strip_prefix("pvc://")?.split_once('/')?;
+    Some(format!("file://{VOLUME_MOUNT}/{}", join_path(&[path])))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recorded_locations_map_to_what_a_job_mounts() {
+        assert_eq!(agent_location_of_recorded("s3://b/p/x").as_deref(), Some("s3://b/p/x"));
+        assert_eq!(
+            agent_location_of_recorded("file:///backup/mysql/shop/ex/b1").as_deref(),
+            Some("file:///backup/mysql/shop/ex/b1")
+        );
+        assert_eq!(
+            agent_location_of_recorded("pvc://backups/mysql/shop/ex/b1").as_deref(),
+            Some("file:///backup/mysql/shop/ex/b1")
+        );
+        assert_eq!(agent_location_of_recorded("file:///etc/passwd"), None, "only the mounted volume");
+    }
 
     fn s3(bucket: &str) -> BackupStorage {
         BackupStorage {

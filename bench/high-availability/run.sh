@@ -10,6 +10,8 @@
 #       replication lag under load (e2e/src/bin/replication-bench.rs); default 500 60
 #   bench/high-availability/run.sh seed [MIB]
 #       seeding a replica whose volume was lost (e2e/src/bin/replication-bench.rs); default 1024
+#   bench/high-availability/run.sh seed-backup [MIB]
+#       the same with every binary log purged: seeded from a drilled backup run; default 1024
 #
 # Needs what e2e/run.sh --local needs (KUBE_BIN_DIR). Results go in docs/benchmarks.md.
 set -euo pipefail
@@ -18,8 +20,8 @@ bench=${1:-failover}
 shift || true
 case "$bench" in
     failover) binary=failover-bench; args=("$@") ;;
-    lag | seed) binary=replication-bench; args=("$bench" "$@") ;;
-    *) echo "usage: $0 failover|lag|seed [ARGS...]" >&2; exit 2 ;;
+    lag | seed | seed-backup) binary=replication-bench; args=("$bench" "$@") ;;
+    *) echo "usage: $0 failover|lag|seed|seed-backup [ARGS...]" >&2; exit 2 ;;
 esac
 export TEST_CLUSTER_STATE=${TEST_CLUSTER_STATE:-${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/test-cluster}
 e2e/run.sh --local --keep --test crds

@@ -390,6 +390,20 @@ impl Site {
         .await;
     }
 
+    /// Waits for an Event of the app with `reason` about server `pod`, and returns its note.
+    pub async fn event_about(&self, reason: &str, pod: &str) -> String {
+        wait_for(&format!("an Event {reason} about {pod}"), || async {
+            let events = crate::events_of(&self.client, &self.namespace, &self.app).await;
+            let note = events
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .filter_map(|e| e.note.clone())
+                .find(|note| note.starts_with(&format!("MySQL server {pod} ")));
+            note.ok_or_else(|| format!("no {reason} Event yet"))
+        })
+        .await
+    }
+
     /// Deletes every MySQL pod at once and waits until each is back as a new pod.
     pub async fn delete_every_pod(&self) {
         let names: Vec<String> = (0..self.servers).map(|i| format!("{}-mysql-{i}", self.app)).collect();

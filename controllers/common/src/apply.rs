@@ -10,7 +10,7 @@
 
 use std::fmt::Debug;
 
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -44,6 +44,25 @@ where
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(source) => Err(crate::error::ApiError { action: format!("deleting {kind} {name}"), source }),
+    }
+}
+
+/// Creates `child` (a `kind`, for the error) under `field_manager` unless an object of its name
+/// exists; returns whether it created it.
+pub async fn create_unless_present<K>(
+    api: &Api<K>,
+    field_manager: &str,
+    child: &K,
+    kind: &str,
+) -> Result<bool, crate::error::ApiError>
+where
+    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
+{
+    let params = PostParams { field_manager: Some(field_manager.to_string()), ..PostParams::default() };
+    match api.create(&params, child).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(source) => Err(crate::error::ApiError { action: format!("creating {kind} {}", child.name_any()), source }),
     }
 }
 

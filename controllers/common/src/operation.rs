@@ -8,7 +8,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kube::core::Selector;
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
@@ -262,12 +262,7 @@ where
     where
         C: NamespacedKind,
     {
-        let params = PostParams { field_manager: Some(self.runtime.field_manager.clone()), ..PostParams::default() };
-        match self.api::<C>().create(&params, child).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
-            Err(source) => Err(ApiError { action: format!("creating {kind} {}", child.name_any()), source }),
-        }
+        crate::apply::create_unless_present(&self.api::<C>(), &self.runtime.field_manager, child, kind).await
     }
 
     /// Stops and deletes Job `name` with its pods; a Job already gone is fine.

@@ -12,8 +12,9 @@ use visitors_api::backup::{BackupPhase, condition as backup_condition};
 use visitors_api::conditions;
 use visitors_api::point_in_time::{PointInTimeSource, archive_path};
 use visitors_api::restore::reason;
+use visitors_api::storage::agent_location_of_recorded;
 
-use crate::build::{Backup, PointInTimePlan, agent_location_of_recorded, display_location};
+use crate::build::{Backup, PointInTimePlan, display_location};
 
 /// How long a restore to a time the archive has not reached yet waits for it, while the
 /// archiver reports: the last few seconds of a healthy archive are on their way.

@@ -25,6 +25,9 @@ pub struct Context {
     /// The controller's own `SELECT 1`; `None` trusts the pod's readiness probe alone (for a
     /// controller that cannot reach pod networks, e.g. one running outside the cluster).
     pub probe: Option<Arc<dyn DatabaseProbe>>,
+    /// What the Jobs that seed a replicated app's server from a backup run are started with;
+    /// `None`: the controller was given no agent image.
+    pub agent: Option<controller_common::operation::AgentSettings>,
     pub stores: Stores,
     /// What the reconciles have seen of each app and child: the watches wake an app only for
     /// news, not for the echoes of its own reconcile's writes.

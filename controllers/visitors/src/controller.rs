@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use controller_common::Runtime;
+use controller_common::operation::AgentSettings;
 use controller_common::process::{Identity, Reconciling};
 use controller_common::watch::{api_in, controller_config, drive, primary_stream, trim_for_cache};
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -55,6 +56,12 @@ pub struct DatabaseCheckArgs {
     /// longer on a database.
     #[arg(long, env = "DATABASE_CHECK_TIMEOUT_MS", default_value_t = 2000)]
     pub database_check_timeout_ms: u64,
+
+    /// Image of the Jobs that load a backup run into an empty MySQL server of a replicated app
+    /// (to seed it), which run /usr/local/bin/visitors-agent from it; the Helm chart sets it to
+    /// the controllers' own image. Unset: such a server reports that it cannot be seeded.
+    #[arg(long, env = "AGENT_IMAGE")]
+    pub agent_image: Option<String>,
 }
 
 impl DatabaseCheckArgs {
@@ -72,8 +79,9 @@ impl DatabaseCheckArgs {
 /// Watches and reconciles VisitorsApps (see [`Watches`]) until the controller shuts down.
 pub async fn watch_and_reconcile(reconciling: Reconciling<DatabaseCheckArgs>) {
     let probe = reconciling.args.probe();
+    let agent = reconciling.args.agent_image.clone().map(AgentSettings::from_env);
     let Reconciling { runtime, namespace, shutdown, .. } = reconciling;
-    Watches::new().watch_and_reconcile(runtime, namespace.as_deref(), probe, shutdown).await
+    Watches::new().watch_and_reconcile(runtime, namespace.as_deref(), probe, agent, shutdown).await
 }
 
 /// The app a MySQLRestore targets: its changes (a phase, a deletion) wake that app.
@@ -114,6 +122,7 @@ impl Watches {
         runtime: Arc<Runtime>,
         namespace: Option<&str>,
         probe: Option<Arc<dyn DatabaseProbe>>,
+        agent: Option<AgentSettings>,
         shutdown: CancellationToken,
     ) {
         let client = runtime.client.clone();
@@ -173,6 +182,7 @@ impl Watches {
         let ctx = Arc::new(Context {
             runtime,
             probe,
+            agent,
             stores: self.stores,
             seen,
             hold,

@@ -15,11 +15,21 @@
 //! deleted; on the test cluster its folder moved away) and times how long the new empty server
 //! takes to be seeded (from the other replica) until it replicates from the primary and holds
 //! what the primary holds.
+//!
+//!     replication-bench seed-backup [MIB]        default: 1024
+//!
+//! The same, but every server's binary logs are purged after the load and a drilled backup run
+//! taken (not timed): the new empty server cannot replicate the history, so it is loaded from
+//! the run, then replicates from the primary what came after.
 
 use std::time::Instant;
 
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+use visitors_api::MySQLBackup;
 use visitors_e2e::replication::{Site, create_replicated_app, pod_sql_job};
-use visitors_e2e::{TestNamespace, cluster, mariadb_job, run_job};
+use visitors_e2e::{TestNamespace, cluster, create_backup_claim, mariadb_job, run_job, wait_for};
 
 const APP: &str = "bench";
 
@@ -34,8 +44,9 @@ async fn main() {
     site.healthy().await;
     match args.first().map(String::as_str) {
         Some("lag") => lag(&mut site, number(1, 500), number(2, 60)).await,
-        Some("seed") => seed(&mut site, number(1, 1024)).await,
-        other => panic!("replication-bench lag [RATE] [SECONDS] | seed [MIB], not {other:?}"),
+        Some("seed") => seed(&mut site, number(1, 1024), false).await,
+        Some("seed-backup") => seed(&mut site, number(1, 1024), true).await,
+        other => panic!("replication-bench lag [RATE] [SECONDS] | seed [MIB] | seed-backup [MIB], not {other:?}"),
     }
     namespace.delete().await;
 }
@@ -106,7 +117,7 @@ fn load(session: u64, sessions: u64, total: u64, rate: u64) -> String {
     )
 }
 
-async fn seed(site: &mut Site, mib: u64) {
+async fn seed(site: &mut Site, mib: u64, from_backup: bool) {
     let table = "CREATE TABLE visitors.bulk (id INT PRIMARY KEY, v VARCHAR(1000) NOT NULL)";
     run_job(&site.client, &site.namespace, "bulk-table", mariadb_job(APP, &site.namespace, "bulk-table", table)).await;
     // About 1 KiB a row, in transactions of 50,000 rows.
@@ -124,6 +135,9 @@ async fn seed(site: &mut Site, mib: u64) {
         .on(&primary, "SELECT ROUND(SUM(data_length + index_length) / 1048576) FROM information_schema.tables WHERE table_schema = 'visitors' AND table_name = 'bulk'")
         .await;
     site.replicas_hold_what_the_primary_holds("bulk").await;
+    if from_backup {
+        purge_and_back_up(site).await;
+    }
     let lost = (0..3).rev().map(|i| format!("{APP}-mysql-{i}")).find(|pod| *pod != primary).unwrap();
     let started = Instant::now();
     site.lose_volume(&lost).await;
@@ -132,7 +146,34 @@ async fn seed(site: &mut Site, mib: u64) {
     let replicating = started.elapsed().as_secs_f64();
     site.replicas_hold_what_the_primary_holds("bulk").await;
     let equal = started.elapsed().as_secs_f64();
+    if from_backup {
+        site.event_about("SeedingFromBackup", &lost).await;
+    }
     println!("| table | pod back | replicating from the primary | equal to the primary (checksum) |");
     println!("|---|---|---|---|");
     println!("| {size} MiB | {back:.1} s | {replicating:.1} s | {equal:.1} s |");
+}
+
+/// Purges every server's binary logs, then takes a backup run with a drill and waits until it
+/// is verified.
+async fn purge_and_back_up(site: &mut Site) {
+    for pod in (0..3).map(|i| format!("{APP}-mysql-{i}")) {
+        site.execute(&pod, "FLUSH BINARY LOGS; DO SLEEP(1); PURGE BINARY LOGS BEFORE NOW()").await;
+    }
+    create_backup_claim(&site.client, &site.namespace, "backups").await;
+    let backups: Api<MySQLBackup> = Api::namespaced(site.client.clone(), &site.namespace);
+    let run: MySQLBackup = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": "seed-run"},
+        "spec": {"source": {"visitorsApp": APP}, "storage": {"persistentVolumeClaim": {"claimName": "backups"}},
+                 "drill": {}},
+    }))
+    .unwrap();
+    backups.create(&PostParams::default(), &run).await.expect("create the run");
+    wait_for("the run to succeed and pass its drill", || async {
+        let run = backups.get("seed-run").await.map_err(|e| e.to_string())?;
+        run.is_verified().then_some(()).ok_or_else(|| format!("{:?}", run.status.map(|s| (s.phase, s.drill))))
+    })
+    .await;
+    let more = "INSERT INTO visitors.bulk SELECT seq, 'after the run' FROM seq_100000000_to_100000999";
+    run_job(&site.client, &site.namespace, "after-run", mariadb_job(APP, &site.namespace, "after-run", more)).await;
 }

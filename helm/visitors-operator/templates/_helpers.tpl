@@ -118,10 +118,16 @@ Verbs are exactly what the controller uses; no wildcards.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "create", "patch"]
-# The Job that copies a diverged server's transactions to a file.
+# The Job that copies a diverged server's transactions to a file, and the one that loads a
+# backup run into an empty server to seed it.
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "create"]
+# An empty server that replication cannot seed (the binary logs were purged) is loaded from the
+# app's newest verified MySQLBackup run (read-only).
+- apiGroups: ["example.com"]
+  resources: ["mysqlbackups"]
+  verbs: ["get", "list"]
 # A MySQLRestore that holds the app's database keeps its backend at 0 replicas: the
 # controller watches restores to know when (it never writes them).
 - apiGroups: ["example.com"]

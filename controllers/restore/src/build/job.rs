@@ -91,10 +91,10 @@ fn in_two_steps(mut job: Job, stage: Command) -> Job {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::agent_location_of_recorded;
     use crate::build::fixtures::{from_run, from_s3};
     use k8s_openapi::api::core::v1::Container;
     use k8s_openapi::api::core::v1::EnvVar;
+    use visitors_api::storage::agent_location_of_recorded;
 
     fn pvc_backup() -> Backup {
         Backup {

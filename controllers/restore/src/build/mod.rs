@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 use visitors_api::MySQLRestore;
 use visitors_api::labels::{Component, operation_labels};
-use visitors_api::storage::{BackupStorage, VOLUME_MOUNT, join_path};
+use visitors_api::storage::{BackupStorage, VOLUME_MOUNT};
 
 /// Label on a restore Job naming the restore it belongs to.
 pub const RESTORE_LABEL: &str = "example.com/restore";
@@ -54,16 +54,6 @@ pub struct PointInTimePlan {
     pub target: String,
     /// The base run's snapshot.
     pub base_snapshot_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
-}
-
-/// The agent's `--from` for a location a backup run recorded: `s3://` and `file:///backup/`
-/// as they are (what the backup's agent wrote to), `pvc://claim/path` as the mounted folder.
-pub fn agent_location_of_recorded(recorded: &str) -> Option<String> {
-    if recorded.starts_with("s3://") || recorded.starts_with(&format!("file://{VOLUME_MOUNT}/")) {
-        return Some(recorded.to_string());
-    }
-    let (_claim, path) = recorded.strip_prefix("pvc://")?.split_once('/')?;
-    Some(format!("file://{VOLUME_MOUNT}/{}", join_path(&[path])))
 }
 
 /// The location for people of a recorded agent location on a claim: `pvc://claim/path`.
@@ -123,17 +113,7 @@ mod tests {
     }
 
     #[test]
-    fn recorded_locations_map_to_what_the_job_mounts() {
-        assert_eq!(agent_location_of_recorded("s3://b/p/x").as_deref(), Some("s3://b/p/x"));
-        assert_eq!(
-            agent_location_of_recorded("file:///backup/mysql/shop/ex/b1").as_deref(),
-            Some("file:///backup/mysql/shop/ex/b1")
-        );
-        assert_eq!(
-            agent_location_of_recorded("pvc://backups/mysql/shop/ex/b1").as_deref(),
-            Some("file:///backup/mysql/shop/ex/b1")
-        );
-        assert_eq!(agent_location_of_recorded("file:///etc/passwd"), None, "only the mounted volume");
+    fn a_recorded_location_on_a_claim_is_shown_with_the_claim() {
         assert_eq!(
             display_location(&pvc(Some("mysql")), "file:///backup/mysql/shop/ex/b1"),
             "pvc://backups/mysql/shop/ex/b1"

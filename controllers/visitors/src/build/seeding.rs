@@ -1,20 +1,22 @@
 //! What re-seeding a replicated app's MySQL server and setting aside a diverged one take, pure:
 //! the ConfigMap of seeding tokens and the init container that empties a server's data
-//! directory when a token waits for its pod; the claim and the Job that copy a diverged
-//! server's transactions to a file.
+//! directory when a token waits for its pod; the Job that loads a backup run into an empty
+//! server; the claim and the Job that copy a diverged server's transactions to a file.
 
 use std::collections::BTreeMap;
 
+use controller_common::agent_job::{AgentInputs, AgentJob, DatabaseAccess, KEYS_MOUNT, KEYS_VOLUME, StorageAccess};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::ResourceExt;
-use visitors_api::VisitorsApp;
+use kube::{Resource, ResourceExt};
+use visitors_agent_contract::command::{Command, RestoreArgs};
 use visitors_api::labels::{Component, names};
 use visitors_api::visitors_app::secret_keys;
+use visitors_api::{MySQLBackup, VisitorsApp};
 
 use super::{child_meta, env, env_from_secret, tls};
 
@@ -79,6 +81,60 @@ pub fn seeds_volume(app: &VisitorsApp) -> Volume {
 fn field_env(name: &str, path: &str) -> k8s_openapi::api::core::v1::EnvVar {
     serde_json::from_value(serde_json::json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}))
         .expect("a downward API variable")
+}
+
+/// What loading a backup run into an empty server reads and where it writes.
+#[derive(Debug, Clone)]
+pub struct BackupLoad<'a> {
+    pub job: &'a str,
+    /// The empty server's stable name.
+    pub host: &'a str,
+    /// The MySQLBackup run.
+    pub run: &'a MySQLBackup,
+    /// The agent's `--from` for the location the run recorded.
+    pub location: &'a str,
+}
+
+/// A load that takes longer fails: a day, at about half a minute per GiB.
+const BACKUP_LOAD_DEADLINE_SECONDS: i64 = 24 * 3600;
+/// A load's Job stays this long after it ended; a failed one is then tried again.
+const BACKUP_LOAD_TTL_SECONDS: i32 = 3600;
+
+/// The Job that loads `load.run` into an empty server: the agent's restore, the manifest the
+/// run recorded required, every database of the run replacing what the server holds, kept out
+/// of the server's binary log (`--skip-binlog`), whose start the controller then sets to the
+/// run's GTID position.
+pub fn backup_load_job(app: &VisitorsApp, inputs: &AgentInputs, access: &DatabaseAccess, load: &BackupLoad<'_>) -> Job {
+    let status = load.run.status.clone().unwrap_or_default();
+    let encryption = load.run.spec.encryption.as_ref();
+    let restore = RestoreArgs {
+        drop_existing: true,
+        skip_binlog: true,
+        parallelism: usize::try_from(load.run.spec.parallelism()).unwrap_or(1),
+        progress_interval: 30,
+        expect_manifest_sha256: status.manifest_sha256,
+        decrypt_keys_dir: encryption.map(|_| KEYS_MOUNT.into()),
+        ..RestoreArgs::from(load.location)
+    };
+    let metadata = child_meta(app, load.job.to_string(), Component::Mysql);
+    let mut agent = AgentJob {
+        name: load.job.to_string(),
+        namespace: app.namespace().unwrap_or_default(),
+        labels: metadata.labels.unwrap_or_default(),
+        owner: app.controller_owner_ref(&()),
+        active_deadline_seconds: BACKUP_LOAD_DEADLINE_SECONDS,
+        ..AgentJob::of(inputs, Command::Restore(restore))
+            .with_server(load.host, access)
+            .with_storage(&load.run.spec.storage, StorageAccess::ReadOnly)
+    };
+    if let Some(encryption) = encryption {
+        agent = agent.with_secret_dir(KEYS_VOLUME, &encryption.key_secret, KEYS_MOUNT);
+    }
+    let mut job = agent.build();
+    if let Some(spec) = job.spec.as_mut() {
+        spec.ttl_seconds_after_finished = Some(BACKUP_LOAD_TTL_SECONDS);
+    }
+    job
 }
 
 /// The claim of diverged servers' transactions. It may hold the only copy of those
@@ -208,6 +264,55 @@ mod tests {
         app.spec.deletion_policy = Some(visitors_api::visitors_app::DeletionPolicy::Delete);
         let owners = diverged_claim(&app).metadata.owner_references.unwrap();
         assert_eq!(owners.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["ex"]);
+    }
+
+    #[test]
+    fn a_backup_load_restores_the_checked_run_into_the_empty_server_out_of_its_binary_log() {
+        let run: MySQLBackup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "example.com/v1", "kind": "MySQLBackup",
+            "metadata": {"name": "nightly-1", "namespace": "shop"},
+            "spec": {"source": {"visitorsApp": "ex"},
+                     "storage": {"persistentVolumeClaim": {"claimName": "backups"}},
+                     "encryption": {"keySecret": "backup-keys", "keyId": "k1"}},
+            "status": {"phase": "Succeeded", "manifestSha256": "ab".repeat(32)},
+        }))
+        .unwrap();
+        let access = DatabaseAccess {
+            credentials_secret: "ex-mysql-credentials".into(),
+            tls: controller_common::agent_job::ServerTls::Verified {
+                ca_secret: "ex-mysql-tls".into(),
+                check_name: true,
+            },
+            servers: Default::default(),
+        };
+        let inputs = AgentInputs { image: "registry/visitors-operator:1.0".into(), ..AgentInputs::default() };
+        let load = BackupLoad {
+            job: "ex-mysql-2-seed-3e8",
+            host: "ex-mysql-2.ex-mysql-headless.shop.svc",
+            run: &run,
+            location: "file:///backup/shop/ex/nightly-1",
+        };
+        let job = backup_load_job(&book_app(), &inputs, &access, &load);
+        let spec = job.spec.unwrap();
+        assert_eq!(spec.ttl_seconds_after_finished, Some(BACKUP_LOAD_TTL_SECONDS));
+        let pod = spec.template.spec.unwrap();
+        let args = pod.containers[0].args.clone().unwrap().join(" ");
+        for expected in [
+            "restore --from file:///backup/shop/ex/nightly-1",
+            "--drop-existing",
+            "--skip-binlog",
+            &format!("--expect-manifest-sha256 {}", "ab".repeat(32)),
+            "--decrypt-keys-dir /etc/visitors/backup-keys",
+        ] {
+            assert!(args.contains(expected), "{expected} in {args}");
+        }
+        let env: BTreeMap<String, Option<String>> =
+            pod.containers[0].env.clone().unwrap().into_iter().map(|e| (e.name, e.value)).collect();
+        assert_eq!(env["MYSQL_HOST"].as_deref(), Some(load.host), "the empty server, not the primary");
+        assert_eq!(env["MYSQL_PWD"], None, "the password comes from the Secret");
+        let volumes: Vec<String> = pod.volumes.unwrap().into_iter().map(|v| v.name).collect();
+        assert!(volumes.contains(&"backup".to_string()) && volumes.contains(&KEYS_VOLUME.to_string()), "{volumes:?}");
+        assert_eq!(job.metadata.owner_references.unwrap()[0].name, "ex");
     }
 
     #[test]

@@ -94,10 +94,12 @@ fn statements(operation: &Operation, flavor: Flavor, access: &Access) -> Result<
         Operation::ArmSemiSync { .. } => flavor.arm_semi_sync(),
         Operation::DisarmSemiSync { .. } => flavor.disarm_semi_sync(),
         Operation::OpenWrites { .. } => flavor.open_writes(),
+        Operation::AdoptPosition { position, .. } => flavor.adopt_position(position),
         Operation::Restart { .. }
         | Operation::Update { .. }
         | Operation::Extract { .. }
         | Operation::Reseed { .. }
+        | Operation::SeedFromBackup { .. }
         | Operation::ClearSeed { .. } => Vec::new(),
         Operation::Replicate { member, source } => {
             let host = access.targets.get(source).map(|t| t.host.clone()).ok_or("no address of the source")?;
@@ -133,7 +135,9 @@ pub fn describe(operation: &Operation) -> (&str, &'static str) {
         Operation::Restart { member } => (member, "restarting"),
         Operation::Update { member } => (member, "restarting on the new pod template"),
         Operation::Extract { member, .. } => (member, "copying its transactions the primary lacks"),
-        Operation::Reseed { member } => (member, "starting it again empty"),
+        Operation::Reseed { member, .. } => (member, "starting it again empty"),
+        Operation::SeedFromBackup { member, .. } => (member, "loading a backup run into it"),
+        Operation::AdoptPosition { member, .. } => (member, "starting its binary log at the loaded backup's position"),
         Operation::ClearSeed { member } => (member, "spending its seeding token"),
     }
 }
@@ -155,6 +159,7 @@ impl Operation {
                 | Operation::Update { .. }
                 | Operation::Extract { .. }
                 | Operation::Reseed { .. }
+                | Operation::SeedFromBackup { .. }
                 | Operation::ClearSeed { .. }
         )
     }

@@ -53,6 +53,8 @@ pub struct Member {
     pub extraction: Extraction,
     /// It is to start again empty, to be seeded (a token waits for it).
     pub reseeding: bool,
+    /// Where loading a backup run into it (empty, to seed it) stands.
+    pub backup_seed: BackupSeed,
     /// Its pod runs an older template than the StatefulSet's.
     pub outdated: bool,
 }
@@ -66,6 +68,30 @@ pub enum Extraction {
     /// Done: the file that holds them.
     Done(String),
     Failed(String),
+}
+
+/// Loading a backup run into an empty member: how it is seeded when the binary logs of the
+/// server it would replicate from no longer reach back to the beginning.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum BackupSeed {
+    #[default]
+    NotStarted,
+    /// Its Job loads run `run`.
+    Loading { run: String },
+    /// Run `run` is loaded: the member goes on from the run's GTID `position`.
+    Loaded { run: String, position: String },
+    /// The Job failed: why, and how to try again.
+    Failed(String),
+}
+
+/// The app's newest verified backup run (succeeded, and a drill restored it), which an empty
+/// server is loaded from when no server's binary logs reach back to the beginning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedBackup {
+    /// The MySQLBackup run.
+    pub run: String,
+    /// The GTID position it was taken at.
+    pub position: Position,
 }
 
 /// A switchover asked for.
@@ -102,6 +128,9 @@ pub struct Cluster {
     pub switching: Option<Switchover>,
     /// The member restarted on the new pod template, until its new pod is seen.
     pub updating: Option<String>,
+    /// The run an empty server is loaded from when replication cannot seed it; `None`: the app
+    /// has no verified run (or none was looked for: no server needs one).
+    pub seed_backup: Option<SeedBackup>,
 }
 
 /// One step, on one member.
@@ -165,11 +194,32 @@ pub enum Operation {
     /// Starts it again empty, to be seeded from the others.
     Reseed {
         member: String,
+        cause: ReseedCause,
+    },
+    /// Loads backup run `run` into it (empty), out of its binary log.
+    SeedFromBackup {
+        member: String,
+        run: String,
+    },
+    /// Its binary log (empty: it was loaded from a backup) starts at `position`, the loaded
+    /// run's, so that it replicates what came after the run.
+    AdoptPosition {
+        member: String,
+        position: String,
     },
     /// It started empty: its seeding token is spent.
     ClearSeed {
         member: String,
     },
+}
+
+/// Why a server starts again empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReseedCause {
+    /// It held transactions the primary lacks; they were copied to a file first.
+    Diverged,
+    /// The primary's binary logs it needs next were purged: it can no longer catch up.
+    SourcePurged,
 }
 
 /// What changed the primary.
@@ -232,6 +282,7 @@ pub struct Decision {
 pub mod reason {
     pub const REPLICATING: &str = "Replicating";
     pub const SEEDING: &str = "Seeding";
+    pub const CANNOT_SEED: &str = "CannotSeed";
     pub const REPLICA_NOT_REPLICATING: &str = "ReplicaNotReplicating";
     pub const DIVERGED: &str = "Diverged";
     pub const ELECTION_WAITS: &str = "ElectionWaits";
@@ -331,6 +382,7 @@ fn steady(cluster: &Cluster, primary: &str, decision: &mut Decision) {
     let Some(primary_server) = server(cluster, primary) else { return };
     let host = host_of(cluster, primary);
     let mut attached = 0;
+    let mut cannot_seed = false;
     for member in cluster.members.iter().filter(|m| m.name != primary) {
         let Some(server) = &member.server else {
             decision.standings.push(standing(member, primary, false));
@@ -346,6 +398,13 @@ fn steady(cluster: &Cluster, primary: &str, decision: &mut Decision) {
         }
         if member.reseeding && server.position.is_empty() {
             decision.operations.push(Operation::ClearSeed { member: member.name.clone() });
+        }
+        if server.position.is_empty()
+            && let Some(standing) = seed_from_backup(cluster, primary, member, server, decision)
+        {
+            cannot_seed |= standing.role == MemberRole::Unavailable;
+            decision.standings.push(standing);
+            continue;
         }
         let seed = seed_source(cluster, primary, member, server);
         match &server.replica {
@@ -365,6 +424,11 @@ fn steady(cluster: &Cluster, primary: &str, decision: &mut Decision) {
                         seed.as_ref().map(|(name, _)| name.as_str()).unwrap_or_default()
                     )),
                 });
+            }
+            Some(replication) if replication.source_host == host && replication.source_purged() => {
+                let standing = reseed_behind_purged_logs(cluster, primary, member, server, decision);
+                cannot_seed |= standing.role == MemberRole::Unavailable;
+                decision.standings.push(standing);
             }
             Some(replication) if replication.source_host == host && replication.error.is_some() => {
                 let (number, text) = replication.error.clone().unwrap_or_default();
@@ -409,6 +473,8 @@ fn steady(cluster: &Cluster, primary: &str, decision: &mut Decision) {
             .collect();
         let reason = if decision.standings.iter().any(|s| s.role == MemberRole::Diverged) {
             reason::DIVERGED
+        } else if cannot_seed {
+            reason::CANNOT_SEED
         } else if decision.standings.iter().any(|s| s.role == MemberRole::Seeding) {
             reason::SEEDING
         } else {
@@ -465,6 +531,91 @@ fn seed_source(cluster: &Cluster, primary: &str, member: &Member, server: &Serve
     }
 }
 
+/// How an empty member is seeded from the app's newest verified backup run, when the binary logs
+/// of the server it replicates from no longer reach back to the beginning: the run is loaded
+/// (out of its binary log), its binary log then starts at the run's position, and it replicates
+/// from the primary what came after. `None`: replication seeds it (or tries first).
+fn seed_from_backup(
+    cluster: &Cluster,
+    primary: &str,
+    member: &Member,
+    server: &Server,
+    decision: &mut Decision,
+) -> Option<Standing> {
+    let name = member.name.clone();
+    let stands = |role: MemberRole, message: String| Standing { member: name.clone(), role, message: Some(message) };
+    match &member.backup_seed {
+        BackupSeed::Loaded { run, position } => {
+            decision.operations.push(Operation::AdoptPosition { member: name.clone(), position: position.clone() });
+            decision.operations.push(Operation::Replicate { member: name.clone(), source: primary.into() });
+            let message = format!("loaded backup run {run}; replicating from {primary} what came after {position}");
+            Some(stands(MemberRole::Seeding, message))
+        }
+        BackupSeed::Loading { run } => Some(stands(MemberRole::Seeding, format!("loading backup run {run}"))),
+        BackupSeed::Failed(why) => {
+            Some(stands(MemberRole::Unavailable, format!("loading a backup run to seed it failed: {why}")))
+        }
+        BackupSeed::NotStarted => {
+            let replication = server.replica.as_ref().filter(|r| r.source_purged())?;
+            let source = cluster
+                .members
+                .iter()
+                .find(|m| m.host == replication.source_host)
+                .map_or(replication.source_host.as_str(), |m| m.name.as_str());
+            let purged = format!("the binary logs of {source} no longer reach back to the beginning");
+            Some(match &cluster.seed_backup {
+                Some(backup) => {
+                    decision
+                        .operations
+                        .push(Operation::SeedFromBackup { member: name.clone(), run: backup.run.clone() });
+                    let message = format!(
+                        "{purged}: loading backup run {}, taken at {}, then replicating from {primary}",
+                        backup.run, backup.position
+                    );
+                    stands(MemberRole::Seeding, message)
+                }
+                None => stands(
+                    MemberRole::Unavailable,
+                    format!(
+                        "cannot be seeded: {purged}, and the app has no verified backup run to load instead (a MySQLBackup run of this app that succeeded, passed its restore drill and recorded its GTID position)"
+                    ),
+                ),
+            })
+        }
+    }
+}
+
+/// A replica that cannot catch up, the primary's binary logs it needs next purged, starts again
+/// empty to be seeded, when the app has a verified backup run newer than what it holds (else
+/// the seeding would end where it stands).
+fn reseed_behind_purged_logs(
+    cluster: &Cluster,
+    primary: &str,
+    member: &Member,
+    server: &Server,
+    decision: &mut Decision,
+) -> Standing {
+    let purged = format!("the binary logs of {primary} it needs next were purged");
+    let (role, message) = match &cluster.seed_backup {
+        Some(backup) if !server.position.includes(&backup.position) => {
+            let cause = ReseedCause::SourcePurged;
+            decision.operations.push(Operation::Reseed { member: member.name.clone(), cause });
+            (
+                MemberRole::Seeding,
+                format!("{purged}; starting it again empty, to seed it from backup run {}", backup.run),
+            )
+        }
+        _ => (
+            MemberRole::Unavailable,
+            format!(
+                "cannot catch up: {purged}, and the app has no verified backup run newer than its position {} to seed it from",
+                server.position
+            ),
+        ),
+    };
+    Standing { member: member.name.clone(), role, message: Some(message) }
+}
+
 /// A server holding transactions the primary lacks takes no traffic and does not rejoin as it
 /// is: its commits that wait for an acknowledgement are released by a restart (they never
 /// reached a client as done), its transactions the primary lacks are copied to a file, then it
@@ -496,7 +647,7 @@ fn set_aside(member: &Member, server: &Server, primary: &Server, errant: &[Strin
             Extraction::Running => "copying them to a file".into(),
             Extraction::Failed(why) => format!("copying them to a file failed ({why}); the server keeps them"),
             Extraction::Done(file) => {
-                decision.operations.push(Operation::Reseed { member: name.clone() });
+                decision.operations.push(Operation::Reseed { member: name.clone(), cause: ReseedCause::Diverged });
                 format!("copied to {file}; seeding it again")
             }
         }
@@ -613,7 +764,8 @@ fn promote_the_most_advanced(
         decision.operations.push(Operation::Promote { member: name.clone() });
     }
     for other in cluster.members.iter().filter(|m| m.name != name && m.server.is_some()) {
-        if received.iter().any(|(m, _)| m.name == other.name) {
+        let loading = matches!(other.backup_seed, BackupSeed::Loading { .. });
+        if received.iter().any(|(m, _)| m.name == other.name) && !loading {
             decision.operations.push(Operation::Replicate { member: other.name.clone(), source: name.clone() });
         }
     }
@@ -875,6 +1027,7 @@ mod tests {
             server_id: 100 + ordinal,
             extraction: Extraction::NotStarted,
             reseeding: false,
+            backup_seed: BackupSeed::NotStarted,
             outdated: false,
         }
     }
@@ -912,6 +1065,7 @@ mod tests {
             requested: None,
             switching: None,
             updating: None,
+            seed_backup: None,
         }
     }
 
@@ -991,6 +1145,121 @@ mod tests {
         }
     }
 
+    /// A server that stopped on `error` from `source`, holding `applied`.
+    fn stopped(ordinal: u32, source: u32, applied: &str, error: (u32, &str)) -> Member {
+        let mut m = replica(ordinal, source, applied, applied, false);
+        let replication = m.server.as_mut().unwrap().replica.as_mut().unwrap();
+        replication.applying = true;
+        replication.error = Some((error.0, error.1.into()));
+        m
+    }
+
+    const PURGED: (u32, &str) = (
+        1236,
+        "Got fatal error 1236 from master when reading data from binary log: 'Could not find GTID state requested by slave in any binlog files. Probably the slave state is too old and required binlog files have been purged.'",
+    );
+
+    fn seed_backup(position: &str) -> Option<SeedBackup> {
+        Some(SeedBackup { run: "nightly-1".into(), position: self::position(position) })
+    }
+
+    /// An empty server whose source lacks the binary logs since the beginning is loaded from the
+    /// newest verified backup run, then replicates from the primary what came after; with no
+    /// such run, or when the load failed, it says it cannot be seeded.
+    #[test]
+    fn an_empty_server_behind_purged_logs_is_loaded_from_the_newest_verified_run() {
+        let empty = |seed: BackupSeed| {
+            let mut m = stopped(2, 1, "", PURGED);
+            m.backup_seed = seed;
+            m
+        };
+        let loaded = BackupSeed::Loaded { run: "nightly-1".into(), position: "0-100-7".into() };
+        let adopt = AdoptPosition { member: "ex-mysql-2".into(), position: "0-100-7".into() };
+        let seed_from = SeedFromBackup { member: "ex-mysql-2".into(), run: "nightly-1".into() };
+        type Case = (Member, Option<SeedBackup>, Vec<Operation>, MemberRole, &'static str);
+        let cases: Vec<Case> = vec![
+            (empty(BackupSeed::NotStarted), seed_backup("0-100-7"), vec![seed_from], Seeding, reason::SEEDING),
+            (empty(BackupSeed::NotStarted), None, vec![], Unavailable, reason::CANNOT_SEED),
+            (empty(BackupSeed::Loading { run: "nightly-1".into() }), None, vec![], Seeding, reason::SEEDING),
+            (empty(loaded), None, vec![adopt, replicate(2, 0)], Seeding, reason::SEEDING),
+            (
+                empty(BackupSeed::Failed("Job x".into())),
+                seed_backup("0-100-7"),
+                vec![],
+                Unavailable,
+                reason::CANNOT_SEED,
+            ),
+            (
+                stopped(2, 1, "", (2003, "cannot connect")),
+                seed_backup("0-100-7"),
+                vec![replicate(2, 1)],
+                Seeding,
+                reason::SEEDING,
+            ),
+        ];
+        for (third, seed_backup, operations, role, problem) in cases {
+            let mut c = cluster(
+                vec![primary(0, "0-100-9"), replica(1, 0, "0-100-9", "0-100-9", true), third],
+                Some("ex-mysql-0"),
+            );
+            c.seed_backup = seed_backup;
+            let d = decide(&c);
+            assert_eq!(d.operations, operations, "{:?}", c.members[2].backup_seed);
+            assert_eq!(roles(&d), [Primary, Replica, role], "{:?}", d.standings[2]);
+            assert_eq!(d.problem.map(|(reason, _)| reason), Some(problem));
+        }
+    }
+
+    /// A replica the primary's purged logs leave behind starts again empty when a verified run
+    /// newer than what it holds can seed it; otherwise reseeding would end where it stands.
+    #[test]
+    fn a_replica_behind_purged_logs_is_reseeded_only_when_a_newer_run_exists() {
+        let cases: Vec<(Option<SeedBackup>, Vec<Operation>, MemberRole, &str)> = vec![
+            (
+                seed_backup("0-100-8"),
+                vec![Reseed { member: "ex-mysql-2".into(), cause: ReseedCause::SourcePurged }],
+                Seeding,
+                reason::SEEDING,
+            ),
+            (seed_backup("0-100-5"), vec![], Unavailable, reason::CANNOT_SEED),
+            (None, vec![], Unavailable, reason::CANNOT_SEED),
+        ];
+        for (seed_backup, operations, role, problem) in cases {
+            let mut c = cluster(
+                vec![
+                    primary(0, "0-100-9"),
+                    replica(1, 0, "0-100-9", "0-100-9", true),
+                    stopped(2, 0, "0-100-6", PURGED),
+                ],
+                Some("ex-mysql-0"),
+            );
+            c.seed_backup = seed_backup.clone();
+            let d = decide(&c);
+            assert_eq!(d.operations, operations, "{seed_backup:?}");
+            assert_eq!(roles(&d), [Primary, Replica, role]);
+            assert_eq!(d.problem.map(|(reason, _)| reason), Some(problem));
+        }
+    }
+
+    /// A failover while a backup run loads into a server leaves that server's replication alone:
+    /// replicating now would mix with the load.
+    #[test]
+    fn a_failover_does_not_point_a_loading_server_at_the_new_primary() {
+        let mut gone = primary(0, "0-100-9");
+        gone.pod = PodState::Missing;
+        gone.server = None;
+        let mut loading = stopped(2, 1, "", PURGED);
+        loading.backup_seed = BackupSeed::Loading { run: "nightly-1".into() };
+        let c = cluster(vec![gone, replica(1, 0, "0-100-9", "0-100-9", false), loading], Some("ex-mysql-0"));
+        let d = decide(&c);
+        assert_eq!(d.primary.as_deref(), Some("ex-mysql-1"));
+        assert!(
+            !d.operations.iter().any(|op| matches!(op, Replicate { member, .. } if member == "ex-mysql-2")),
+            "{:?}",
+            d.operations
+        );
+    }
+
     /// A former primary holding a commit no replica received: its waiting commits are released
     /// by a restart, its transactions copied to a file, then it is seeded again; never rejoined
     /// as it is.
@@ -1015,7 +1284,7 @@ mod tests {
             (diverged(0, Extraction::Running), vec![op(fence, 2)], "copying them"),
             (
                 diverged(0, Extraction::Done("file f".into())),
-                vec![op(fence, 2), op(|m| Reseed { member: m }, 2)],
+                vec![op(fence, 2), op(|m| Reseed { member: m, cause: ReseedCause::Diverged }, 2)],
                 "seeding it again",
             ),
             (diverged(0, Extraction::Failed("no".into())), vec![op(fence, 2)], "failed (no); the server keeps them"),

@@ -7,6 +7,7 @@
 //! pods' role labels follow the decision: the client Service leads to the primary.
 
 pub mod act;
+pub mod backup_seed;
 pub mod decide;
 pub mod memory;
 pub mod observe;
@@ -34,10 +35,14 @@ use crate::build::tls::ServingTls;
 use crate::context::{AppScope, Error};
 use crate::db::Target;
 use act::{Access, Outcome};
-use decide::{Change, ChangeKind, Cluster, Decision, Extraction, Member, Operation, PodState, Refusal};
+use decide::{
+    BackupSeed, Change, ChangeKind, Cluster, Decision, Extraction, Member, Operation, PodState, Refusal, ReseedCause,
+    SeedBackup,
+};
 use memory::{forget_a_finished_update, remember_the_primary, requested, write_gap};
 use report::{Report, changed, fill, refused};
 use server::Server;
+use visitors_api::MySQLBackup;
 
 /// How often a replicated app's servers are looked at while all is well: a primary that stops
 /// answering is failed over within two looks.
@@ -78,6 +83,7 @@ pub async fn converge(
     for _ in 0..LOOKS_PER_RECONCILE {
         let mut members = look(scope, &targets).await;
         set_aside_state(scope, primary.as_deref(), &mut members).await?;
+        let seed = backup_seed::look(scope, &mut members).await?;
         remember_the_primary(&mut remembered, primary.as_deref(), &members);
         forget_a_finished_update(&mut remembered, &members);
         let cluster = Cluster {
@@ -88,6 +94,7 @@ pub async fn converge(
             requested: requested(app, &remembered).filter(|_| report.switchover.is_none()),
             switching: remembered.switching.as_ref().map(|(s, _)| s.clone()),
             updating: remembered.updating.as_ref().map(|(member, _)| member.clone()),
+            seed_backup: seed.as_ref().map(|(_, seed)| seed.clone()),
         };
         let decision = decide::decide(&cluster);
         let access = access(&targets, &members, credentials, app, tls.is_some());
@@ -98,7 +105,7 @@ pub async fn converge(
         })?;
         let done = outcome == Outcome::Done;
         if done {
-            act_on_pods(scope, &decision.operations, tls).await?;
+            act_on_pods(scope, &decision.operations, tls, &members, seed.as_ref()).await?;
             announce_seeding(scope, &decision).await;
             if let Some(member) = decision.operations.iter().find_map(Operation::updated_member) {
                 remembered.updating = Some((member.to_string(), Instant::now()));
@@ -199,6 +206,7 @@ async fn look(scope: &AppScope<'_>, targets: &BTreeMap<String, Target>) -> Vec<M
             server_id,
             extraction: Extraction::NotStarted,
             reseeding: false,
+            backup_seed: BackupSeed::NotStarted,
             outdated: pod.as_deref().is_some_and(|pod| runs_an_older_template(pod, revision)),
         }
     });
@@ -278,7 +286,13 @@ fn extraction_job_name(pod: &str, errant: &[String]) -> String {
 }
 
 /// Carries out the operations on pods and Jobs of a decision whose SQL is done.
-async fn act_on_pods(scope: &AppScope<'_>, operations: &[Operation], tls: Option<&ServingTls>) -> Result<(), Error> {
+async fn act_on_pods(
+    scope: &AppScope<'_>,
+    operations: &[Operation],
+    tls: Option<&ServingTls>,
+    members: &[Member],
+    seed: Option<&(MySQLBackup, SeedBackup)>,
+) -> Result<(), Error> {
     let events = &scope.runtime().events;
     for operation in operations.iter().filter(|op| !op.is_sql()) {
         let (member, action) = act::describe(operation);
@@ -299,13 +313,25 @@ async fn act_on_pods(scope: &AppScope<'_>, operations: &[Operation], tls: Option
             Operation::Extract { member, after, primary_set, first_log, errant } => {
                 extract(scope, member, after, primary_set, first_log, errant, tls).await?;
             }
-            Operation::Reseed { member } => {
+            Operation::Reseed { member, cause } => {
                 set_seed_token(scope, member, Some(jiff::Timestamp::now().to_string())).await?;
                 delete_pod(scope, member).await?;
-                let note = format!(
-                    "MySQL server {member} starts again empty and is seeded from the others; the transactions it held that the primary lacks were copied to a file first"
-                );
+                let why = match cause {
+                    ReseedCause::Diverged => {
+                        "the transactions it held that the primary lacks were copied to a file first"
+                    }
+                    ReseedCause::SourcePurged => {
+                        "it could not catch up: the primary's binary logs it needed next were purged"
+                    }
+                };
+                let note = format!("MySQL server {member} starts again empty and is seeded from the others; {why}");
                 events.normal(scope.app, "Reseeding", "Replication", note).await;
+            }
+            Operation::SeedFromBackup { member, run } => {
+                let seeded = members.iter().find(|m| &m.name == member);
+                if let (Some(seeded), Some(seed)) = (seeded, seed.filter(|(_, seed)| &seed.run == run)) {
+                    backup_seed::start(scope, seeded, seed, tls).await?;
+                }
             }
             Operation::ClearSeed { member } => set_seed_token(scope, member, None).await?,
             _ => {}
@@ -376,11 +402,9 @@ async fn extract(
     let secret = build::secret::secret_name(scope.app);
     let mut job = build::seeding::extraction_job(scope.app, &secret, &extraction);
     job.metadata.annotations = Some(BTreeMap::from([(DIVERGED_FILE_ANNOTATION.to_string(), file.clone())]));
-    let params = PostParams { field_manager: Some(scope.runtime().field_manager.clone()), ..PostParams::default() };
-    match scope.api::<Job>().create(&params, &job).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => return Ok(()),
-        Err(source) => return Err(ApiError { action: format!("creating Job {job_name}"), source }.into()),
+    let jobs = scope.api::<Job>();
+    if !controller_common::apply::create_unless_present(&jobs, &scope.runtime().field_manager, &job, "Job").await? {
+        return Ok(());
     }
     let note = format!(
         "MySQL server {member} holds transactions the primary lacks ({}): Job {job_name} copies them to PersistentVolumeClaim {}, file {file}; then the server is seeded again",

@@ -54,6 +54,14 @@ pub struct Replication {
     pub error: Option<(u32, String)>,
 }
 
+impl Replication {
+    /// Whether its source no longer has the binary logs it needs next (MariaDB's and MySQL's
+    /// error 1236, the logs purged): it cannot catch up from that source.
+    pub fn source_purged(&self) -> bool {
+        self.error.as_ref().is_some_and(|(number, text)| *number == 1236 && text.contains("purged"))
+    }
+}
+
 impl Server {
     /// Everything it holds or has received: what a promotion would give the new primary.
     pub fn received(&self) -> Position {

@@ -165,6 +165,23 @@ impl Flavor {
         }
     }
 
+    /// The server, loaded from a backup out of its binary log (which is empty), starts its
+    /// binary log at the backup's GTID `position`: it then holds, for replication and for the
+    /// comparison of histories, exactly the transactions of the backup.
+    pub fn adopt_position(self, position: &str) -> Vec<String> {
+        let position = quote(position);
+        match self {
+            Flavor::MariaDb => {
+                vec!["STOP SLAVE".into(), "RESET MASTER".into(), format!("SET GLOBAL gtid_binlog_state = {position}")]
+            }
+            Flavor::MySql => vec![
+                "STOP REPLICA".into(),
+                "RESET BINARY LOGS AND GTIDS".into(),
+                format!("SET GLOBAL gtid_purged = {position}"),
+            ],
+        }
+    }
+
     /// The primary waits for a replica's acknowledgement of every commit, and never falls back to
     /// not waiting. Armed only on the primary, once its replicas point at it: a replica that has
     /// it armed would wait for acknowledgements of what it applies, which nobody sends.
@@ -317,6 +334,10 @@ mod tests {
             ]
         );
         assert_eq!(mysql.promote(), ["STOP REPLICA", "RESET REPLICA ALL"]);
+        assert_eq!(
+            mysql.adopt_position("u:1-5"),
+            ["STOP REPLICA", "RESET BINARY LOGS AND GTIDS", "SET GLOBAL gtid_purged = 'u:1-5'"]
+        );
         assert_eq!(mysql.stop_receiving(), ["STOP REPLICA IO_THREAD"]);
         assert_eq!(mysql.fence(), ["SET GLOBAL super_read_only = ON"]);
         assert_eq!(mysql.open_writes(), ["SET GLOBAL super_read_only = OFF", "SET GLOBAL read_only = OFF"]);
@@ -336,6 +357,14 @@ mod tests {
         assert!(armed.contains(&"SET GLOBAL rpl_semi_sync_master_wait_no_slave = ON".to_string()));
         assert_eq!(armed.last().unwrap(), "SET GLOBAL rpl_semi_sync_master_enabled = ON", "armed last");
         assert_eq!(Flavor::MariaDb.wait_applied("0-101-7", 2.0), "SELECT MASTER_GTID_WAIT('0-101-7', 2)");
+    }
+
+    #[test]
+    fn a_server_loaded_from_a_backup_starts_its_binary_log_at_the_backup_position() {
+        assert_eq!(
+            Flavor::MariaDb.adopt_position("0-101-7,1-102-3"),
+            ["STOP SLAVE", "RESET MASTER", "SET GLOBAL gtid_binlog_state = '0-101-7,1-102-3'"]
+        );
     }
 
     #[test]

@@ -614,6 +614,7 @@ impl Harness {
         let ctx = Arc::new(Context {
             runtime,
             probe: probe_handle,
+            agent: None,
             stores,
             seen: Seen::default(),
             hold: visitors_controller::hold::Hold::default(),

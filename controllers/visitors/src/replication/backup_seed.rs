@@ -1,0 +1,212 @@
+//! Seeding an empty server from the app's newest verified backup run, when replication cannot
+//! (the binary logs it would need were purged): which run ([`newest_verified_run`], pure), where
+//! each empty server's load stands (its Job), and starting a load. The decision
+//! ([`super::decide`]) says when.
+
+use std::collections::BTreeMap;
+
+use controller_common::agent_job::{DatabaseAccess, JobState, ServerTls, job_state};
+use controller_common::apply::create_unless_present;
+use controller_common::error::api_err;
+use k8s_openapi::api::batch::v1::Job;
+use kube::ResourceExt;
+use kube::api::ListParams;
+use visitors_api::MySQLBackup;
+use visitors_api::storage::agent_location_of_recorded;
+
+use super::decide::{BackupSeed, Member, SeedBackup};
+use super::server::Position;
+use crate::build;
+use crate::build::tls::ServingTls;
+use crate::context::{AppScope, Error};
+
+/// Annotations on a load's Job: the run it loads and the run's GTID position, which the server
+/// then starts from.
+const RUN_ANNOTATION: &str = "example.com/seed-run";
+const POSITION_ANNOTATION: &str = "example.com/seed-position";
+
+/// The run an empty server of app `app` is loaded from: among `runs`, the newest run of the app
+/// that succeeded, passed its restore drill, and recorded where it is stored, its manifest's
+/// SHA-256 and the GTID position it was taken at.
+pub fn newest_verified_run<'a>(app: &str, runs: &'a [MySQLBackup]) -> Option<(&'a MySQLBackup, SeedBackup)> {
+    runs.iter()
+        .filter(|run| run.spec.source.visitors_app == app && !run.spec.is_schedule() && run.is_verified())
+        .filter_map(|run| {
+            let status = run.status.as_ref()?;
+            status.location.as_deref().and_then(agent_location_of_recorded)?;
+            status.manifest_sha256.as_ref()?;
+            let gtid = status.snapshot.as_ref()?.gtid.as_deref()?;
+            let position = Position::parse(gtid).ok().filter(|p| !p.is_empty())?;
+            let completed = status.completion_time.as_ref()?.0;
+            Some((completed, run, SeedBackup { run: run.name_any(), position }))
+        })
+        .max_by_key(|(completed, run, _)| (*completed, run.name_any()))
+        .map(|(_, run, seed)| (run, seed))
+}
+
+/// The Job that loads a backup run into `member`: one per server incarnation (its server id
+/// follows its pod's UID), so a server started again empty is loaded again.
+pub fn load_job_name(member: &Member) -> String {
+    format!("{}-seed-{:x}", member.name, member.server_id)
+}
+
+/// Where a load stands, from its Job (`None`: not started).
+pub fn load_state(job: Option<&Job>) -> BackupSeed {
+    let Some(job) = job else { return BackupSeed::NotStarted };
+    let annotation = |key: &str| job.annotations().get(key).cloned().unwrap_or_default();
+    match job_state(job) {
+        JobState::Active => BackupSeed::Loading { run: annotation(RUN_ANNOTATION) },
+        JobState::Complete => {
+            BackupSeed::Loaded { run: annotation(RUN_ANNOTATION), position: annotation(POSITION_ANNOTATION) }
+        }
+        JobState::Failed { reason, message } => BackupSeed::Failed(format!(
+            "Job {} ({reason}: {message}); it is tried again once the Job is gone (deleted, or an hour after it ended)",
+            job.name_any()
+        )),
+    }
+}
+
+/// Fills in where each empty member's load stands, and returns the run to load when a member
+/// may need one: its source lacks the binary logs it needs next, and no load of it runs.
+pub async fn look(scope: &AppScope<'_>, members: &mut [Member]) -> Result<Option<(MySQLBackup, SeedBackup)>, Error> {
+    let jobs = scope.api::<Job>();
+    for member in members.iter_mut().filter(|m| m.server.as_ref().is_some_and(|s| s.position.is_empty())) {
+        let name = load_job_name(member);
+        let job = jobs.get_opt(&name).await.map_err(api_err(format!("reading Job {name}")))?;
+        member.backup_seed = load_state(job.as_ref());
+    }
+    let behind_purged_logs = |m: &Member| {
+        m.backup_seed == BackupSeed::NotStarted
+            && m.server.as_ref().and_then(|s| s.replica.as_ref()).is_some_and(|r| r.source_purged())
+    };
+    if !members.iter().any(behind_purged_logs) {
+        return Ok(None);
+    }
+    let runs = scope
+        .api::<MySQLBackup>()
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err(format!("listing the MySQLBackups of namespace {}", scope.namespace)))?;
+    Ok(newest_verified_run(&scope.name, &runs.items).map(|(run, seed)| (run.clone(), seed)))
+}
+
+/// Starts the Job that loads `run` into `member`, and says so.
+pub async fn start(
+    scope: &AppScope<'_>,
+    member: &Member,
+    (run, seed): &(MySQLBackup, SeedBackup),
+    tls: Option<&ServingTls>,
+) -> Result<(), Error> {
+    let refuse = |problem: String| Error::Replication {
+        member: member.name.clone(),
+        action: "loading a backup run into it",
+        problem,
+    };
+    let agent = scope.ctx.agent.as_ref().ok_or_else(|| {
+        refuse("the controller has no agent image to run the load with (--agent-image or AGENT_IMAGE; the Helm chart sets it)".into())
+    })?;
+    let recorded = run.status.as_ref().and_then(|s| s.location.clone()).unwrap_or_default();
+    let location = agent_location_of_recorded(&recorded)
+        .ok_or_else(|| refuse(format!("MySQLBackup {} records no location a Job can read", seed.run)))?;
+    let access = DatabaseAccess {
+        credentials_secret: build::secret::secret_name(scope.app),
+        tls: match tls {
+            Some(tls) => ServerTls::Verified { ca_secret: tls.secret_name.clone(), check_name: true },
+            None => ServerTls::Disabled,
+        },
+        servers: Default::default(),
+    };
+    let name = load_job_name(member);
+    let load = build::seeding::BackupLoad { job: &name, host: &member.host, run, location: &location };
+    let mut job = build::seeding::backup_load_job(scope.app, &agent.inputs(), &access, &load);
+    job.metadata.annotations = Some(BTreeMap::from([
+        (RUN_ANNOTATION.to_string(), seed.run.clone()),
+        (POSITION_ANNOTATION.to_string(), seed.position.to_string()),
+    ]));
+    if !create_unless_present(&scope.api::<Job>(), &scope.runtime().field_manager, &job, "Job").await? {
+        return Ok(());
+    }
+    let note = format!(
+        "MySQL server {} is seeded from backup run {} (taken at {}), as no server it could replicate from still has the binary logs since the beginning: Job {name} loads the run, then the server replicates from the primary what came after",
+        member.name, seed.run, seed.position
+    );
+    scope.runtime().events.normal(scope.app, "SeedingFromBackup", "Replication", note).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(name: &str, app: &str, completed: &str, gtid: Option<&str>, verified: bool) -> MySQLBackup {
+        let mut status = serde_json::json!({
+            "phase": "Succeeded", "completionTime": completed, "location": format!("pvc://backups/shop/{app}/{name}"),
+            "manifestSha256": "ab".repeat(32), "snapshot": {"gtid": gtid},
+        });
+        if verified {
+            status["verifiedTime"] = serde_json::json!(completed);
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "example.com/v1", "kind": "MySQLBackup",
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"source": {"visitorsApp": app}, "storage": {"persistentVolumeClaim": {"claimName": "backups"}}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    /// Each case: the runs, and the one a server is loaded from.
+    #[test]
+    fn the_newest_verified_run_of_the_app_with_a_position_is_loaded() {
+        let old = run("old", "ex", "2026-11-20T00:00:00Z", Some("0-101-5"), true);
+        let new = run("new", "ex", "2026-11-26T00:00:00Z", Some("0-101-9"), true);
+        let unverified = run("unverified", "ex", "2026-11-27T00:00:00Z", Some("0-101-12"), false);
+        let no_position = run("no-position", "ex", "2026-11-27T00:00:00Z", None, true);
+        let other_app = run("other", "other", "2026-11-27T00:00:00Z", Some("0-101-12"), true);
+        let mut failed_drill = run("failed-drill", "ex", "2026-11-27T00:00:00Z", Some("0-101-12"), true);
+        failed_drill.status.as_mut().unwrap().drill_defect = Some("chunk 3 differs".into());
+        let cases: Vec<(Vec<MySQLBackup>, Option<&str>)> = vec![
+            (vec![old.clone(), new.clone()], Some("new")),
+            (vec![new.clone(), old.clone()], Some("new")),
+            (vec![old.clone(), unverified], Some("old")),
+            (vec![old.clone(), no_position], Some("old")),
+            (vec![old.clone(), other_app], Some("old")),
+            (vec![old.clone(), failed_drill], Some("old")),
+            (vec![], None),
+        ];
+        for (runs, expected) in cases {
+            let chosen = newest_verified_run("ex", &runs).map(|(run, seed)| {
+                assert_eq!(run.name_any(), seed.run);
+                seed.run
+            });
+            let names: Vec<String> = runs.iter().map(ResourceExt::name_any).collect();
+            assert_eq!(chosen.as_deref(), expected, "{names:?}");
+        }
+        let (_, seed) = newest_verified_run("ex", std::slice::from_ref(&new)).unwrap();
+        assert_eq!(seed.position.to_string(), "0-101-9");
+    }
+
+    #[test]
+    fn a_load_stands_as_its_job_does_and_remembers_its_run_and_position() {
+        let job = |condition: Option<&str>| -> Job {
+            let conditions: Vec<serde_json::Value> = condition
+                .map(|c| serde_json::json!({"type": c, "status": "True", "reason": "BackoffLimitExceeded", "message": "1 failed"}))
+                .into_iter()
+                .collect();
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "ex-mysql-2-seed-3e9",
+                             "annotations": {RUN_ANNOTATION: "nightly-1", POSITION_ANNOTATION: "0-101-9"}},
+                "status": {"conditions": conditions},
+            }))
+            .unwrap()
+        };
+        assert_eq!(load_state(None), BackupSeed::NotStarted);
+        assert_eq!(load_state(Some(&job(None))), BackupSeed::Loading { run: "nightly-1".into() });
+        assert_eq!(
+            load_state(Some(&job(Some("Complete")))),
+            BackupSeed::Loaded { run: "nightly-1".into(), position: "0-101-9".into() }
+        );
+        let BackupSeed::Failed(why) = load_state(Some(&job(Some("Failed")))) else { panic!("a failed load") };
+        assert!(why.starts_with("Job ex-mysql-2-seed-3e9 (BackoffLimitExceeded: 1 failed)"), "{why}");
+    }
+}
