@@ -14,6 +14,8 @@
 #       the suite must already be installed (see e2e/README.md).
 #
 # --test FILE: only the scenarios of e2e/tests/FILE.rs (repeatable).
+# E2E_PROFILE=release (--local): the node runs release builds of our binaries (the benchmarks
+# of bench/high-availability measure them); default debug.
 # FILTER: test name filters passed to the test binaries (e.g. `drift`).
 # Logs of a failed run (controllers, Jobs, MariaDB, the control plane) are copied to
 # target/e2e-logs/<time>/ (--local only: on another cluster use kubectl logs).
@@ -85,10 +87,11 @@ start_local_cluster() {
         echo "e2e: waiting for another e2e run on $TEST_CLUSTER_STATE to finish"
         flock 9
     fi
-    local bin_dir=${CARGO_TARGET_DIR:-target}/debug
+    local profile=${E2E_PROFILE:-debug}
+    local bin_dir=${CARGO_TARGET_DIR:-target}/$profile
     refuse_a_bin_dir_under_tmp "$bin_dir"
     step "building the binaries the node runs ($bin_dir)"
-    cargo build --locked --bin visitors-controller --bin backup-controller --bin restore-controller --bin visitors-agent \
+    cargo build --locked --profile "$([ "$profile" = debug ] && echo dev || echo "$profile")" --bin visitors-controller --bin backup-controller --bin restore-controller --bin visitors-agent \
         --bin visitors-archiver
     step "starting the test cluster (state: $TEST_CLUSTER_STATE)"
     # A cluster left by an interrupted run would hold other pods and volumes: start afresh.

@@ -12,6 +12,9 @@
 #       seeding a replica whose volume was lost (e2e/src/bin/replication-bench.rs); default 1024
 #   bench/high-availability/run.sh seed-backup [MIB]
 #       the same with every binary log purged: seeded from a drilled backup run; default 1024
+#   bench/high-availability/run.sh controller [APPS] [SECONDS]
+#       the VisitorsApp controller's CPU and memory with APPS apps of three servers, all
+#       replicating, over SECONDS (e2e/src/bin/replication-bench.rs); default 10 120
 #
 # Needs what e2e/run.sh --local needs (KUBE_BIN_DIR). Results go in docs/benchmarks.md.
 set -euo pipefail
@@ -20,8 +23,8 @@ bench=${1:-failover}
 shift || true
 case "$bench" in
     failover) binary=failover-bench; args=("$@") ;;
-    lag | seed | seed-backup) binary=replication-bench; args=("$bench" "$@") ;;
-    *) echo "usage: $0 failover|lag|seed|seed-backup [ARGS...]" >&2; exit 2 ;;
+    lag | seed | seed-backup | controller) binary=replication-bench; args=("$bench" "$@") ;;
+    *) echo "usage: $0 failover|lag|seed|seed-backup|controller [ARGS...]" >&2; exit 2 ;;
 esac
 export TEST_CLUSTER_STATE=${TEST_CLUSTER_STATE:-${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/test-cluster}
 e2e/run.sh --local --keep --test crds

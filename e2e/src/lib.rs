@@ -6,6 +6,7 @@
 pub mod archive;
 pub mod book_backups;
 pub mod moto;
+pub mod process;
 pub mod replication;
 
 use std::path::PathBuf;

@@ -21,6 +21,13 @@
 //! The same, but every server's binary logs are purged after the load and a drilled backup run
 //! taken (not timed): the new empty server cannot replicate the history, so it is loaded from
 //! the run, then replicates from the primary what came after.
+//!
+//!     replication-bench controller [APPS] [SECONDS]   default: 10 120
+//!
+//! Creates APPS apps of three servers at once, waits until every replica of each replicates,
+//! then reads the VisitorsApp controller's process (the chart's, a local process on the test
+//! cluster): its CPU seconds over SECONDS of steady state, its resident memory then and at its
+//! peak, and its reconciles.
 
 use std::time::Instant;
 
@@ -39,6 +46,11 @@ async fn main() {
     let number = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let client = cluster().await;
     let namespace = TestNamespace::create(&client, "ha-bench").await;
+    if args.first().map(String::as_str) == Some("controller") {
+        controller(&client, &namespace.name, number(1, 10), number(2, 120)).await;
+        namespace.delete().await;
+        return;
+    }
     let mut site = Site::new(&client, &namespace.name, APP, 3);
     create_replicated_app(&site.apps, APP, 3).await;
     site.healthy().await;
@@ -46,7 +58,9 @@ async fn main() {
         Some("lag") => lag(&mut site, number(1, 500), number(2, 60)).await,
         Some("seed") => seed(&mut site, number(1, 1024), false).await,
         Some("seed-backup") => seed(&mut site, number(1, 1024), true).await,
-        other => panic!("replication-bench lag [RATE] [SECONDS] | seed [MIB] | seed-backup [MIB], not {other:?}"),
+        other => panic!(
+            "replication-bench lag [RATE] [SECONDS] | seed [MIB] | seed-backup [MIB] | controller [APPS] [SECONDS], not {other:?}"
+        ),
     }
     namespace.delete().await;
 }
@@ -176,4 +190,43 @@ async fn purge_and_back_up(site: &mut Site) {
     .await;
     let more = "INSERT INTO visitors.bulk SELECT seq, 'after the run' FROM seq_100000000_to_100000999";
     run_job(&site.client, &site.namespace, "after-run", mariadb_job(APP, &site.namespace, "after-run", more)).await;
+}
+
+async fn controller(client: &kube::Client, namespace: &str, apps: u64, seconds: u64) {
+    let started = Instant::now();
+    let sites: Vec<Site> = (0..apps).map(|i| Site::new(client, namespace, &format!("{APP}{i}"), 3)).collect();
+    for site in &sites {
+        create_replicated_app(&site.apps, &site.app, 3).await;
+    }
+    for site in &sites {
+        site.healthy().await;
+    }
+    let healthy = started.elapsed().as_secs_f64();
+    let pid = visitors_e2e::process::pid_of("visitors-controller").expect("one visitors-controller process");
+    let reconciles = || async {
+        let text = visitors_e2e::controller_metrics(client, "visitors").await.unwrap_or_default();
+        visitors_e2e::metric_value(&text, "visitors_operator_reconciles_total", r#"controller="visitors-controller""#)
+            .unwrap_or(0.0)
+    };
+    let (cpu_before, reconciles_before) = (visitors_e2e::process::cpu_seconds(pid), reconciles().await);
+    tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+    let cpu = visitors_e2e::process::cpu_seconds(pid) - cpu_before;
+    let reconciled = reconciles().await - reconciles_before;
+    let (rss, peak) = visitors_e2e::process::resident_mib(pid);
+    for site in &sites {
+        let replication = site.replication().await;
+        assert!(replication.last_failover.is_none(), "{}: {:?}", site.app, replication.last_failover);
+    }
+    println!(
+        "| apps (servers) | all replicating after | controller CPU over {seconds} s | per app per minute | RSS now / peak | reconciles per app per minute |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let per_minute = 60.0 / seconds as f64 / apps as f64;
+    println!(
+        "| {apps} ({}) | {healthy:.0} s | {cpu:.1} s ({:.1} %) | {:.3} s | {rss:.1} / {peak:.1} MiB | {:.1} |",
+        apps * 3,
+        cpu / seconds as f64 * 100.0,
+        cpu * per_minute,
+        reconciled * per_minute
+    );
 }

@@ -377,7 +377,11 @@ impl Snapshot {
         Ok(Self {
             at: Instant::now(),
             load_average: std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string(),
-            cpu_seconds: options.pids.iter().map(|(name, pid)| (name.clone(), cpu_seconds(*pid))).collect(),
+            cpu_seconds: options
+                .pids
+                .iter()
+                .map(|(name, pid)| (name.clone(), visitors_e2e::process::cpu_seconds(*pid)))
+                .collect(),
             // Absent until the first reconcile.
             reconciles: controller_metric("visitors_operator_reconciles_total").unwrap_or(0.0),
             reconcile_seconds: controller_metric("visitors_operator_reconcile_duration_seconds_sum").unwrap_or(0.0),
@@ -458,17 +462,6 @@ fn sample(line: &str) -> Option<(&str, BTreeMap<String, String>, f64)> {
         .map(|(key, value)| (key.to_string(), value.trim_end_matches('"').to_string()))
         .collect();
     Some((name, labels, value))
-}
-
-/// User plus system CPU seconds of process `pid` (0 when it is gone). /proc counts in clock
-/// ticks, 100 a second on Linux (USER_HZ).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name, which is in parentheses and may contain spaces.
-    let fields: Vec<&str> =
-        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 #[cfg(test)]

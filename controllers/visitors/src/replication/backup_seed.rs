@@ -66,20 +66,22 @@ pub fn load_state(job: Option<&Job>) -> BackupSeed {
     }
 }
 
-/// Fills in where each empty member's load stands, and returns the run to load when a member
-/// may need one: its source lacks the binary logs it needs next, and no load of it runs.
+/// Fills in where the load of each empty member behind purged logs stands, and returns the run
+/// to load when a member may need one: its source lacks the binary logs it needs next, and no
+/// load of it runs. A loading member keeps its failed replication until the load ends, so the
+/// API is read only while some member's source purged what it needs.
 pub async fn look(scope: &AppScope<'_>, members: &mut [Member]) -> Result<Option<(MySQLBackup, SeedBackup)>, Error> {
+    let behind_purged_logs =
+        |m: &Member| m.server.as_ref().and_then(|s| s.replica.as_ref()).is_some_and(|r| r.source_purged());
     let jobs = scope.api::<Job>();
-    for member in members.iter_mut().filter(|m| m.server.as_ref().is_some_and(|s| s.position.is_empty())) {
-        let name = load_job_name(member);
-        let job = jobs.get_opt(&name).await.map_err(api_err(format!("reading Job {name}")))?;
-        member.backup_seed = load_state(job.as_ref());
+    for member in members.iter_mut().filter(|m| behind_purged_logs(m)) {
+        if member.server.as_ref().is_some_and(|s| s.position.is_empty()) {
+            let name = load_job_name(member);
+            let job = jobs.get_opt(&name).await.map_err(api_err(format!("reading Job {name}")))?;
+            member.backup_seed = load_state(job.as_ref());
+        }
     }
-    let behind_purged_logs = |m: &Member| {
-        m.backup_seed == BackupSeed::NotStarted
-            && m.server.as_ref().and_then(|s| s.replica.as_ref()).is_some_and(|r| r.source_purged())
-    };
-    if !members.iter().any(behind_purged_logs) {
+    if !members.iter().any(|m| behind_purged_logs(m) && m.backup_seed == BackupSeed::NotStarted) {
         return Ok(None);
     }
     let runs = scope

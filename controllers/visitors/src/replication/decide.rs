@@ -16,6 +16,10 @@
 //!   transaction the others hold, the former primary first among equals.
 //! - A switchover fences the primary, waits for the target to apply everything, then promotes
 //!   it; it is refused unless the target is a healthy replica.
+//! - An empty server replicates the history from a replica; when no server still has the
+//!   binary logs since the beginning, it is loaded from the newest verified backup run, then
+//!   replicates from the primary what came after. A replica the primary's purged logs left
+//!   behind starts again empty when such a run is newer than what it holds.
 //! - A new pod template (image, options, certificate) reaches the servers one at a time, only
 //!   while all is well: the replicas first, then a switchover to an updated replica, then the
 //!   old primary, restarted as a replica.
