@@ -13,7 +13,7 @@ use mysql_async::Conn;
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
 
-use crate::content::{ContentDigest, encode_row, select_sql};
+use crate::content::{ContentDigest, encode_row_counting, enum_error_texts, select_sql};
 use crate::encryption::{self, SealKey};
 use crate::error::{AgentError, Result};
 use crate::format::{
@@ -488,6 +488,8 @@ struct RangeTask {
     range: usize,
     select: String,
     estimated_bytes: u64,
+    /// The ENUM columns whose error value is written as a text of its own, to count.
+    error_value_texts: Vec<(usize, &'static str)>,
 }
 
 /// Splits large tables with an integer key into ranges and orders work largest first.
@@ -516,8 +518,9 @@ async fn plan_tasks(
                     database,
                     table,
                     range,
-                    select: select_sql(&plan.name, info, lower, upper),
+                    select: select_sql(&plan.name, info, lower, upper)?,
                     estimated_bytes: info.data_length / pieces as u64,
+                    error_value_texts: enum_error_texts(info),
                 });
             }
         }
@@ -664,6 +667,8 @@ enum Piece {
     Rows {
         data: Vec<u8>,
         rows: u64,
+        /// Fields holding an ENUM's error value.
+        error_values: u64,
     },
     /// Every row was read: the last chunk can be closed. A channel that closes without it
     /// means reading failed, and the open chunk is removed.
@@ -693,24 +698,26 @@ async fn read_rows(
         Err(_) => Vec::with_capacity(flush_at + 64 * 1024),
     };
     let mut buffer = new_buffer();
-    let mut buffered_rows = 0u64;
+    let (mut buffered_rows, mut error_values) = (0u64, 0u64);
     let mut digest = ContentDigest::default();
     while let Some(row) = rows.next().await.map_err(failed)? {
         let line_start = buffer.len();
-        encode_row(&mut buffer, &row).map_err(failed)?;
+        error_values += encode_row_counting(&mut buffer, &row, &task.error_value_texts).map_err(failed)?;
         digest.add_row(&buffer[line_start..]);
         buffered_rows += 1;
         if buffer.len() >= flush_at {
             if context.stopped() {
                 return Err(writer_gone());
             }
-            let piece = Piece::Rows { data: std::mem::replace(&mut buffer, new_buffer()), rows: buffered_rows };
+            let data = std::mem::replace(&mut buffer, new_buffer());
+            let piece = Piece::Rows { data, rows: buffered_rows, error_values };
             buffers.send(piece).await.map_err(|_| writer_gone())?;
-            buffered_rows = 0;
+            (buffered_rows, error_values) = (0, 0);
         }
     }
     if !buffer.is_empty() {
-        buffers.send(Piece::Rows { data: buffer, rows: buffered_rows }).await.map_err(|_| writer_gone())?;
+        let piece = Piece::Rows { data: buffer, rows: buffered_rows, error_values };
+        buffers.send(piece).await.map_err(|_| writer_gone())?;
     }
     buffers.send(Piece::End).await.map_err(|_| writer_gone())?;
     Ok(digest)
@@ -726,8 +733,8 @@ async fn write_chunks(
     let mut chunks = ChunkSequence::new(&context, &task);
     while let Some(piece) = buffers.recv().await {
         match piece {
-            Piece::Rows { data, rows } => {
-                chunks.write(&data, rows).await?;
+            Piece::Rows { data, rows, error_values } => {
+                chunks.write(&data, rows, error_values).await?;
                 let _ = recycle.send(data);
             }
             Piece::End => return chunks.finish().await,
@@ -741,7 +748,8 @@ async fn write_chunks(
 struct ChunkSequence<'a> {
     context: &'a DumpContext,
     task: &'a RangeTask,
-    open: Option<(FileWriter, u64, u64)>,
+    /// The chunk being written: its writer, rows, bytes and ENUM error values so far.
+    open: Option<(FileWriter, u64, u64, u64)>,
     done: Vec<ChunkEntry>,
 }
 
@@ -750,7 +758,7 @@ impl<'a> ChunkSequence<'a> {
         Self { context, task, open: None, done: Vec::new() }
     }
 
-    async fn write(&mut self, data: &[u8], rows: u64) -> Result<()> {
+    async fn write(&mut self, data: &[u8], rows: u64, error_values: u64) -> Result<()> {
         if self.open.is_none() {
             let (database, table) = self.context.names(self.task.database, self.task.table);
             let options = &self.context.options;
@@ -766,15 +774,16 @@ impl<'a> ChunkSequence<'a> {
                 options.level(),
                 options.encrypt.as_ref(),
             )?;
-            self.open = Some((writer, 0, 0));
+            self.open = Some((writer, 0, 0, 0));
         }
-        let (writer, chunk_rows, chunk_bytes) = self.open.as_mut().expect("a chunk is open");
+        let (writer, chunk_rows, chunk_bytes, chunk_error_values) = self.open.as_mut().expect("a chunk is open");
         if let Err(error) = writer.write(data).await {
             self.abort().await;
             return Err(error);
         }
         *chunk_rows += rows;
         *chunk_bytes += data.len() as u64;
+        *chunk_error_values += error_values;
         self.context.progress.add(rows, data.len() as u64);
         if *chunk_bytes >= self.context.options.chunk_bytes {
             self.close().await?;
@@ -783,10 +792,10 @@ impl<'a> ChunkSequence<'a> {
     }
 
     async fn close(&mut self) -> Result<()> {
-        if let Some((writer, rows, data_bytes)) = self.open.take() {
+        if let Some((writer, rows, data_bytes, enum_error_values)) = self.open.take() {
             let file = writer.finish().await?;
             self.context.syncer.add(&file.path);
-            self.done.push(ChunkEntry { file, rows, data_bytes });
+            self.done.push(ChunkEntry { file, rows, data_bytes, enum_error_values });
         }
         Ok(())
     }
@@ -797,7 +806,7 @@ impl<'a> ChunkSequence<'a> {
     }
 
     async fn abort(&mut self) {
-        if let Some((writer, _, _)) = self.open.take() {
+        if let Some((writer, ..)) = self.open.take() {
             writer.abort().await;
         }
     }

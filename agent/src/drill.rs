@@ -190,7 +190,8 @@ async fn read_table(connector: &Connector, database: &str, info: &TableInfo) -> 
     connector.execute_data(&mut conn, "SET NAMES binary", "preparing the session").await?;
     let (mut rows, mut digest, mut line) = (0u64, ContentDigest::default(), Vec::with_capacity(4096));
     {
-        let mut result = conn.query(&select_sql(database, info, None, None)).await.map_err(failed)?;
+        let select = select_sql(database, info, None, None)?;
+        let mut result = conn.query(&select).await.map_err(failed)?;
         while let Some(row) = result.next().await.map_err(failed)? {
             line.clear();
             encode_row(&mut line, &row).map_err(failed)?;

@@ -166,6 +166,9 @@ pub enum AgentError {
     #[error("{0}: not supported by this agent version")]
     UnsupportedTables(String),
 
+    #[error("table {table}, column {column}: its values could not be restored as they are: {why}")]
+    UnrestorableColumn { table: String, column: String, why: String },
+
     #[error(
         "{error}; restored before the failure: {restored} (the database that failed and those after it were left as they were)"
     )]
@@ -285,6 +288,7 @@ impl AgentError {
             Self::LocalInfileDisabled => "localInfileDisabled",
             Self::MissingPrivilege { .. } => "missingPrivilege",
             Self::UnsupportedTables(_) => "unsupportedTables",
+            Self::UnrestorableColumn { .. } => "unrestorableColumn",
             Self::PartiallyRestored { error, .. } | Self::ObjectsIncomplete { error, .. } => error.kind(),
             Self::RestoreRunning { .. } => "restoreRunning",
             Self::InsufficientSpace { .. } => "insufficientSpace",

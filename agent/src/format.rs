@@ -212,6 +212,15 @@ pub struct ChunkEntry {
     pub file: FileEntry,
     pub rows: u64,
     pub data_bytes: u64,
+    /// Fields of the chunk holding an ENUM's error value (the index 0 a non-strict server
+    /// stores for a value that is not a member): each raises warning 1265 when loaded, which
+    /// the restore expects, and only those. Absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub enum_error_values: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 impl Manifest {
@@ -551,7 +560,8 @@ mod tests {
 
     fn consistent_manifest() -> Manifest {
         let file = |path: &str| FileEntry { path: path.into(), bytes: 10, sha256: "ab".repeat(32) };
-        let chunk = |path: &str, rows| ChunkEntry { file: file(path), rows, data_bytes: rows * 10 };
+        let chunk =
+            |path: &str, rows| ChunkEntry { file: file(path), rows, data_bytes: rows * 10, enum_error_values: 0 };
         Manifest {
             format: FORMAT_NAME.into(),
             format_version: FORMAT_VERSION,

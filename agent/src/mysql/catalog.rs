@@ -21,6 +21,8 @@ pub struct TableInfo {
     /// `DATA_TYPE` of each column of `columns` (lower case), e.g. `float` is selected as a
     /// double so that its text reads back to the same value.
     pub column_types: Vec<String>,
+    /// `COLUMN_TYPE` of each column of `columns`, e.g. `enum('a','b')`: an ENUM's members.
+    pub column_definitions: Vec<String>,
     /// The first primary key column, when it is an integer: the table can be split into ranges.
     pub integer_key: Option<String>,
 }
@@ -70,9 +72,9 @@ pub async fn tables(connector: &Connector, conn: &mut Conn, database: &str) -> R
         .map_err(|e| connector.error(during, e))?;
     // A generated column has a GENERATION_EXPRESSION (MariaDB and MySQL); MySQL 8 marks
     // columns with an expression default `DEFAULT_GENERATED` in EXTRA, which are stored data.
-    let column_rows: Vec<(String, String, String)> = conn
+    let column_rows: Vec<(String, String, String, String)> = conn
         .exec(
-            "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS \
+            "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = ? AND COALESCE(GENERATION_EXPRESSION, '') = '' \
              ORDER BY TABLE_NAME, ORDINAL_POSITION",
             (database,),
@@ -89,11 +91,14 @@ pub async fn tables(connector: &Connector, conn: &mut Conn, database: &str) -> R
         )
         .await
         .map_err(|e| connector.error(during, e))?;
-    let mut columns: HashMap<String, (Vec<String>, Vec<String>)> = HashMap::new();
-    for (table, column, data_type) in column_rows {
+    // Per table: the columns' names, data types and column types.
+    type Columns = (Vec<String>, Vec<String>, Vec<String>);
+    let mut columns: HashMap<String, Columns> = HashMap::new();
+    for (table, column, data_type, definition) in column_rows {
         let entry = columns.entry(table).or_default();
         entry.0.push(column);
         entry.1.push(data_type.to_ascii_lowercase());
+        entry.2.push(definition);
     }
     let mut keys: HashMap<String, String> = key_rows
         .into_iter()
@@ -103,10 +108,11 @@ pub async fn tables(connector: &Connector, conn: &mut Conn, database: &str) -> R
     Ok(rows
         .into_iter()
         .map(|(name, data_length)| {
-            let (columns, column_types) = columns.remove(&name).unwrap_or_default();
+            let (columns, column_types, column_definitions) = columns.remove(&name).unwrap_or_default();
             TableInfo {
                 columns,
                 column_types,
+                column_definitions,
                 integer_key: keys.remove(&name),
                 data_length: data_length.unwrap_or(0),
                 name,

@@ -268,13 +268,17 @@ async fn load_in_transaction(context: &LoadContext, conn: &mut Conn, task: &Load
     }
     loaded.map_err(|e| context.connector.error(&during, e))?;
     let loaded = conn.affected_rows();
-    if conn.get_warnings() > 0
-        && let Some((level, code, message)) = first_warning(context, conn, path, &task.columns).await?
-    {
-        return Err(AgentError::BadChunk {
-            file: path.clone(),
-            reason: format!("loading it into {} raised {level} {code}: {message}; nothing of it was kept", task.target),
-        });
+    let warnings = u64::from(conn.get_warnings());
+    if warnings > 0 {
+        let (changed, listed) = data_changing_warnings(context, conn, path, &task.columns).await?;
+        let expected = task.chunk.enum_error_values;
+        if !only_enum_error_values(&changed, listed, warnings, expected)
+            && let Some((level, code, message)) = changed.into_iter().next()
+        {
+            let reason =
+                format!("loading it into {} raised {level} {code}: {message}; nothing of it was kept", task.target);
+            return Err(AgentError::BadChunk { file: path.clone(), reason });
+        }
     }
     if loaded != task.chunk.rows {
         return Err(AgentError::BadChunk {
@@ -288,28 +292,41 @@ async fn load_in_transaction(context: &LoadContext, conn: &mut Conn, task: &Load
     Ok(loaded)
 }
 
-/// The first warning of a load that changed data (level `Warning` or `Error`; `Note`s are
-/// logged only): a value the server had to adjust is not restored as it was backed up.
-/// A warning about a column that is not loaded (a generated column, computed from the loaded
-/// ones exactly as on the source) does not change stored data and is logged only.
-async fn first_warning(
+/// The warnings of a load that changed data (level `Warning` or `Error`; `Note`s are logged
+/// only): a value the server had to adjust is not restored as it was backed up. A warning about
+/// a column that is not loaded (a generated column, computed from the loaded ones exactly as on
+/// the source) does not change stored data and is logged only. Also how many warnings the
+/// server listed.
+async fn data_changing_warnings(
     context: &LoadContext,
     conn: &mut Conn,
     path: &str,
     loaded_columns: &[String],
-) -> Result<Option<(String, u32, String)>> {
+) -> Result<(Vec<(String, u32, String)>, u64)> {
     let warnings: Vec<(String, u32, String)> =
         conn.query("SHOW WARNINGS").await.map_err(|e| context.connector.error("reading the load's warnings", e))?;
-    let mut first = None;
+    let listed = warnings.len() as u64;
+    let mut changed = Vec::new();
     for (level, code, message) in warnings {
         let about_unloaded_column = warned_column(&message).is_some_and(|c| !loaded_columns.contains(&c));
         if level.eq_ignore_ascii_case("Note") || about_unloaded_column {
             tracing::info!("{path}: {level} {code}: {message}");
-        } else if first.is_none() {
-            first = Some((level, code, message));
+        } else {
+            changed.push((level, code, message));
         }
     }
-    Ok(first)
+    Ok((changed, listed))
+}
+
+/// Whether the data-changing warnings of a load (`changed`, of the `listed` warnings the server
+/// listed out of the `total` it raised) are exactly those of the chunk's `expected` ENUM error
+/// values: each raises one warning 1265 and stores the index 0, as on the source. Any other
+/// warning, or one more 1265 (a value that is truly no member), fails the chunk. When the
+/// server listed fewer warnings than it raised, all it raised must be the error values'.
+fn only_enum_error_values(changed: &[(String, u32, String)], listed: u64, total: u64, expected: u64) -> bool {
+    const DATA_TRUNCATED: u32 = 1265;
+    let counted = if listed < total { total } else { changed.len() as u64 };
+    expected > 0 && counted == expected && changed.iter().all(|(_, code, _)| *code == DATA_TRUNCATED)
 }
 
 /// The column a server warning names ("... for column 'c' at row 1").
@@ -323,8 +340,38 @@ fn warned_column(message: &str) -> Option<String> {
 mod tests {
     use std::collections::HashMap;
 
-    use super::{DeferredKeys, Work, plan, warned_column};
+    use super::{DeferredKeys, Work, only_enum_error_values, plan, warned_column};
     use crate::format::{ChunkEntry, DatabaseEntry, FileEntry, TableEntry};
+
+    fn truncated(column: &str, row: u32) -> (String, u32, String) {
+        ("Warning".into(), 1265, format!("Data truncated for column '{column}' at row {row}"))
+    }
+
+    /// Each case: the data-changing warnings listed, how many the server listed and raised,
+    /// the ENUM error values the chunk holds, and whether the load stands.
+    #[test]
+    fn only_the_expected_enum_error_values_may_warn() {
+        let two = vec![truncated("e", 1), truncated("e", 4)];
+        let other = vec![truncated("e", 1), ("Warning".into(), 1366, "Incorrect integer value".into())];
+        type Case = (Vec<(String, u32, String)>, u64, u64, u64, bool);
+        let cases: Vec<Case> = vec![
+            (two.clone(), 2, 2, 2, true),
+            (two.clone(), 3, 3, 2, true),
+            (two.clone(), 2, 2, 1, false),
+            (two.clone(), 2, 2, 0, false),
+            (two.clone(), 2, 3, 2, false),
+            (two.clone(), 2, 3, 3, true),
+            (other, 2, 2, 2, false),
+            (vec![truncated("e", 1)], 1, 1, 2, false),
+        ];
+        for (changed, listed, total, expected, stands) in cases {
+            assert_eq!(
+                only_enum_error_values(&changed, listed, total, expected),
+                stands,
+                "{changed:?} {listed} {total} {expected}"
+            );
+        }
+    }
 
     fn file(path: &str) -> FileEntry {
         FileEntry { path: path.into(), bytes: 1, sha256: String::new() }
@@ -334,7 +381,12 @@ mod tests {
         let chunks: Vec<ChunkEntry> = chunk_bytes
             .iter()
             .enumerate()
-            .map(|(i, &data_bytes)| ChunkEntry { file: file(&format!("{name}/{i}")), rows: 1, data_bytes })
+            .map(|(i, &data_bytes)| ChunkEntry {
+                file: file(&format!("{name}/{i}")),
+                rows: 1,
+                data_bytes,
+                enum_error_values: 0,
+            })
             .collect();
         TableEntry {
             name: name.into(),

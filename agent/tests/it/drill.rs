@@ -26,7 +26,7 @@ fn drill_options(server: &MariaDb, from: &str, expect_manifest_sha256: Option<St
     }
 }
 
-async fn drill(server: &MariaDb, from: &str, expect: Option<String>) -> visitors_agent::Result<DrillReport> {
+pub async fn drill(server: &MariaDb, from: &str, expect: Option<String>) -> visitors_agent::Result<DrillReport> {
     drill::drill(&drill_options(server, from, expect)).await
 }
 

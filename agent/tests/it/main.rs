@@ -8,6 +8,7 @@ mod ddl_users;
 mod delete;
 mod drill;
 mod encryption;
+mod enum_values;
 mod failover;
 mod failures;
 mod manifest;

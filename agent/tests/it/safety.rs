@@ -107,16 +107,7 @@ async fn a_chunk_whose_rows_raise_warnings_is_rolled_back_and_named() {
     options.parallelism = 1;
     let report = back_up(&options).await;
     let table = &report.manifest.databases[0].tables[0];
-    let schema_path = dir.path().join(&table.schema.path);
-    let narrowed = std::fs::read_to_string(&schema_path).unwrap().replace("varchar(40)", "varchar(3)");
-    assert!(narrowed.contains("varchar(3)"), "{narrowed}");
-    std::fs::write(&schema_path, &narrowed).unwrap();
-    let manifest_path = dir.path().join(MANIFEST_FILE);
-    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
-    let schema = &mut manifest["databases"][0]["tables"][0]["schema"];
-    schema["bytes"] = narrowed.len().into();
-    schema["sha256"] = crate::hex_sha256(narrowed.as_bytes()).into();
-    std::fs::write(&manifest_path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
+    edit_first_schema(dir.path(), &report, "varchar(40)", "varchar(3)");
 
     let mut restore_opts = restore_options(&server, &location);
     restore_opts.drop_existing = true;
@@ -133,6 +124,23 @@ async fn a_chunk_whose_rows_raise_warnings_is_rolled_back_and_named() {
     }
     assert_eq!(server.sql("SELECT COUNT(*) FROM w.t"), "50\n", "the target was left as it was");
     assert_eq!(server.sql("SHOW DATABASES LIKE 'visitors\\_%'"), "", "the staging schema was dropped");
+}
+
+/// Rewrites the schema file of the backup's first table, `from` replaced by `to`, and gives the
+/// manifest the file's new size and SHA-256, as someone editing a backup by hand might: every
+/// file then matches the manifest.
+pub fn edit_first_schema(dir: &std::path::Path, report: &backup::BackupReport, from: &str, to: &str) {
+    let table = &report.manifest.databases[0].tables[0];
+    let schema_path = dir.join(&table.schema.path);
+    let edited = std::fs::read_to_string(&schema_path).unwrap().replace(from, to);
+    assert!(edited.contains(to), "{edited}");
+    std::fs::write(&schema_path, &edited).unwrap();
+    let manifest_path = dir.join(MANIFEST_FILE);
+    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    let schema = &mut manifest["databases"][0]["tables"][0]["schema"];
+    schema["bytes"] = edited.len().into();
+    schema["sha256"] = crate::hex_sha256(edited.as_bytes()).into();
+    std::fs::write(&manifest_path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
 }
 
 /// `--drop-existing` dropped the database and only then found the server refuses
