@@ -29,6 +29,8 @@ esac
 export TEST_CLUSTER_STATE=${TEST_CLUSTER_STATE:-${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/test-cluster}
 e2e/run.sh --local --keep --test crds
 eval "$(../shared/test-cluster/cluster.sh env)"
+# The controllers' metrics ports on the node, as e2e/run.sh gives them.
+export E2E_METRICS_PORTS=${E2E_METRICS_PORTS:-visitors=18080,backup=18081,restore=18082}
 cleanup() { ../shared/test-cluster/cluster.sh stop --reset >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 cargo run --quiet --locked -p visitors-e2e --bin "$binary" -- "${args[@]}"

@@ -204,9 +204,9 @@ async fn controller(client: &kube::Client, namespace: &str, apps: u64, seconds: 
     let healthy = started.elapsed().as_secs_f64();
     let pid = visitors_e2e::process::pid_of("visitors-controller").expect("one visitors-controller process");
     let reconciles = || async {
-        let text = visitors_e2e::controller_metrics(client, "visitors").await.unwrap_or_default();
-        visitors_e2e::metric_value(&text, "visitors_operator_reconciles_total", r#"controller="visitors-controller""#)
-            .unwrap_or(0.0)
+        let text = visitors_e2e::controller_metrics(client, "visitors").await.expect("the controller's /metrics");
+        let labels = r#"controller="visitors-controller""#;
+        visitors_e2e::metric_value(&text, "visitors_operator_reconciles_total", labels).expect("a reconcile count")
     };
     let (cpu_before, reconciles_before) = (visitors_e2e::process::cpu_seconds(pid), reconciles().await);
     tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
