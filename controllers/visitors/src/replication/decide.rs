@@ -606,7 +606,10 @@ fn reseed_behind_purged_logs(
             decision.operations.push(Operation::Reseed { member: member.name.clone(), cause });
             (
                 MemberRole::Seeding,
-                format!("{purged}; starting it again empty, to seed it from backup run {}", backup.run),
+                format!(
+                    "{purged}; starting it again empty to seed it (backup run {} is newer than what it holds)",
+                    backup.run
+                ),
             )
         }
         _ => (
