@@ -390,6 +390,43 @@ impl Site {
         .await;
     }
 
+    /// Purges every server's binary logs before now: the history since the beginning is gone,
+    /// as after the days the logs are kept. (The pause lets a replica reading the old log move
+    /// on to the new one, which a purge would otherwise skip as in use.)
+    pub async fn purge_binary_logs(&mut self) {
+        let pods: Vec<String> = (0..self.servers).map(|i| format!("{}-mysql-{i}", self.app)).collect();
+        for pod in pods {
+            self.execute(&pod, "FLUSH BINARY LOGS; DO SLEEP(1); PURGE BINARY LOGS BEFORE NOW()").await;
+        }
+    }
+
+    /// Takes the backup run `name` of the app to claim `claim`, with a drill, and waits until
+    /// the drill verified it.
+    pub async fn verified_run(&self, name: &str, claim: &str) {
+        let backups: Api<visitors_api::MySQLBackup> = Api::namespaced(self.client.clone(), &self.namespace);
+        let run: visitors_api::MySQLBackup = serde_json::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": name},
+            "spec": {"source": {"visitorsApp": self.app}, "storage": {"persistentVolumeClaim": {"claimName": claim}},
+                     "drill": {"activeDeadlineSeconds": 600}},
+        }))
+        .unwrap();
+        backups.create(&PostParams::default(), &run).await.expect("create the run");
+        wait_for(&format!("run {name} to succeed and pass its drill"), || async {
+            let run = backups.get(name).await.map_err(|e| e.to_string())?;
+            if run.is_verified() {
+                return Ok(());
+            }
+            let status = run.status.unwrap_or_default();
+            Err(format!(
+                "phase {:?}, drill {:?}, error {:?}",
+                status.phase,
+                status.drill.map(|d| d.phase),
+                status.error
+            ))
+        })
+        .await;
+    }
+
     /// Waits for an Event of the app with `reason` about server `pod`, and returns its note.
     pub async fn event_about(&self, reason: &str, pod: &str) -> String {
         wait_for(&format!("an Event {reason} about {pod}"), || async {

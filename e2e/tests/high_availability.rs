@@ -358,29 +358,9 @@ async fn a_replica_behind_purged_binary_logs_is_seeded_from_the_newest_verified_
     run_job(&client, &ns, "before", mariadb_job(SEED_APP, &ns, "before", rows)).await;
     site.healthy().await;
 
-    // Every server's binary logs before now purged: the history since the beginning is gone.
-    for pod in (0..2).map(|i| format!("{SEED_APP}-mysql-{i}")) {
-        site.execute(&pod, "FLUSH BINARY LOGS; DO SLEEP(1); PURGE BINARY LOGS BEFORE NOW()").await;
-    }
-
+    site.purge_binary_logs().await;
     // A run, from the replica, drilled.
-    let backups: Api<MySQLBackup> = Api::namespaced(client.clone(), &ns);
-    let run: MySQLBackup = serde_json::from_value(json!({
-        "apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": "seed-run"},
-        "spec": {"source": {"visitorsApp": SEED_APP}, "storage": {"persistentVolumeClaim": {"claimName": CLAIM}},
-                 "drill": {"activeDeadlineSeconds": 600}},
-    }))
-    .unwrap();
-    backups.create(&PostParams::default(), &run).await.expect("create the run");
-    wait_for("run seed-run to succeed and pass its drill", || async {
-        let run = backups.get("seed-run").await.map_err(|e| e.to_string())?;
-        if run.is_verified() {
-            return Ok(());
-        }
-        let status = run.status.unwrap_or_default();
-        Err(format!("phase {:?}, drill {:?}, error {:?}", status.phase, status.drill.map(|d| d.phase), status.error))
-    })
-    .await;
+    site.verified_run("seed-run", CLAIM).await;
     let after = "INSERT INTO visitors.seeded SELECT seq, CONCAT('after the run ', seq) FROM seq_301_to_420";
     run_job(&client, &ns, "after", mariadb_job(SEED_APP, &ns, "after", after)).await;
 

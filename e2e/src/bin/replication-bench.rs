@@ -31,12 +31,8 @@
 
 use std::time::Instant;
 
-use kube::Api;
-use kube::api::PostParams;
-use serde_json::json;
-use visitors_api::MySQLBackup;
 use visitors_e2e::replication::{Site, create_replicated_app, pod_sql_job};
-use visitors_e2e::{TestNamespace, cluster, create_backup_claim, mariadb_job, run_job, wait_for};
+use visitors_e2e::{TestNamespace, cluster, create_backup_claim, mariadb_job, run_job};
 
 const APP: &str = "bench";
 
@@ -171,23 +167,9 @@ async fn seed(site: &mut Site, mib: u64, from_backup: bool) {
 /// Purges every server's binary logs, then takes a backup run with a drill and waits until it
 /// is verified.
 async fn purge_and_back_up(site: &mut Site) {
-    for pod in (0..3).map(|i| format!("{APP}-mysql-{i}")) {
-        site.execute(&pod, "FLUSH BINARY LOGS; DO SLEEP(1); PURGE BINARY LOGS BEFORE NOW()").await;
-    }
+    site.purge_binary_logs().await;
     create_backup_claim(&site.client, &site.namespace, "backups").await;
-    let backups: Api<MySQLBackup> = Api::namespaced(site.client.clone(), &site.namespace);
-    let run: MySQLBackup = serde_json::from_value(json!({
-        "apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": "seed-run"},
-        "spec": {"source": {"visitorsApp": APP}, "storage": {"persistentVolumeClaim": {"claimName": "backups"}},
-                 "drill": {}},
-    }))
-    .unwrap();
-    backups.create(&PostParams::default(), &run).await.expect("create the run");
-    wait_for("the run to succeed and pass its drill", || async {
-        let run = backups.get("seed-run").await.map_err(|e| e.to_string())?;
-        run.is_verified().then_some(()).ok_or_else(|| format!("{:?}", run.status.map(|s| (s.phase, s.drill))))
-    })
-    .await;
+    site.verified_run("seed-run", "backups").await;
     let more = "INSERT INTO visitors.bulk SELECT seq, 'after the run' FROM seq_100000000_to_100000999";
     run_job(&site.client, &site.namespace, "after-run", mariadb_job(APP, &site.namespace, "after-run", more)).await;
 }

@@ -25,23 +25,37 @@ use crate::context::{AppScope, Error};
 const RUN_ANNOTATION: &str = "example.com/seed-run";
 const POSITION_ANNOTATION: &str = "example.com/seed-position";
 
+/// A run an empty server can be loaded from.
+#[derive(Debug, Clone)]
+pub struct VerifiedRun {
+    pub run: MySQLBackup,
+    /// The agent's `--from` for the location the run recorded.
+    pub location: String,
+    /// What the decision reads of it.
+    pub seed: SeedBackup,
+}
+
 /// The run an empty server of app `app` is loaded from: among `runs`, the newest run of the app
 /// that succeeded, passed its restore drill, and recorded where it is stored, its manifest's
 /// SHA-256 and the GTID position it was taken at.
-pub fn newest_verified_run<'a>(app: &str, runs: &'a [MySQLBackup]) -> Option<(&'a MySQLBackup, SeedBackup)> {
+pub fn newest_verified_run(app: &str, runs: &[MySQLBackup]) -> Option<VerifiedRun> {
     runs.iter()
         .filter(|run| run.spec.source.visitors_app == app && !run.spec.is_schedule() && run.is_verified())
         .filter_map(|run| {
             let status = run.status.as_ref()?;
-            status.location.as_deref().and_then(agent_location_of_recorded)?;
+            let location = status.location.as_deref().and_then(agent_location_of_recorded)?;
             status.manifest_sha256.as_ref()?;
             let gtid = status.snapshot.as_ref()?.gtid.as_deref()?;
             let position = Position::parse(gtid).ok().filter(|p| !p.is_empty())?;
             let completed = status.completion_time.as_ref()?.0;
-            Some((completed, run, SeedBackup { run: run.name_any(), position }))
+            Some((completed, run, location, position))
         })
-        .max_by_key(|(completed, run, _)| (*completed, run.name_any()))
-        .map(|(_, run, seed)| (run, seed))
+        .max_by_key(|(completed, run, ..)| (*completed, run.name_any()))
+        .map(|(_, run, location, position)| VerifiedRun {
+            seed: SeedBackup { run: run.name_any(), position },
+            run: run.clone(),
+            location,
+        })
 }
 
 /// The Job that loads a backup run into `member`: one per server incarnation (its server id
@@ -70,7 +84,7 @@ pub fn load_state(job: Option<&Job>) -> BackupSeed {
 /// to load when a member may need one: its source lacks the binary logs it needs next, and no
 /// load of it runs. A loading member keeps its failed replication until the load ends, so the
 /// API is read only while some member's source purged what it needs.
-pub async fn look(scope: &AppScope<'_>, members: &mut [Member]) -> Result<Option<(MySQLBackup, SeedBackup)>, Error> {
+pub async fn look(scope: &AppScope<'_>, members: &mut [Member]) -> Result<Option<VerifiedRun>, Error> {
     let behind_purged_logs =
         |m: &Member| m.server.as_ref().and_then(|s| s.replica.as_ref()).is_some_and(|r| r.source_purged());
     let jobs = scope.api::<Job>();
@@ -89,27 +103,22 @@ pub async fn look(scope: &AppScope<'_>, members: &mut [Member]) -> Result<Option
         .list(&ListParams::default())
         .await
         .map_err(api_err(format!("listing the MySQLBackups of namespace {}", scope.namespace)))?;
-    Ok(newest_verified_run(&scope.name, &runs.items).map(|(run, seed)| (run.clone(), seed)))
+    Ok(newest_verified_run(&scope.name, &runs.items))
 }
 
-/// Starts the Job that loads `run` into `member`, and says so.
+/// Starts the Job that loads `verified` into `member`, and says so.
 pub async fn start(
     scope: &AppScope<'_>,
     member: &Member,
-    (run, seed): &(MySQLBackup, SeedBackup),
+    verified: &VerifiedRun,
     tls: Option<&ServingTls>,
 ) -> Result<(), Error> {
-    let refuse = |problem: String| Error::Replication {
+    let agent = scope.ctx.agent.as_ref().ok_or_else(|| Error::Replication {
         member: member.name.clone(),
         action: "loading a backup run into it",
-        problem,
-    };
-    let agent = scope.ctx.agent.as_ref().ok_or_else(|| {
-        refuse("the controller has no agent image to run the load with (--agent-image or AGENT_IMAGE; the Helm chart sets it)".into())
+        problem: "the controller has no agent image to run the load with (--agent-image or AGENT_IMAGE; the Helm chart sets it)".into(),
     })?;
-    let recorded = run.status.as_ref().and_then(|s| s.location.clone()).unwrap_or_default();
-    let location = agent_location_of_recorded(&recorded)
-        .ok_or_else(|| refuse(format!("MySQLBackup {} records no location a Job can read", seed.run)))?;
+    let VerifiedRun { run, location, seed } = verified;
     let access = DatabaseAccess {
         credentials_secret: build::secret::secret_name(scope.app),
         tls: match tls {
@@ -119,7 +128,7 @@ pub async fn start(
         servers: Default::default(),
     };
     let name = load_job_name(member);
-    let load = build::seeding::BackupLoad { job: &name, host: &member.host, run, location: &location };
+    let load = build::seeding::BackupLoad { job: &name, host: &member.host, run, location };
     let mut job = build::seeding::backup_load_job(scope.app, &agent.inputs(), &access, &load);
     job.metadata.annotations = Some(BTreeMap::from([
         (RUN_ANNOTATION.to_string(), seed.run.clone()),
@@ -177,15 +186,16 @@ mod tests {
             (vec![], None),
         ];
         for (runs, expected) in cases {
-            let chosen = newest_verified_run("ex", &runs).map(|(run, seed)| {
-                assert_eq!(run.name_any(), seed.run);
-                seed.run
+            let chosen = newest_verified_run("ex", &runs).map(|verified| {
+                assert_eq!(verified.run.name_any(), verified.seed.run);
+                verified.seed.run
             });
             let names: Vec<String> = runs.iter().map(ResourceExt::name_any).collect();
             assert_eq!(chosen.as_deref(), expected, "{names:?}");
         }
-        let (_, seed) = newest_verified_run("ex", std::slice::from_ref(&new)).unwrap();
-        assert_eq!(seed.position.to_string(), "0-101-9");
+        let verified = newest_verified_run("ex", std::slice::from_ref(&new)).unwrap();
+        assert_eq!(verified.seed.position.to_string(), "0-101-9");
+        assert_eq!(verified.location, "file:///backup/shop/ex/new", "the claim's folder, as the Job mounts it");
     }
 
     #[test]

@@ -37,12 +37,10 @@ use crate::db::Target;
 use act::{Access, Outcome};
 use decide::{
     BackupSeed, Change, ChangeKind, Cluster, Decision, Extraction, Member, Operation, PodState, Refusal, ReseedCause,
-    SeedBackup,
 };
 use memory::{forget_a_finished_update, remember_the_primary, requested, write_gap};
 use report::{Report, changed, fill, refused};
 use server::Server;
-use visitors_api::MySQLBackup;
 
 /// How often a replicated app's servers are looked at while all is well: a primary that stops
 /// answering is failed over within two looks.
@@ -94,7 +92,7 @@ pub async fn converge(
             requested: requested(app, &remembered).filter(|_| report.switchover.is_none()),
             switching: remembered.switching.as_ref().map(|(s, _)| s.clone()),
             updating: remembered.updating.as_ref().map(|(member, _)| member.clone()),
-            seed_backup: seed.as_ref().map(|(_, seed)| seed.clone()),
+            seed_backup: seed.as_ref().map(|verified| verified.seed.clone()),
         };
         let decision = decide::decide(&cluster);
         let access = access(&targets, &members, credentials, app, tls.is_some());
@@ -291,7 +289,7 @@ async fn act_on_pods(
     operations: &[Operation],
     tls: Option<&ServingTls>,
     members: &[Member],
-    seed: Option<&(MySQLBackup, SeedBackup)>,
+    seed: Option<&backup_seed::VerifiedRun>,
 ) -> Result<(), Error> {
     let events = &scope.runtime().events;
     for operation in operations.iter().filter(|op| !op.is_sql()) {
@@ -329,7 +327,7 @@ async fn act_on_pods(
             }
             Operation::SeedFromBackup { member, run } => {
                 let seeded = members.iter().find(|m| &m.name == member);
-                if let (Some(seeded), Some(seed)) = (seeded, seed.filter(|(_, seed)| &seed.run == run)) {
+                if let (Some(seeded), Some(seed)) = (seeded, seed.filter(|verified| &verified.seed.run == run)) {
                     backup_seed::start(scope, seeded, seed, tls).await?;
                 }
             }
