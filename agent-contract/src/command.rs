@@ -232,6 +232,30 @@ impl EncryptArgs {
     }
 }
 
+/// How a restore recreates the backup's scheduled events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum RestoredEvents {
+    /// Enabled or disabled as they were backed up.
+    #[default]
+    AsBackedUp,
+    /// All disabled.
+    Disabled,
+    /// Disabled as on a replica (DISABLE ON SLAVE): for a server that replicates from the one
+    /// that runs them.
+    DisabledOnReplica,
+}
+
+impl RestoredEvents {
+    /// The name `--events` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestoredEvents::AsBackedUp => "as-backed-up",
+            RestoredEvents::Disabled => "disabled",
+            RestoredEvents::DisabledOnReplica => "disabled-on-replica",
+        }
+    }
+}
+
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct RestoreArgs {
     /// The backup: s3://bucket/prefix or file:///abs/path.
@@ -256,6 +280,9 @@ pub struct RestoreArgs {
     /// Keep the restore out of the binary log (sql_log_bin=0; needs the privilege).
     #[arg(long)]
     pub skip_binlog: bool,
+    /// Whether the scheduled events come back enabled.
+    #[arg(long, value_enum, default_value = "as-backed-up")]
+    pub events: RestoredEvents,
     /// Seconds between progress lines on stderr (0: none).
     #[arg(long, default_value_t = 10)]
     pub progress_interval: u64,
@@ -492,6 +519,10 @@ impl Command {
                     .optional("--expect-manifest-sha256", restore.expect_manifest_sha256.as_ref())
                     .flag("--users", restore.users)
                     .flag("--skip-binlog", restore.skip_binlog)
+                    .optional(
+                        "--events",
+                        Some(restore.events.as_str()).filter(|_| restore.events != RestoredEvents::AsBackedUp),
+                    )
                     .flag("--stage-only", restore.stage_only)
                     .flag("--from-stage", restore.from_stage)
                     .optional("--decrypt-keys-dir", restore.decrypt_keys_dir.as_ref().map(|path| path.display()));
@@ -646,6 +677,7 @@ impl RestoreArgs {
             drop_existing: false,
             users: false,
             skip_binlog: false,
+            events: RestoredEvents::AsBackedUp,
             progress_interval: 10,
             stage_only: false,
             from_stage: false,
@@ -731,6 +763,7 @@ mod tests {
             drop_existing: true,
             users: true,
             skip_binlog: true,
+            events: RestoredEvents::DisabledOnReplica,
             progress_interval: 0,
             stage_only: true,
             decrypt_keys_dir: Some("/run/backup-keys".into()),

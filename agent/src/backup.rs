@@ -180,6 +180,8 @@ async fn remove_written(storage: &Storage, written: &Written) {
 struct DatabasePlan {
     name: String,
     tables: Vec<TableInfo>,
+    /// Each sequence's `CREATE SEQUENCE`; where it stands is read after the rows.
+    sequences: Vec<(String, String)>,
     entry: DatabaseEntry,
 }
 
@@ -197,10 +199,6 @@ async fn write_backup(options: &BackupOptions, storage: &Storage, written: &Writ
     // From here to the open snapshot no DDL runs: the catalog read is the one the rows match.
     let ddl = snapshot::block_ddl(&mut coordinator, mariadb).await;
     let names = catalog::databases(&connector, &mut coordinator, &options.databases).await?;
-    let unsupported = catalog::unsupported_tables(&connector, &mut coordinator, &names).await?;
-    if !unsupported.is_empty() {
-        return Err(catalog::unsupported_error(&unsupported));
-    }
     let mut catalogs = Vec::with_capacity(names.len());
     for name in names {
         catalogs.push(read_database(&connector, &mut coordinator, name).await?);
@@ -238,7 +236,8 @@ async fn write_backup(options: &BackupOptions, storage: &Storage, written: &Writ
         }
         None => (None, Vec::new()),
     };
-    let results = dump_all(connector, &output, options, &plans, snapshot.workers).await?;
+    let results = dump_all(connector.clone(), &output, options, &plans, snapshot.workers).await?;
+    store_sequences(&output, &connector, &mut plans).await?;
     // Every file is durable before the manifest names it.
     output.syncer.finish().await?;
 
@@ -363,6 +362,8 @@ struct DatabaseCatalog {
     views: Vec<(String, Vec<String>)>,
     routines: Definitions,
     triggers: Definitions,
+    sequences: Vec<(String, String)>,
+    events: Definitions,
 }
 
 async fn read_database(connector: &Connector, conn: &mut Conn, name: String) -> Result<DatabaseCatalog> {
@@ -378,11 +379,14 @@ async fn read_database(connector: &Connector, conn: &mut Conn, name: String) -> 
         views: catalog::views(connector, conn, &name).await?,
         routines: catalog::routines(connector, conn, &name).await?,
         triggers: catalog::triggers(connector, conn, &name).await?,
+        sequences: catalog::sequences(connector, conn, &name).await?,
+        events: catalog::events(connector, conn, &name).await?,
         name,
     })
 }
 
-/// Stores a database's schema, view, routine and trigger files.
+/// Stores a database's schema, view, routine, trigger and event files (its sequences come
+/// after its rows, [`store_sequences`]).
 async fn store_database(output: &Output, catalog: DatabaseCatalog) -> Result<DatabasePlan> {
     let name = catalog.name;
     let schema =
@@ -398,6 +402,7 @@ async fn store_database(output: &Output, catalog: DatabaseCatalog) -> Result<Dat
             schema: file,
             load_sql: load_data_sql(&quote_ident(&table.name), &table.columns, "/dev/stdin"),
             columns: table.columns.clone(),
+            history: table.history,
             rows: 0,
             data_bytes: 0,
             checksum: None,
@@ -424,6 +429,9 @@ async fn store_database(output: &Output, catalog: DatabaseCatalog) -> Result<Dat
         &catalog.triggers.statements,
     )
     .await?;
+    let events =
+        store_optional(output, &output.names.events(&name), &format!("events of {name}"), &catalog.events.statements)
+            .await?;
     let entry = DatabaseEntry {
         name: name.clone(),
         schema,
@@ -434,8 +442,34 @@ async fn store_database(output: &Output, catalog: DatabaseCatalog) -> Result<Dat
         routine_names: catalog.routines.names,
         triggers,
         trigger_names: catalog.triggers.names,
+        sequences: None,
+        sequence_names: Vec::new(),
+        events,
+        event_names: catalog.events.names,
     };
-    Ok(DatabasePlan { name, tables, entry })
+    Ok(DatabasePlan { name, tables, sequences: catalog.sequences, entry })
+}
+
+/// Stores each database's sequences with where they stand, read once every row is: a sequence
+/// is not transactional, so read in the snapshot it could stand before values the rows hold.
+async fn store_sequences(output: &Output, connector: &Connector, plans: &mut [DatabasePlan]) -> Result<()> {
+    if plans.iter().all(|plan| plan.sequences.is_empty()) {
+        return Ok(());
+    }
+    let mut conn = connector.connect().await?;
+    for plan in plans.iter_mut().filter(|plan| !plan.sequences.is_empty()) {
+        let mut statements = vec!["SET NAMES utf8mb4".to_string()];
+        for (name, create) in &plan.sequences {
+            statements.push(create.clone());
+            statements.push(catalog::sequence_position_sql(connector, &mut conn, &plan.name, name).await?);
+        }
+        let path = output.names.sequences(&plan.name);
+        plan.entry.sequences =
+            Some(store_sql(output, &path, &format!("sequences of {}", plan.name), &statements).await?);
+        plan.entry.sequence_names = plan.sequences.iter().map(|(name, _)| name.clone()).collect();
+    }
+    let _ = conn.disconnect().await;
+    Ok(())
 }
 
 async fn store_sql(output: &Output, path: &str, header: &str, statements: &[String]) -> Result<FileEntry> {

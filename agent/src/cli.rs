@@ -10,7 +10,7 @@ use clap::Parser;
 use tracing::Instrument;
 use visitors_agent_contract::command::{
     AgentCli, ArchiveArgs, BackupArgs, Command, ConnectionArgs, DeleteArgs, EncryptArgs, InspectArgs, PruneArchiveArgs,
-    RestoreArgs, StorageArgs, VerifyArgs,
+    RestoreArgs, RestoredEvents, StorageArgs, VerifyArgs,
 };
 use visitors_agent_contract::env;
 use visitors_agent_contract::summary::{AgentSummary, Operation, Snapshot, bounded_gtid};
@@ -26,7 +26,7 @@ use crate::encryption::SealKey;
 use crate::error::{AgentError, Result};
 use crate::format::Manifest;
 use crate::mysql::{ConnectionSettings, TlsSettings};
-use crate::restore::{self, PointInTimeOptions, RestoreOptions, RestoreStep};
+use crate::restore::{self, EventStatus, PointInTimeOptions, RestoreOptions, RestoreStep};
 use crate::storage::{S3Settings, Storage};
 use crate::verify::{self, VerifyOptions};
 
@@ -204,6 +204,11 @@ async fn execute_restore(args: RestoreArgs) -> Result<AgentSummary> {
     options.drop_existing = args.drop_existing;
     options.users = args.users;
     options.skip_binlog = args.skip_binlog;
+    options.events = match args.events {
+        RestoredEvents::AsBackedUp => EventStatus::AsBackedUp,
+        RestoredEvents::Disabled => EventStatus::Disabled,
+        RestoredEvents::DisabledOnReplica => EventStatus::DisabledOnReplica,
+    };
     options.progress_interval = Duration::from_secs(args.progress_interval);
     options.decrypt_keys_dir = args.decrypt_keys_dir.clone();
     options.step = match (args.stage_only, args.from_stage) {

@@ -61,6 +61,9 @@ pub fn select_sql(database: &str, table: &TableInfo, lower: Option<i128>, upper:
         })
         .collect::<Result<_>>()?;
     let mut sql = format!("SELECT {} FROM {}.{}", columns.join(","), quote_ident(database), quote_ident(&table.name));
+    if table.history {
+        sql.push_str(" FOR SYSTEM_TIME ALL");
+    }
     if let Some(key) = &table.integer_key {
         let key = quote_ident(key);
         match (lower, upper) {
@@ -222,10 +225,17 @@ mod tests {
             column_types: vec!["int".into(), "float".into(), "enum".into()],
             column_definitions: vec!["int(11)".into(), "float".into(), "enum('0','a')".into()],
             integer_key: Some("id".into()),
+            history: false,
         };
         assert_eq!(
             select_sql("d", &table, Some(1), None).unwrap(),
             "SELECT `id`,`f` + 0e0,IF(`e` + 0 = 0, '00', `e`) FROM `d`.`t` WHERE `id` >= 1"
+        );
+        let versioned = TableInfo { history: true, ..table.clone() };
+        assert_eq!(
+            select_sql("d", &versioned, None, Some(5)).unwrap(),
+            "SELECT `id`,`f` + 0e0,IF(`e` + 0 = 0, '00', `e`) FROM `d`.`t` FOR SYSTEM_TIME ALL WHERE `id` < 5",
+            "a system-versioned table is read with its history"
         );
         let mut crowded = table;
         crowded.column_definitions[2] = "enum('0','00','000','0000','00000')".into();

@@ -163,8 +163,8 @@ pub enum AgentError {
     #[error("user '{user}' lacks a privilege needed while {operation}: {message}")]
     MissingPrivilege { user: String, operation: String, message: String },
 
-    #[error("{0}: not supported by this agent version")]
-    UnsupportedTables(String),
+    #[error("{0}; nothing was restored")]
+    ServerCannotLoad(String),
 
     #[error("table {table}, column {column}: its values could not be restored as they are: {why}")]
     UnrestorableColumn { table: String, column: String, why: String },
@@ -287,8 +287,8 @@ impl AgentError {
             Self::TableExists { .. } => "tableExists",
             Self::LocalInfileDisabled => "localInfileDisabled",
             Self::MissingPrivilege { .. } => "missingPrivilege",
-            Self::UnsupportedTables(_) => "unsupportedTables",
             Self::UnrestorableColumn { .. } => "unrestorableColumn",
+            Self::ServerCannotLoad(_) => "serverCannotLoad",
             Self::PartiallyRestored { error, .. } | Self::ObjectsIncomplete { error, .. } => error.kind(),
             Self::RestoreRunning { .. } => "restoreRunning",
             Self::InsufficientSpace { .. } => "insufficientSpace",

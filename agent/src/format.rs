@@ -179,6 +179,17 @@ pub struct DatabaseEntry {
     pub triggers: Option<FileEntry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trigger_names: Vec<String>,
+    /// `CREATE SEQUENCE` and `SETVAL` of each sequence, created before the tables (whose
+    /// defaults may name them). Absent in backups of agents before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequences: Option<FileEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sequence_names: Vec<String>,
+    /// `CREATE EVENT` of each scheduled event, recreated after the tables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<FileEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub event_names: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -187,8 +198,13 @@ pub struct TableEntry {
     pub name: String,
     /// `CREATE TABLE` statement.
     pub schema: FileEntry,
-    /// The columns in each data row, in order (generated columns are left out).
+    /// The columns in each data row, in order (generated columns are left out; a
+    /// system-versioned table read with its history ends with its period's start and end).
     pub columns: Vec<String>,
+    /// A system-versioned table whose rows include its history rows (`FOR SYSTEM_TIME ALL`),
+    /// loaded with `system_versioning_insert_history`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub history: bool,
     /// The statement that loads one chunk read from standard input.
     pub load_sql: String,
     pub rows: u64,
@@ -233,7 +249,15 @@ impl Manifest {
                 files.push(&table.schema);
                 files.extend(table.chunks.iter().map(|chunk| &chunk.file));
             }
-            files.extend(database.views.iter().chain(&database.routines).chain(&database.triggers));
+            files.extend(
+                database
+                    .views
+                    .iter()
+                    .chain(&database.routines)
+                    .chain(&database.triggers)
+                    .chain(&database.sequences)
+                    .chain(&database.events),
+            );
         }
         files.extend(&self.users);
         files
@@ -375,6 +399,12 @@ pub mod layout {
         }
         pub fn triggers(&self, database: &str) -> String {
             format!("{}/triggers.sql", self.segment(database))
+        }
+        pub fn sequences(&self, database: &str) -> String {
+            format!("{}/sequences.sql", self.segment(database))
+        }
+        pub fn events(&self, database: &str) -> String {
+            format!("{}/events.sql", self.segment(database))
         }
     }
 
@@ -580,6 +610,7 @@ mod tests {
                     name: "t".into(),
                     schema: file("d/tables/t.sql"),
                     columns: vec!["id".into()],
+                    history: false,
                     load_sql: String::new(),
                     rows: 12,
                     data_bytes: 120,
@@ -593,6 +624,10 @@ mod tests {
                 routine_names: vec![],
                 triggers: None,
                 trigger_names: vec![],
+                sequences: None,
+                sequence_names: vec![],
+                events: None,
+                event_names: vec![],
             }],
             users: None,
             user_names: vec![],

@@ -47,6 +47,30 @@ pub enum RestoreStep {
     FromStage,
 }
 
+/// How a restore recreates the scheduled events of a backup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EventStatus {
+    /// Enabled or disabled as they were backed up: the restored database runs as it did.
+    #[default]
+    AsBackedUp,
+    /// All disabled (a drill's scratch server must not change what it checks).
+    Disabled,
+    /// Disabled on this server as replication disables them on a replica (`DISABLE ON SLAVE`),
+    /// for a replica seeded from a backup.
+    DisabledOnReplica,
+}
+
+impl EventStatus {
+    /// The clause of `CREATE EVENT` that sets it; none to keep the backed-up one.
+    pub fn clause(self) -> Option<&'static str> {
+        match self {
+            Self::AsBackedUp => None,
+            Self::Disabled => Some("DISABLE"),
+            Self::DisabledOnReplica => Some("DISABLE ON SLAVE"),
+        }
+    }
+}
+
 /// Below this size a table's index build after the load would cost more statements than the
 /// sorted build saves.
 pub const INDEXES_AFTER_LOAD_FROM_BYTES: u64 = 32 << 20;
@@ -78,6 +102,8 @@ pub struct RestoreOptions {
     pub point_in_time: Option<PointInTimeOptions>,
     /// Where the keys of encrypted backups are, one file per key id.
     pub decrypt_keys_dir: Option<std::path::PathBuf>,
+    /// Whether the scheduled events come back enabled.
+    pub events: EventStatus,
 }
 
 impl RestoreOptions {
@@ -97,6 +123,7 @@ impl RestoreOptions {
             indexes_after_load_from_bytes: INDEXES_AFTER_LOAD_FROM_BYTES,
             point_in_time: None,
             decrypt_keys_dir: None,
+            events: EventStatus::AsBackedUp,
         }
     }
 }
@@ -237,6 +264,7 @@ async fn preflight(
     if local_infile == Some(0) && databases.iter().any(|d| d.tables.iter().any(|t| !t.chunks.is_empty())) {
         return Err(AgentError::LocalInfileDisabled);
     }
+    refuse_history_the_server_cannot_load(conn, databases).await?;
     let present: Vec<String> =
         conn.query("SHOW DATABASES").await.map_err(|e| connector.error("listing databases", e))?;
     for database in databases {
@@ -245,14 +273,34 @@ async fn preflight(
         }
         // Objects of any type (base table, view, sequence, system-versioned table) conflict.
         let existing = catalog::existing_objects(connector, conn, &database.name).await?;
-        if let Some((name, _)) = existing
-            .iter()
-            .find(|(name, _)| database.tables.iter().any(|t| &t.name == name) || database.view_names.contains(name))
-        {
+        if let Some((name, _)) = existing.iter().find(|(name, _)| {
+            database.tables.iter().any(|t| &t.name == name)
+                || database.view_names.contains(name)
+                || database.sequence_names.contains(name)
+        }) {
             return Err(AgentError::TableExists { table: format!("`{}`.`{name}`", database.name) });
         }
     }
     Ok(())
+}
+
+/// The history rows of system-versioned tables load only where `system_versioning_insert_history`
+/// exists (MariaDB 10.11 and later): elsewhere the restore is refused before the first write.
+async fn refuse_history_the_server_cannot_load(conn: &mut Conn, databases: &[DatabaseEntry]) -> Result<()> {
+    let Some((database, table)) =
+        databases.iter().find_map(|d| Some((d, d.tables.iter().find(|t| t.history && !t.chunks.is_empty())?)))
+    else {
+        return Ok(());
+    };
+    if conn.query_drop("SELECT @@SESSION.system_versioning_insert_history").await.is_ok() {
+        return Ok(());
+    }
+    Err(AgentError::ServerCannotLoad(format!(
+        "table {}.{} holds the history of a system-versioned table, which only a server with \
+         system_versioning_insert_history (MariaDB 10.11 and later) can load back",
+        quote_ident(&database.name),
+        quote_ident(&table.name)
+    )))
 }
 
 fn select_databases(manifest: &Manifest, requested: &[String]) -> Result<Vec<DatabaseEntry>> {

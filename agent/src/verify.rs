@@ -214,7 +214,7 @@ pub async fn verify(options: &VerifyOptions) -> Result<VerifyReport> {
         for table in &database.tables {
             tables_checked += 1;
             let name = format!("`{}`.`{}`", database.name, table.name);
-            let rows = catalog::count_rows(&connector, &mut conn, &database.name, &table.name).await?;
+            let rows = catalog::count_rows(&connector, &mut conn, &database.name, &table.name, table.history).await?;
             if rows != table.rows {
                 differences.push(format!("{name} has {rows} rows, the backup {}", table.rows));
             }

@@ -25,6 +25,39 @@ pub struct TableInfo {
     pub column_definitions: Vec<String>,
     /// The first primary key column, when it is an integer: the table can be split into ranges.
     pub integer_key: Option<String>,
+    /// A system-versioned table whose rows are read with their history (`FOR SYSTEM_TIME
+    /// ALL`): its last two columns are the period's start and end.
+    pub history: bool,
+}
+
+/// How a system-versioned table's rows are kept: with their history, or the current rows only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Versioning {
+    /// Not system-versioned.
+    None,
+    /// Versioned by timestamps: the history is read, and loaded back with
+    /// `system_versioning_insert_history`, through the period's columns (start, end).
+    Timestamps(String, String),
+    /// Versioned by transaction ids, which name transactions of the source server's
+    /// `mysql.transaction_registry` and cannot be loaded into another: current rows only.
+    TransactionIds,
+}
+
+/// The period columns of MariaDB's implicit system versioning (`WITH SYSTEM VERSIONING` alone).
+const IMPLICIT_PERIOD: (&str, &str) = ("row_start", "row_end");
+
+/// How a table of type `table_type` is versioned, from its `ROW START` / `ROW END` columns as
+/// `(name, data type, generation expression)` (none for implicit versioning).
+fn versioning(table_type: &str, period: &[(String, String, String)]) -> Versioning {
+    if table_type != "SYSTEM VERSIONED" {
+        return Versioning::None;
+    }
+    let find = |expression: &str| period.iter().find(|(_, _, e)| e.eq_ignore_ascii_case(expression));
+    match (find("ROW START"), find("ROW END")) {
+        (Some((_, kind, _)), _) if kind.eq_ignore_ascii_case("bigint") => Versioning::TransactionIds,
+        (Some((start, ..)), Some((end, ..))) => Versioning::Timestamps(start.clone(), end.clone()),
+        _ => Versioning::Timestamps(IMPLICIT_PERIOD.0.into(), IMPLICIT_PERIOD.1.into()),
+    }
 }
 
 /// Objects of one kind as the statements that recreate them, with their names.
@@ -62,20 +95,21 @@ pub async fn create_database_sql(connector: &Connector, conn: &mut Conn, databas
 /// whatever the number of tables (information_schema queries are costly on the server).
 pub async fn tables(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<TableInfo>> {
     let during = "listing tables";
-    let rows: Vec<(String, Option<u64>)> = conn
+    let rows: Vec<(String, Option<u64>, String)> = conn
         .exec(
-            "SELECT TABLE_NAME, DATA_LENGTH FROM information_schema.TABLES \
-             WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME",
+            "SELECT TABLE_NAME, DATA_LENGTH, TABLE_TYPE FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = ? AND TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED') ORDER BY TABLE_NAME",
             (database,),
         )
         .await
         .map_err(|e| connector.error(during, e))?;
     // A generated column has a GENERATION_EXPRESSION (MariaDB and MySQL); MySQL 8 marks
     // columns with an expression default `DEFAULT_GENERATED` in EXTRA, which are stored data.
-    let column_rows: Vec<(String, String, String, String)> = conn
+    let column_rows: Vec<(String, String, String, String, String)> = conn
         .exec(
-            "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = ? AND COALESCE(GENERATION_EXPRESSION, '') = '' \
+            "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, COALESCE(GENERATION_EXPRESSION, '') \
+             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? \
+             AND COALESCE(GENERATION_EXPRESSION, '') IN ('', 'ROW START', 'ROW END') \
              ORDER BY TABLE_NAME, ORDINAL_POSITION",
             (database,),
         )
@@ -91,10 +125,16 @@ pub async fn tables(connector: &Connector, conn: &mut Conn, database: &str) -> R
         )
         .await
         .map_err(|e| connector.error(during, e))?;
-    // Per table: the columns' names, data types and column types.
+    // Per table: the columns' names, data types and column types; and the period's columns
+    // of a system-versioned table, as (name, data type, expression).
     type Columns = (Vec<String>, Vec<String>, Vec<String>);
     let mut columns: HashMap<String, Columns> = HashMap::new();
-    for (table, column, data_type, definition) in column_rows {
+    let mut periods: HashMap<String, Vec<(String, String, String)>> = HashMap::new();
+    for (table, column, data_type, definition, expression) in column_rows {
+        if !expression.is_empty() {
+            periods.entry(table).or_default().push((column, data_type, expression));
+            continue;
+        }
         let entry = columns.entry(table).or_default();
         entry.0.push(column);
         entry.1.push(data_type.to_ascii_lowercase());
@@ -107,60 +147,35 @@ pub async fn tables(connector: &Connector, conn: &mut Conn, database: &str) -> R
         .collect();
     Ok(rows
         .into_iter()
-        .map(|(name, data_length)| {
-            let (columns, column_types, column_definitions) = columns.remove(&name).unwrap_or_default();
+        .map(|(name, data_length, table_type)| {
+            let (mut columns, mut column_types, mut column_definitions) = columns.remove(&name).unwrap_or_default();
+            let history = match versioning(&table_type, &periods.remove(&name).unwrap_or_default()) {
+                Versioning::Timestamps(start, end) => {
+                    columns.extend([start, end]);
+                    column_types.extend(["timestamp".to_string(), "timestamp".to_string()]);
+                    column_definitions.extend(["timestamp(6)".to_string(), "timestamp(6)".to_string()]);
+                    true
+                }
+                Versioning::TransactionIds => {
+                    tracing::info!(
+                        "{database}.{name} is versioned by transaction ids, which mean nothing on another server: \
+                         its current rows are backed up, not its history"
+                    );
+                    false
+                }
+                Versioning::None => false,
+            };
             TableInfo {
                 columns,
                 column_types,
                 column_definitions,
                 integer_key: keys.remove(&name),
                 data_length: data_length.unwrap_or(0),
+                history,
                 name,
             }
         })
         .collect())
-}
-
-/// Table types the agent backs up: base tables and views (`information_schema.TABLES`).
-const SUPPORTED_TABLE_TYPES: [&str; 2] = ["BASE TABLE", "VIEW"];
-
-/// Every table of `databases` whose type the agent cannot back up or restore (MariaDB's
-/// `SYSTEM VERSIONED` tables and `SEQUENCE`s, for instance), as `(database, table, type)`.
-pub async fn unsupported_tables(
-    connector: &Connector,
-    conn: &mut Conn,
-    databases: &[String],
-) -> Result<Vec<(String, String, String)>> {
-    let mut found = Vec::new();
-    for database in databases {
-        let rows: Vec<(String, String)> = conn
-            .exec(
-                "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? \
-                 ORDER BY TABLE_NAME",
-                (database,),
-            )
-            .await
-            .map_err(|e| connector.error("listing tables", e))?;
-        found.extend(
-            rows.into_iter()
-                .filter(|(_, kind)| !SUPPORTED_TABLE_TYPES.contains(&kind.as_str()))
-                .map(|(name, kind)| (database.clone(), name, kind)),
-        );
-    }
-    Ok(found)
-}
-
-/// The error for tables of unsupported types, naming each one.
-pub fn unsupported_error(tables: &[(String, String, String)]) -> AgentError {
-    let list: Vec<String> = tables
-        .iter()
-        .map(|(database, table, kind)| {
-            let article = if kind.starts_with(['A', 'E', 'I', 'O', 'U']) { "an" } else { "a" };
-            let noun = if kind == "SEQUENCE" { "" } else { " table" };
-            format!("{database}.{table} is {article} {kind}{noun}")
-        })
-        .collect();
-    AgentError::UnsupportedTables(list.join(", "))
 }
 
 fn is_integer_type(data_type: &str) -> bool {
@@ -315,6 +330,86 @@ pub async fn triggers(connector: &Connector, conn: &mut Conn, database: &str) ->
     Ok(definitions)
 }
 
+/// The sequences of a database in name order, as `(name, CREATE SEQUENCE statement)`; the
+/// statement holds the sequence's bounds, increment, cache and cycle, not where it stands.
+pub async fn sequences(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<(String, String)>> {
+    let mut sequences = Vec::new();
+    for name in table_names(connector, conn, database, "SEQUENCE").await? {
+        let sql = format!("SHOW CREATE SEQUENCE {}.{}", quote_ident(database), quote_ident(&name));
+        let row: Option<(String, String)> =
+            conn.query_first(sql).await.map_err(|e| connector.error("reading sequence definitions", e))?;
+        if let Some((_, create)) = row {
+            sequences.push((name, create));
+        }
+    }
+    Ok(sequences)
+}
+
+/// The statement that sets a sequence back where it stands now: its next value is the first
+/// one the server has not handed out or cached (`next_not_cached_value`, as after a server
+/// restart), in its current cycle. Read after the rows: no value a row holds is given again.
+pub async fn sequence_position_sql(
+    connector: &Connector,
+    conn: &mut Conn,
+    database: &str,
+    name: &str,
+) -> Result<String> {
+    let sql = format!("SELECT next_not_cached_value, cycle_count FROM {}.{}", quote_ident(database), quote_ident(name));
+    let row: Option<(i64, i64)> =
+        conn.query_first(sql).await.map_err(|e| connector.error("reading where a sequence stands", e))?;
+    let (next, round) = row.ok_or_else(|| AgentError::Internal(format!("sequence {database}.{name} has no row")))?;
+    Ok(format!("DO SETVAL({}, {next}, 0, {round})", quote_ident(name)))
+}
+
+/// Scheduled events in name order, each as the statements that recreate it (with the
+/// `sql_mode`, time zone and character set it was created with). Listed with `SHOW EVENTS`,
+/// which fails without the `EVENT` privilege where `information_schema.EVENTS` would silently
+/// show none.
+pub async fn events(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Definitions> {
+    let during = "reading scheduled events";
+    let listed: Vec<mysql_async::Row> =
+        conn.query(format!("SHOW EVENTS FROM {}", quote_ident(database))).await.map_err(|e| match e {
+            mysql_async::Error::Server(ref server) if matches!(server.code, 1044 | 1142) => {
+                AgentError::MissingPrivilege {
+                    user: connector.settings().user.clone(),
+                    operation: during.into(),
+                    message: format!(
+                        "cannot list the scheduled events of database {database} (grant EVENT on it): {}",
+                        server.message
+                    ),
+                }
+            }
+            other => connector.error(during, other),
+        })?;
+    let mut names: Vec<String> = listed.iter().filter_map(|row| row.get::<String, _>(1)).collect();
+    names.sort();
+    let mut definitions = Definitions::default();
+    for name in names {
+        let sql = format!("SHOW CREATE EVENT {}.{}", quote_ident(database), quote_ident(&name));
+        let row: Option<mysql_async::Row> = conn.query_first(sql).await.map_err(|e| connector.error(during, e))?;
+        let Some(row) = row else { continue };
+        definitions.statements.push(session_sql_mode(&row.get::<String, _>(1).unwrap_or_default()));
+        definitions.statements.push(format!(
+            "SET SESSION time_zone = {}",
+            quote_literal(&row.get::<String, _>(2).unwrap_or_else(|| "SYSTEM".into()))
+        ));
+        definitions.statements.push(session_charset(
+            &row.get::<String, _>(4).unwrap_or_default(),
+            &row.get::<String, _>(5).unwrap_or_default(),
+        ));
+        definitions.statements.push(row.get::<String, _>(3).unwrap_or_default());
+        definitions.names.push(name);
+    }
+    Ok(definitions)
+}
+
+/// The names of a database's scheduled events (none listed without the `EVENT` privilege).
+pub async fn event_names(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<String>> {
+    conn.exec("SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = ?", (database,))
+        .await
+        .map_err(|e| connector.error("listing scheduled events", e))
+}
+
 fn session_sql_mode(mode: &str) -> String {
     format!("SET SESSION sql_mode = {}", quote_literal(mode))
 }
@@ -327,9 +422,17 @@ fn session_charset(_original_client_charset: &str, collation: &str) -> String {
     format!("SET SESSION character_set_client = utf8mb4, SESSION collation_connection = {}", quote_literal(collation))
 }
 
-/// Rows in a table (exact), for `verify`.
-pub async fn count_rows(connector: &Connector, conn: &mut impl FirstRow, database: &str, table: &str) -> Result<u64> {
-    let sql = format!("SELECT COUNT(*) FROM {}.{}", quote_ident(database), quote_ident(table));
+/// Rows in a table (exact), for `verify`; with `history`, a system-versioned table's history
+/// rows too.
+pub async fn count_rows(
+    connector: &Connector,
+    conn: &mut impl FirstRow,
+    database: &str,
+    table: &str,
+    history: bool,
+) -> Result<u64> {
+    let all = if history { " FOR SYSTEM_TIME ALL" } else { "" };
+    let sql = format!("SELECT COUNT(*) FROM {}.{}{all}", quote_ident(database), quote_ident(table));
     let row = conn.first_row(connector, &sql, "counting rows").await?;
     Ok(number_in(row, 0, "COUNT(*)")?.unwrap_or(0))
 }
@@ -375,13 +478,14 @@ fn number_in(row: Option<TextFields>, index: usize, what: &str) -> Result<Option
     text.parse().map(Some).map_err(|_| AgentError::Internal(format!("{what} returned '{text}', not a number")))
 }
 
-/// The base tables and views that exist in a database.
-/// The views, routines (as [`routine_name`]) and triggers of a database.
+/// The views, routines (as [`routine_name`]), triggers, sequences and events of a database.
 #[derive(Clone, Debug, Default)]
 pub struct ObjectNames {
     pub views: Vec<String>,
     pub routines: Vec<String>,
     pub triggers: Vec<String>,
+    pub sequences: Vec<String>,
+    pub events: Vec<String>,
 }
 
 pub async fn object_names(connector: &Connector, conn: &mut Conn, database: &str) -> Result<ObjectNames> {
@@ -389,9 +493,13 @@ pub async fn object_names(connector: &Connector, conn: &mut Conn, database: &str
     let routines = routine_kinds_and_names(connector, conn, database).await?;
     let triggers = trigger_names(connector, conn, database).await?;
     let routines = routines.iter().map(|(kind, name)| routine_name(kind, name)).collect();
-    Ok(ObjectNames { views, routines, triggers })
+    let sequences = table_names(connector, conn, database, "SEQUENCE").await?;
+    let events = event_names(connector, conn, database).await?;
+    Ok(ObjectNames { views, routines, triggers, sequences, events })
 }
 
+/// The tables of every type (base, view, sequence, system-versioned) that exist in a database,
+/// as `(name, TABLE_TYPE)`.
 pub async fn existing_objects(connector: &Connector, conn: &mut Conn, database: &str) -> Result<Vec<(String, String)>> {
     conn.exec("SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?", (database,))
         .await
@@ -401,6 +509,30 @@ pub async fn existing_objects(connector: &Connector, conn: &mut Conn, database: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_versioned_table_keeps_its_history_when_its_period_is_of_timestamps() {
+        let column =
+            |name: &str, kind: &str, expression: &str| (name.to_string(), kind.to_string(), expression.to_string());
+        let timestamps = |start: &str, end: &str| Versioning::Timestamps(start.into(), end.into());
+        let cases = [
+            ("BASE TABLE", vec![], Versioning::None),
+            ("SYSTEM VERSIONED", vec![], timestamps("row_start", "row_end")),
+            (
+                "SYSTEM VERSIONED",
+                vec![column("valid_from", "timestamp", "ROW START"), column("valid_to", "timestamp", "ROW END")],
+                timestamps("valid_from", "valid_to"),
+            ),
+            (
+                "SYSTEM VERSIONED",
+                vec![column("e", "bigint", "ROW END"), column("s", "bigint", "ROW START")],
+                Versioning::TransactionIds,
+            ),
+        ];
+        for (table_type, period, expected) in cases {
+            assert_eq!(versioning(table_type, &period), expected, "{table_type} {period:?}");
+        }
+    }
 
     #[test]
     fn views_come_after_the_views_they_select_from() {

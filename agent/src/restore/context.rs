@@ -100,7 +100,7 @@ pub(super) async fn check_staged_table(
     checksums_comparable: bool,
 ) -> Result<()> {
     let described = format!("the staged copy of `{database}`.`{}`", table.name);
-    let rows = catalog::count_rows(connector, conn, staging, &table.name).await?;
+    let rows = catalog::count_rows(connector, conn, staging, &table.name, table.history).await?;
     if rows != table.rows {
         return Err(AgentError::VerifyMismatch(format!(
             "{described} has {rows} rows, the backup {}; database {database} was left as it was",

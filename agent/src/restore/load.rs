@@ -98,6 +98,8 @@ struct LoadContext {
     database: String,
     schema: String,
     checksums_comparable: bool,
+    /// A table's rows include history rows, whose period columns are loaded as they are.
+    history: bool,
 }
 
 /// Loads every chunk of the database into the same tables of `schema`, adds the keys of
@@ -122,6 +124,7 @@ pub(super) async fn load_database(
         database: database.name.clone(),
         schema: schema.to_string(),
         checksums_comparable: restore.context.checksums_comparable,
+        history: database.tables.iter().any(|table| table.history),
     });
     let workers = (0..workers).map(|_| tokio::spawn(load_worker(context.clone(), options.clone()).in_current_span()));
     let outcomes = join_all(workers).await;
@@ -180,6 +183,10 @@ fn plan(database: &DatabaseEntry, schema: &str, mut deferred_keys: HashMap<Strin
 async fn load_worker(context: Arc<LoadContext>, options: RestoreOptions) -> Result<()> {
     let mut conn = context.connector.connect().await?;
     session_setup(&context.connector, &mut conn, &options).await?;
+    if context.history {
+        let sql = "SET SESSION system_versioning_insert_history = 1";
+        context.connector.execute(&mut conn, sql, "preparing to load the history of system-versioned tables").await?;
+    }
     loop {
         let work = context.queue.lock().unwrap().next();
         let done = match work {
@@ -392,6 +399,7 @@ mod tests {
             name: name.into(),
             schema: file(&format!("{name}.sql")),
             columns: vec!["id".into()],
+            history: false,
             load_sql: String::new(),
             rows: chunks.len() as u64,
             data_bytes: chunk_bytes.iter().sum(),
@@ -423,6 +431,10 @@ mod tests {
             routine_names: Vec::new(),
             triggers: None,
             trigger_names: Vec::new(),
+            sequences: None,
+            sequence_names: Vec::new(),
+            events: None,
+            event_names: Vec::new(),
         };
         let keys = DeferredKeys { create_without_keys: String::new(), keys: vec!["KEY `a` (`a`)".into()] };
         let mut queue = plan(&database, "staging", HashMap::from([("big".to_string(), keys)])).queue;

@@ -244,12 +244,18 @@ fn partial(swapped: &[String], error: AgentError) -> AgentError {
     }
 }
 
-/// The tables of a staging schema (its markers aside), with their row counts and checksums.
+/// The tables of a staging schema (its markers, views and sequences aside), with their row
+/// counts (a system-versioned table's history rows included) and checksums.
 async fn table_facts(connector: &Connector, conn: &mut Conn, staging: &str) -> Result<Vec<TableFacts>> {
-    let names = catalog::table_names(connector, conn, staging, "BASE TABLE").await?;
+    let mut objects = catalog::existing_objects(connector, conn, staging).await?;
+    objects.sort();
     let mut facts = Vec::new();
-    for name in names.into_iter().filter(|n| n != STAGED_MARKER && n != REPLAYED_MARKER) {
-        let rows = catalog::count_rows(connector, conn, staging, &name).await?;
+    for (name, kind) in objects {
+        let versioned = kind == "SYSTEM VERSIONED";
+        if !(versioned || kind == "BASE TABLE") || name == STAGED_MARKER || name == REPLAYED_MARKER {
+            continue;
+        }
+        let rows = catalog::count_rows(connector, conn, staging, &name, versioned).await?;
         let checksum = if catalog::checksum_is_reproducible(connector, conn, staging, &name).await? {
             catalog::checksum_table(connector, conn, staging, &name).await?
         } else {

@@ -30,7 +30,7 @@ use super::context::{
     staging_schema_name,
 };
 use super::indexes::{self, DeferredKeys};
-use super::{RestoreStep, file_statements, load, run_file, session_setup};
+use super::{EventStatus, RestoreStep, file_statements, load, run_file, session_setup};
 use crate::error::{AgentError, Result};
 use crate::format::{DatabaseEntry, quote_ident};
 use crate::mysql::{Connector, catalog};
@@ -44,6 +44,7 @@ struct Existing {
     routines: Vec<(String, String)>,
     triggers: Vec<String>,
     trigger_statements: Vec<String>,
+    events: Vec<String>,
 }
 
 impl DatabaseRestore<'_> {
@@ -254,6 +255,12 @@ impl DatabaseRestore<'_> {
         let create = self.database_statement(staging).await?;
         self.execute(conn, &create, "creating the staging schema").await?;
         self.execute(conn, &format!("USE {}", quote_ident(staging)), "selecting a database").await?;
+        // Before the tables, whose defaults may name them.
+        if let Some(file) = &self.database.sequences {
+            for statement in file_statements(self.context.storage, file).await? {
+                self.execute(conn, &statement, &format!("running {}", file.path)).await?;
+            }
+        }
         let mut files = Vec::with_capacity(self.database.tables.len());
         for table in &self.database.tables {
             files.push(file_statements(self.context.storage, &table.schema).await?);
@@ -271,7 +278,8 @@ impl DatabaseRestore<'_> {
                     Some(keys) if statement == creates[index] => &keys.create_without_keys,
                     _ => statement,
                 };
-                self.execute(conn, statement, &during).await?;
+                let statement = sequences_moved_to(statement, &self.database.name, staging);
+                self.execute(conn, &statement, &during).await?;
             }
             if let Some(keys) = keys {
                 deferred.insert(table.name.clone(), keys);
@@ -312,13 +320,16 @@ impl DatabaseRestore<'_> {
     /// Creates the routines and triggers in the staging schema first, so that one the server
     /// refuses (a definer the user may not name, say) fails the restore before the swap. The
     /// triggers are dropped again: a table with triggers cannot move to another schema.
+    /// Events are rehearsed disabled: one would otherwise run against the staged tables.
     async fn rehearse_objects(&self, conn: &mut Conn, staging: &str) -> Result<()> {
         let name = &self.database.name;
-        for file in [&self.database.routines, &self.database.triggers].into_iter().flatten() {
+        let files = [&self.database.routines, &self.database.triggers, &self.database.events];
+        for file in files.into_iter().flatten() {
             let mut session = self.session().await?;
             self.execute(&mut session, &format!("USE {}", quote_ident(staging)), "selecting a database").await?;
             for statement in file_statements(self.context.storage, file).await? {
                 let statement = trigger_moved_to(&statement, name, staging);
+                let statement = event_with_status(&statement, EventStatus::Disabled);
                 self.execute(&mut session, &statement, &format!("rehearsing {}", file.path)).await?;
             }
             let _ = session.disconnect().await;
@@ -326,6 +337,10 @@ impl DatabaseRestore<'_> {
         for trigger in catalog::trigger_names(self.context.connector, conn, staging).await? {
             let sql = format!("DROP TRIGGER {}.{}", quote_ident(staging), quote_ident(&trigger));
             self.execute(conn, &sql, "dropping a rehearsed trigger").await?;
+        }
+        for event in catalog::event_names(self.context.connector, conn, staging).await? {
+            let sql = format!("DROP EVENT {}.{}", quote_ident(staging), quote_ident(&event));
+            self.execute(conn, &sql, "dropping a rehearsed event").await?;
         }
         Ok(())
     }
@@ -347,6 +362,7 @@ impl DatabaseRestore<'_> {
             routines,
             triggers: catalog::trigger_names(self.context.connector, conn, name).await?,
             trigger_statements: catalog::triggers(self.context.connector, conn, name).await?.statements,
+            events: catalog::event_names(self.context.connector, conn, name).await?,
         })
     }
 
@@ -364,9 +380,11 @@ impl DatabaseRestore<'_> {
         let replaced = quote_ident(&replaced_schema_name(name));
         let mut renames: Vec<String> =
             existing.tables.iter().map(|t| format!("{target}.{q} TO {replaced}.{q}", q = quote_ident(t))).collect();
+        let sequences = catalog::table_names(self.context.connector, conn, staging, "SEQUENCE").await?;
         renames.extend(
             self.tables_to_swap()
                 .iter()
+                .chain(&sequences)
                 .map(|t| format!("{}.{q} TO {target}.{q}", quote_ident(staging), q = quote_ident(t))),
         );
         if !existing.database {
@@ -438,14 +456,61 @@ impl DatabaseRestore<'_> {
                 let sql = format!("DROP {kind} IF EXISTS {target}.{}", quote_ident(routine));
                 self.execute(conn, &sql, "dropping a routine").await?;
             }
+            for event in &existing.events {
+                let sql = format!("DROP EVENT IF EXISTS {target}.{}", quote_ident(event));
+                self.execute(conn, &sql, "dropping a scheduled event").await?;
+            }
         }
+        self.point_defaults_at_swapped_sequences(conn).await?;
         self.create_views().await?;
         for file in [&self.database.routines, &self.database.triggers].into_iter().flatten() {
             let mut session = self.session().await?;
             run_file(self.context.connector, &mut session, self.context.storage, name, file).await?;
             let _ = session.disconnect().await;
         }
+        self.create_events().await?;
         self.drop_schema(conn, &replaced_schema_name(name)).await
+    }
+
+    /// A default taken from a sequence of the database names it by its database; the staged
+    /// table was created naming the staged sequence, so once both are swapped in the default
+    /// names the database again (an instant change of the table's definition).
+    async fn point_defaults_at_swapped_sequences(&self, conn: &mut Conn) -> Result<()> {
+        let name = &self.database.name;
+        let staging = staging_schema_name(name);
+        let defaults: Vec<(String, String, String)> = conn
+            .exec(
+                "SELECT TABLE_NAME, COLUMN_NAME, COLUMN_DEFAULT FROM information_schema.COLUMNS \
+                 WHERE TABLE_SCHEMA = ? AND COLUMN_DEFAULT LIKE ?",
+                (name, format!("%{staging}%")),
+            )
+            .await
+            .map_err(|e| self.context.connector.error("reading the defaults of the swapped tables", e))?;
+        for (table, column, default) in defaults {
+            let sql = format!(
+                "ALTER TABLE {}.{} ALTER COLUMN {} SET DEFAULT {}",
+                quote_ident(name),
+                quote_ident(&table),
+                quote_ident(&column),
+                sequences_moved_to(&default, &staging, name)
+            );
+            self.execute(conn, &sql, "pointing a default at its restored sequence").await?;
+        }
+        Ok(())
+    }
+
+    /// The scheduled events, enabled or not as the restore asks.
+    async fn create_events(&self) -> Result<()> {
+        let Some(file) = &self.database.events else { return Ok(()) };
+        let mut session = self.session().await?;
+        self.execute(&mut session, &format!("USE {}", quote_ident(&self.database.name)), "selecting a database")
+            .await?;
+        for statement in file_statements(self.context.storage, file).await? {
+            let statement = event_with_status(&statement, self.context.options.events);
+            self.execute(&mut session, &statement, &format!("running {}", file.path)).await?;
+        }
+        let _ = session.disconnect().await;
+        Ok(())
     }
 
     /// Views can depend on each other: each one is retried until none is left or a round
@@ -530,13 +595,49 @@ fn create_table_of(statements: &[String]) -> &str {
     statements.iter().find(|s| s.starts_with("CREATE TABLE")).map(String::as_str).unwrap_or_default()
 }
 
+/// `statement` with every sequence of `database` it takes values from (`nextval(`db`.`s`)`,
+/// `lastval(...)`, as the server prints a default) named in `schema` instead.
+fn sequences_moved_to(statement: &str, database: &str, schema: &str) -> String {
+    let mut moved = statement.to_string();
+    for function in ["nextval(", "lastval("] {
+        let from = format!("{function}{}.", quote_ident(database));
+        moved = moved.replace(&from, &format!("{function}{}.", quote_ident(schema)));
+    }
+    moved
+}
+
+/// `statement` with the status of a `CREATE EVENT` (`ENABLE`, `DISABLE`, `DISABLE ON SLAVE`,
+/// which `SHOW CREATE EVENT` prints right after `ON COMPLETION [NOT] PRESERVE`) set to `status`
+/// (any other statement as it is).
+pub(super) fn event_with_status(statement: &str, status: EventStatus) -> String {
+    let Some(clause) = status.clause() else { return statement.to_string() };
+    let tokens = header_tokens(statement, "DO");
+    let is_event = tokens.first().is_some_and(|t| t.is_word("CREATE")) && tokens.iter().any(|t| t.is_word("EVENT"));
+    let Some(preserve) = tokens.iter().position(|t| t.is_word("PRESERVE")).filter(|_| is_event) else {
+        return statement.to_string();
+    };
+    let rest = &tokens[preserve + 1..];
+    let status_words = match rest {
+        [enable, ..] if enable.is_word("ENABLE") => 1,
+        [disable, on, slave, ..] if disable.is_word("DISABLE") && on.is_word("ON") && slave.is_word("SLAVE") => 3,
+        [disable, ..] if disable.is_word("DISABLE") => 1,
+        _ => 0,
+    };
+    let mut changed = statement.to_string();
+    match status_words {
+        0 => changed.insert_str(tokens[preserve].end, &format!(" {clause}")),
+        words => changed.replace_range(rest[0].start..rest[words - 1].end, clause),
+    }
+    changed
+}
+
 /// `statement` with the database of a `CREATE TRIGGER`'s name and table changed from
 /// `database` to `schema` (any other statement as it is). The server keeps a trigger's text as
 /// it was written, so a trigger created as `db.t_ins ... ON db.t` names its database: rehearsed
 /// as it is, it would be created in the target database instead of the staging schema (and
 /// collide with the target's trigger of that name).
 fn trigger_moved_to(statement: &str, database: &str, schema: &str) -> String {
-    let tokens = header_tokens(statement);
+    let tokens = header_tokens(statement, "FOR");
     let Some(trigger) = tokens.iter().position(|t| t.is_word("TRIGGER")) else { return statement.to_string() };
     if !tokens.first().is_some_and(|t| t.is_word("CREATE")) {
         return statement.to_string();
@@ -585,9 +686,9 @@ impl Token<'_> {
     }
 }
 
-/// The tokens of a statement up to `FOR EACH ROW` (a trigger's header): words, backquoted
-/// names, quoted strings, and single characters.
-fn header_tokens(statement: &str) -> Vec<Token<'_>> {
+/// The tokens of a statement up to the word `stop` (`FOR EACH ROW` ends a trigger's header,
+/// `DO` an event's): words, backquoted names, quoted strings, and single characters.
+fn header_tokens<'s>(statement: &'s str, stop: &str) -> Vec<Token<'s>> {
     let bytes = statement.as_bytes();
     let mut tokens = Vec::new();
     let mut i = 0;
@@ -620,7 +721,7 @@ fn header_tokens(statement: &str) -> Vec<Token<'_>> {
             i += 1;
         }
         let token = Token { text: &statement[start..i], start, end: i };
-        if token.is_word("FOR") {
+        if token.is_word(stop) {
             break;
         }
         tokens.push(token);
@@ -716,6 +817,47 @@ mod tests {
         assert_eq!(
             trigger_moved_to(non_ascii, "hård", "s"),
             "CREATE TRIGGER `s`.`tr` AFTER INSERT ON `s`.`t` FOR EACH ROW SET @a = 1"
+        );
+    }
+
+    #[test]
+    fn an_event_is_recreated_with_the_status_asked_for() {
+        let event = |status: &str| {
+            format!(
+                "CREATE DEFINER=`root`@`localhost` EVENT `PRESERVE ENABLE` ON SCHEDULE EVERY 1 HOUR STARTS \
+                 '2026-11-27 22:13:37' ON COMPLETION NOT PRESERVE {status} COMMENT 'DISABLE' DO insert into t values ('ENABLE')"
+            )
+        };
+        let cases = [
+            ("ENABLE", EventStatus::Disabled, "DISABLE"),
+            ("ENABLE", EventStatus::DisabledOnReplica, "DISABLE ON SLAVE"),
+            ("DISABLE ON SLAVE", EventStatus::Disabled, "DISABLE"),
+            ("DISABLE", EventStatus::DisabledOnReplica, "DISABLE ON SLAVE"),
+            ("ENABLE", EventStatus::AsBackedUp, "ENABLE"),
+            ("DISABLE ON SLAVE", EventStatus::AsBackedUp, "DISABLE ON SLAVE"),
+        ];
+        for (backed_up, status, expected) in cases {
+            assert_eq!(event_with_status(&event(backed_up), status), event(expected), "{backed_up} as {status:?}");
+        }
+        let preserved = "CREATE EVENT e ON SCHEDULE AT '2030-01-01 00:00:00' ON COMPLETION PRESERVE DO SET @a = 1";
+        assert_eq!(
+            event_with_status(preserved, EventStatus::Disabled),
+            "CREATE EVENT e ON SCHEDULE AT '2030-01-01 00:00:00' ON COMPLETION PRESERVE DISABLE DO SET @a = 1"
+        );
+        let routine = "CREATE PROCEDURE p() SELECT 'ON COMPLETION PRESERVE ENABLE'";
+        assert_eq!(event_with_status(routine, EventStatus::Disabled), routine);
+    }
+
+    #[test]
+    fn a_staged_table_takes_its_defaults_from_the_staged_sequences() {
+        let create = "CREATE TABLE `t` (\n  `id` int(11) NOT NULL DEFAULT nextval(`app`.`s`),\n  `o` int DEFAULT nextval(`other`.`s`),\n  `p` int DEFAULT lastval(`app`.`s``x`)\n)";
+        assert_eq!(
+            sequences_moved_to(create, "app", "visitors_restore_1"),
+            "CREATE TABLE `t` (\n  `id` int(11) NOT NULL DEFAULT nextval(`visitors_restore_1`.`s`),\n  `o` int DEFAULT nextval(`other`.`s`),\n  `p` int DEFAULT lastval(`visitors_restore_1`.`s``x`)\n)"
+        );
+        assert_eq!(
+            sequences_moved_to("nextval(`visitors_restore_1`.`s`)", "visitors_restore_1", "app"),
+            "nextval(`app`.`s`)"
         );
     }
 

@@ -12,6 +12,7 @@ mod enum_values;
 mod failover;
 mod failures;
 mod manifest;
+mod objects;
 mod point_in_time;
 mod refusal;
 mod roundtrip;

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{Resource, ResourceExt};
-use visitors_agent_contract::command::{Command, RestoreArgs};
+use visitors_agent_contract::command::{Command, RestoreArgs, RestoredEvents};
 use visitors_api::labels::{Component, names};
 use visitors_api::visitors_app::secret_keys;
 use visitors_api::{MySQLBackup, VisitorsApp};
@@ -102,14 +102,17 @@ const BACKUP_LOAD_TTL_SECONDS: i32 = 3600;
 
 /// The Job that loads `load.run` into an empty server: the agent's restore, the manifest the
 /// run recorded required, every database of the run replacing what the server holds, kept out
-/// of the server's binary log (`--skip-binlog`), whose start the controller then sets to the
-/// run's GTID position.
+/// of the server's binary log (`--skip-binlog`), its scheduled events disabled as replication
+/// leaves them on a replica; the controller then starts the server's binary log at the run's
+/// GTID position.
 pub fn backup_load_job(app: &VisitorsApp, inputs: &AgentInputs, access: &DatabaseAccess, load: &BackupLoad<'_>) -> Job {
     let status = load.run.status.clone().unwrap_or_default();
     let encryption = load.run.spec.encryption.as_ref();
     let restore = RestoreArgs {
         drop_existing: true,
         skip_binlog: true,
+        // The primary runs the events; on a replica replication would have disabled them.
+        events: RestoredEvents::DisabledOnReplica,
         parallelism: usize::try_from(load.run.spec.parallelism()).unwrap_or(1),
         progress_interval: 30,
         expect_manifest_sha256: status.manifest_sha256,
@@ -301,6 +304,7 @@ mod tests {
             "restore --from file:///backup/shop/ex/nightly-1",
             "--drop-existing",
             "--skip-binlog",
+            "--events disabled-on-replica",
             &format!("--expect-manifest-sha256 {}", "ab".repeat(32)),
             "--decrypt-keys-dir /etc/visitors/backup-keys",
         ] {
