@@ -14,6 +14,7 @@ mod indexes;
 mod load;
 mod point_in_time;
 mod staging;
+mod statements;
 
 use std::time::Duration;
 
@@ -58,6 +59,8 @@ pub enum EventStatus {
     /// Disabled on this server as replication disables them on a replica (`DISABLE ON SLAVE`),
     /// for a replica seeded from a backup.
     DisabledOnReplica,
+    /// All enabled (an event the replay of a restore to a point in time left enabled).
+    Enabled,
 }
 
 impl EventStatus {
@@ -67,6 +70,7 @@ impl EventStatus {
             Self::AsBackedUp => None,
             Self::Disabled => Some("DISABLE"),
             Self::DisabledOnReplica => Some("DISABLE ON SLAVE"),
+            Self::Enabled => Some("ENABLE"),
         }
     }
 }
@@ -325,21 +329,6 @@ async fn session_setup(connector: &Connector, conn: &mut Conn, options: &Restore
     }
     for sql in statements {
         connector.execute(conn, sql, "preparing the restore session").await?;
-    }
-    Ok(())
-}
-
-/// Runs the statements of a `.sql` file of the backup in `schema`.
-async fn run_file(
-    connector: &Connector,
-    conn: &mut Conn,
-    storage: &Storage,
-    schema: &str,
-    file: &FileEntry,
-) -> Result<()> {
-    connector.execute(conn, &format!("USE {}", quote_ident(schema)), "selecting a database").await?;
-    for statement in file_statements(storage, file).await? {
-        connector.execute(conn, &statement, &format!("running {}", file.path)).await?;
     }
     Ok(())
 }

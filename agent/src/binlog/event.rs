@@ -14,6 +14,9 @@ use visitors_agent_contract::gtid::{Gtid, GtidSet};
 /// Event type codes this module tells apart.
 pub mod kind {
     pub const QUERY: u8 = 0x02;
+    pub const INTVAR: u8 = 0x05;
+    pub const RAND: u8 = 0x0d;
+    pub const USER_VAR: u8 = 0x0e;
     pub const STOP: u8 = 0x03;
     pub const ROTATE: u8 = 0x04;
     pub const FORMAT_DESCRIPTION: u8 = 0x0f;

@@ -333,17 +333,48 @@ pub trait Sink {
     fn rows(&mut self, event: &[u8]) -> impl Future<Output = Result<()>> + Send;
     /// The statement's last rows event was seen (restored or not).
     fn statement_end(&mut self) -> impl Future<Output = Result<()>> + Send;
-    /// A table statement to run in `schema` with the session settings of its event.
-    fn statement(&mut self, schema: &str, statement: &Statement) -> impl Future<Output = Result<()>> + Send;
+    /// A statement to run in the staging schema `schema` with the session settings of its
+    /// event; without one, where no table is (every name it uses is qualified).
+    fn statement(&mut self, schema: Option<&str>, statement: &Statement) -> impl Future<Output = Result<()>> + Send;
     fn commit(&mut self) -> impl Future<Output = Result<()>> + Send;
 }
 
 /// A statement from a query event, with what the replay sets before it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Statement {
     pub sql: String,
-    /// `SET ...` statements: the event's timestamp, sql_mode, character sets, time zone.
+    /// `SET ...` statements: the event's timestamp, sql_mode, character sets, time zone, and
+    /// for a statement-logged change the `INSERT_ID`, `LAST_INSERT_ID` and `RAND()` seeds the
+    /// server logged before it.
     pub settings: Vec<String>,
+    /// The user variables a statement-logged change reads, as the server logged them.
+    pub user_variables: Vec<UserVariable>,
+}
+
+/// A user variable a statement-logged change reads (`SET @name := value` before it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserVariable {
+    pub name: String,
+    pub value: UserValue,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum UserValue {
+    Null,
+    /// Text in the character set and collation of the server's collation `collation_id`.
+    Text {
+        bytes: Vec<u8>,
+        collation_id: u32,
+    },
+    Integer(String),
+    Real(f64),
+}
+
+/// What the server logs before a statement-logged change, for it alone.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct StatementContext {
+    settings: Vec<String>,
+    user_variables: Vec<UserVariable>,
 }
 
 /// The replay's account.
@@ -515,9 +546,13 @@ impl<'a> Replayer<'a> {
                     sink.statement_end().await?;
                 }
             }
-            kind::QUERY => self.query(event, format, sink, state.current.as_ref()).await?,
+            kind::QUERY => {
+                let context = std::mem::take(&mut state.context);
+                self.query(event, format, sink, state.current.as_ref(), context).await?
+            }
             kind::XID | kind::XA_PREPARE => {}
-            kind::MARIADB_ANNOTATE_ROWS | kind::ROWS_QUERY | 0x05 | 0x0d | 0x0e => {}
+            kind::INTVAR | kind::RAND | kind::USER_VAR => self.statement_context(event, format, &mut state.context)?,
+            kind::MARIADB_ANNOTATE_ROWS | kind::ROWS_QUERY => {}
             kind::MARIADB_QUERY_COMPRESSED => {
                 return Err(self.refuse("a compressed query event (log_bin_compress=ON is not supported)"));
             }
@@ -527,6 +562,7 @@ impl<'a> Replayer<'a> {
             other => return Err(self.refuse(&format!("an event of type {other:#x} inside a transaction"))),
         }
         if step == Step::Ends {
+            state.context = StatementContext::default();
             sink.commit().await?;
             report.transactions += 1;
             report.last_applied = state.current.take();
@@ -568,7 +604,7 @@ impl<'a> Replayer<'a> {
     async fn outside(&self, event: RawEvent<'_>, format: &Format, sink: &mut impl Sink) -> Result<()> {
         match event.kind() {
             kind::INCIDENT => Err(self.refuse(INCIDENT)),
-            kind::QUERY => self.query(event, format, sink, None).await,
+            kind::QUERY => self.query(event, format, sink, None, StatementContext::default()).await,
             _ => Ok(()),
         }
     }
@@ -579,6 +615,7 @@ impl<'a> Replayer<'a> {
         format: &Format,
         sink: &mut impl Sink,
         transaction: Option<&Transaction>,
+        context: StatementContext,
     ) -> Result<()> {
         let parsed = format.parse(event).map_err(|e| self.refuse(&e.to_string()))?;
         let query = parsed
@@ -608,21 +645,19 @@ impl<'a> Replayer<'a> {
                 restored.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", ")
             )));
         }
-        if !is_table_statement(&text) {
+        if !is_replayable(&text) {
             return Err(self.refuse(&format!(
-                "a {} statement is not a table statement (views, routines, triggers, events and statement-logged changes are not replayed)",
+                "a {} statement cannot be replayed into a staging schema (only changes to the restored databases' \
+                 tables, sequences, views, routines, triggers and events, and their rows, can)",
                 statement_kind(&text)
             )));
         }
-        // Run from another database, a statement that qualifies its tables is replayed when it
-        // names no table but qualified ones (no `LIKE t`, no `SELECT`).
-        let other_default_ok = !restored_default && !restored.is_empty() && names_only_qualified_tables(&text);
-        if !foreign.is_empty() || !(restored_default || other_default_ok) {
-            let named = if foreign.is_empty() { restored.clone() } else { foreign };
+        if !foreign.is_empty() {
             return Err(self.refuse(&format!(
-                "a {} statement (run in database `{schema}`) names database {} explicitly; only statements on the restored databases' own tables can be replayed",
+                "a {} statement (run in database `{schema}`) names database {}, which is not restored; only \
+                 statements on the restored databases can be replayed",
                 statement_kind(&text),
-                named.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", ")
+                foreign.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", ")
             )));
         }
         // Names qualified with a restored database (`app.t`) point at its staging schema.
@@ -633,10 +668,66 @@ impl<'a> Replayer<'a> {
             Some(staging) => requalify(&text, database, &staging),
             None => text,
         });
-        let staging =
-            if restored_default { self.schemas[&schema].clone() } else { staging_of(restored[0]).unwrap_or_default() };
-        let statement = Statement { sql: text, settings: session_settings(event, &query) };
-        sink.statement(&staging, &statement).await
+        // Run from a database that is not restored, the statement names the restored ones by
+        // name: it runs where no table is, so that a name it leaves unqualified (one of its own
+        // database) fails the replay instead of reaching a staged table of that name.
+        let run_in = restored_default.then(|| self.schemas[&schema].clone());
+        let text = with_invoker_as_definer(&text, invoker(&query).as_deref());
+        let mut settings = session_settings(event, &query);
+        settings.extend(context.settings);
+        let statement = Statement { sql: text, settings, user_variables: context.user_variables };
+        sink.statement(run_in.as_deref(), &statement).await
+    }
+
+    /// Reads what an intvar, rand or user variable event sets for the statement after it.
+    fn statement_context(&self, event: RawEvent<'_>, format: &Format, context: &mut StatementContext) -> Result<()> {
+        use mysql_common::binlog::consts::IntvarEventType;
+        use mysql_common::binlog::events::{IntvarEvent, RandEvent, UserVarEvent};
+        use mysql_common::constants::ItemResult;
+        let parsed = format.parse(event).map_err(|e| self.refuse(&e.to_string()))?;
+        let unreadable = |e: std::io::Error| self.refuse(&format!("an unreadable event before a statement: {e}"));
+        match event.kind() {
+            kind::INTVAR => {
+                let intvar = parsed.read_event::<IntvarEvent>().map_err(unreadable)?;
+                let variable = match intvar.subtype() {
+                    IntvarEventType::LAST_INSERT_ID_EVENT => "LAST_INSERT_ID",
+                    IntvarEventType::INSERT_ID_EVENT => "INSERT_ID",
+                    IntvarEventType::INVALID_INT_EVENT => return Err(self.refuse("an invalid intvar event")),
+                };
+                context.settings.push(format!("SET {variable} = {}", intvar.value()));
+            }
+            kind::RAND => {
+                let rand = parsed.read_event::<RandEvent>().map_err(unreadable)?;
+                context.settings.push(format!("SET @@RAND_SEED1 = {}, @@RAND_SEED2 = {}", rand.seed1.0, rand.seed2.0));
+            }
+            _ => {
+                let variable = parsed.read_event::<UserVarEvent<'_>>().map_err(unreadable)?;
+                let name = variable.name().into_owned();
+                let bytes = variable.value();
+                let value = match variable.value_type() {
+                    _ if variable.is_null() => UserValue::Null,
+                    Ok(ItemResult::STRING_RESULT) => {
+                        UserValue::Text { bytes: bytes.to_vec(), collation_id: variable.charset() }
+                    }
+                    Ok(ItemResult::INT_RESULT) if bytes.len() >= 8 => {
+                        let raw = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+                        let unsigned = variable.flags_raw() & 1 != 0;
+                        UserValue::Integer(if unsigned { raw.to_string() } else { (raw as i64).to_string() })
+                    }
+                    Ok(ItemResult::REAL_RESULT) if bytes.len() >= 8 => {
+                        UserValue::Real(f64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")))
+                    }
+                    _ => {
+                        return Err(self.refuse(&format!(
+                            "a statement-logged change reads the user variable @{name}, of a type (DECIMAL) the replay \
+                             cannot set"
+                        )));
+                    }
+                };
+                context.user_variables.push(UserVariable { name, value });
+            }
+        }
+        Ok(())
     }
 
     fn is_restored(&self, database: &str) -> bool {
@@ -675,6 +766,8 @@ struct ReplayState {
     reached: Option<GtidSet>,
     /// Inside a transaction the base backup already holds.
     skipping: bool,
+    /// What the server logged for the next statement (intvar, rand and user variable events).
+    context: StatementContext,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -702,56 +795,83 @@ fn qualifier_at(text: &str, at: usize, name: &str) -> bool {
 
 /// `text` with every `database.` qualifier (bare or backquoted, any ASCII case) naming
 /// `staging` instead.
-fn requalify(text: &str, database: &str, staging: &str) -> String {
+pub(crate) fn requalify(text: &str, database: &str, staging: &str) -> String {
     let lower = text.to_ascii_lowercase();
     let bare = database.to_ascii_lowercase();
     let quoted = format!("`{}`", bare.replace('`', "``"));
+    let staging_quoted = format!("`{}`", staging.replace('`', "``"));
+    // A bare qualifier stays bare when the new name may be (so that a name moved there and back
+    // reads as it was written).
+    let staging_bare = if is_plain_identifier(staging) { staging.to_string() } else { staging_quoted.clone() };
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
     while at < text.len() {
-        match [quoted.as_str(), bare.as_str()].into_iter().find(|name| qualifier_at(&lower, at, name)) {
-            Some(name) => {
-                out.push_str(&format!("`{}`", staging.replace('`', "``")));
-                at += name.len();
-            }
-            None => {
-                let next = text[at..].chars().next().expect("inside the text");
-                out.push(next);
-                at += next.len_utf8();
-            }
+        if qualifier_at(&lower, at, &quoted) {
+            out.push_str(&staging_quoted);
+            at += quoted.len();
+        } else if qualifier_at(&lower, at, &bare) {
+            out.push_str(&staging_bare);
+            at += bare.len();
+        } else {
+            let next = text[at..].chars().next().expect("inside the text");
+            out.push(next);
+            at += next.len_utf8();
         }
     }
     out
 }
 
-/// Whether a table statement names no table unqualified besides the ones it acts on: no
-/// `LIKE`, `SELECT` or `REFERENCES` clause.
-fn names_only_qualified_tables(text: &str) -> bool {
-    let words: Vec<String> = text.split_whitespace().map(|w| w.to_ascii_uppercase()).collect();
-    !words.iter().any(|w| matches!(w.as_str(), "LIKE" | "SELECT" | "REFERENCES" | "(SELECT"))
+/// A name that needs no backquotes: ASCII letters, digits, `_` and `$`, not only digits.
+fn is_plain_identifier(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+        && !name.chars().all(|c| c.is_ascii_digit())
 }
 
-fn is_table_statement(text: &str) -> bool {
-    let words: Vec<String> = text.split_whitespace().take(6).map(|w| w.to_ascii_uppercase()).collect();
+/// Whether a statement can be replayed into a staging schema: a change to a table, a
+/// sequence, a view, a routine, a trigger or an event (its definition), or a statement-logged
+/// change to rows (MariaDB logs some as statements even in row format: changes to tables
+/// versioned by transaction ids, for instance). Not a database's creation or removal, nor what
+/// reaches outside the server's tables (a `LOAD DATA` file, a server or tablespace definition).
+pub(crate) fn is_replayable(text: &str) -> bool {
+    const OBJECTS: [&str; 8] = ["TABLE", "INDEX", "VIEW", "TRIGGER", "PROCEDURE", "FUNCTION", "EVENT", "SEQUENCE"];
+    const OTHERS: [&str; 7] = ["DATABASE", "SCHEMA", "SERVER", "TABLESPACE", "PACKAGE", "USER", "ROLE"];
+    let words: Vec<String> = text.split_whitespace().take(16).map(|w| w.to_ascii_uppercase()).collect();
     let word = |i: usize| words.get(i).map(String::as_str).unwrap_or_default();
-    let after_create = |i: usize| {
-        let mut i = i;
-        if word(i) == "OR" && word(i + 1) == "REPLACE" {
-            i += 2;
-        }
-        while matches!(word(i), "UNIQUE" | "FULLTEXT" | "SPATIAL" | "TEMPORARY") {
-            i += 1;
-        }
-        matches!(word(i), "TABLE" | "INDEX")
-    };
+    let object = || words.iter().skip(1).find(|w| OBJECTS.contains(&w.as_str()) || OTHERS.contains(&w.as_str()));
     match word(0) {
-        "CREATE" => after_create(1),
-        "ALTER" => word(1) == "TABLE" || (word(1) == "ONLINE" && word(2) == "TABLE") || word(1) == "IGNORE",
-        "DROP" => matches!(word(1), "TABLE" | "INDEX" | "TEMPORARY"),
+        "CREATE" | "ALTER" | "DROP" => object().is_some_and(|w| OBJECTS.contains(&w.as_str())),
         "RENAME" => word(1) == "TABLE",
-        "TRUNCATE" => true,
+        "TRUNCATE" | "INSERT" | "UPDATE" | "DELETE" | "REPLACE" => true,
         _ => false,
     }
+}
+
+/// The account that ran a statement, as the server recorded it for statements whose effect
+/// depends on it (`'user'@'host'`).
+fn invoker(query: &mysql_common::binlog::events::QueryEvent<'_>) -> Option<String> {
+    use mysql_common::binlog::events::StatusVarVal;
+    for var in query.status_vars().iter() {
+        let Ok(value) = var.get_value() else { break };
+        if let StatusVarVal::Invoker { username, hostname } = value {
+            let (user, host) = (username.as_str(), hostname.as_str());
+            return Some(format!("{}@{}", crate::format::quote_ident(&user), crate::format::quote_ident(&host)));
+        }
+    }
+    None
+}
+
+/// An `ALTER EVENT` without a `DEFINER` makes whoever runs it the event's definer: replayed as
+/// it is, the restore's account. The account that ran it is named instead.
+fn with_invoker_as_definer(text: &str, invoker: Option<&str>) -> String {
+    let Some(invoker) = invoker else { return text.to_string() };
+    let words: Vec<String> = text.split_whitespace().take(3).map(|w| w.to_ascii_uppercase()).collect();
+    let alter_event = words.first().is_some_and(|w| w == "ALTER") && words.get(1).is_some_and(|w| w == "EVENT");
+    if !alter_event {
+        return text.to_string();
+    }
+    let after_alter = text.to_ascii_uppercase().find("ALTER").map_or(0, |at| at + "ALTER".len());
+    format!("{} DEFINER={invoker}{}", &text[..after_alter], &text[after_alter..])
 }
 
 /// The session settings a query event recorded, as `SET` statements (the way `mysqlbinlog`
@@ -869,7 +989,7 @@ impl Sink for DryRun {
     async fn statement_end(&mut self) -> Result<()> {
         Ok(())
     }
-    async fn statement(&mut self, _: &str, _: &Statement) -> Result<()> {
+    async fn statement(&mut self, _: Option<&str>, _: &Statement) -> Result<()> {
         Ok(())
     }
     async fn commit(&mut self) -> Result<()> {
@@ -919,21 +1039,39 @@ mod tests {
     #[test]
     fn a_restored_databases_qualifiers_name_its_staging_schema() {
         let moved = |text| requalify(text, "app", "visitors_restore_1");
-        assert_eq!(moved("ALTER TABLE app.t ADD c INT"), "ALTER TABLE `visitors_restore_1`.t ADD c INT");
+        assert_eq!(moved("ALTER TABLE app.t ADD c INT"), "ALTER TABLE visitors_restore_1.t ADD c INT");
         assert_eq!(
             moved("RENAME TABLE `App` . t TO app.u"),
-            "RENAME TABLE `visitors_restore_1` . t TO `visitors_restore_1`.u"
+            "RENAME TABLE `visitors_restore_1` . t TO visitors_restore_1.u"
         );
         assert_eq!(
             moved("ALTER TABLE t ADD app_id INT COMMENT 'an app'"),
             "ALTER TABLE t ADD app_id INT COMMENT 'an app'"
         );
         assert_eq!(moved("ALTER TABLE myapp.t ADD c INT"), "ALTER TABLE myapp.t ADD c INT");
-        assert_eq!(moved("ALTER TABLE é.t, app.t"), "ALTER TABLE é.t, `visitors_restore_1`.t");
+        assert_eq!(moved("ALTER TABLE é.t, app.t"), "ALTER TABLE é.t, visitors_restore_1.t");
+        // Moved to the staging schema and back, a statement reads as it was written.
+        for text in ["INSERT INTO app.log SELECT * FROM `app`.t", "CREATE TRIGGER app.tr AFTER INSERT ON app.t"] {
+            assert_eq!(requalify(&moved(text), "visitors_restore_1", "app"), text);
+        }
+        assert_eq!(requalify("SELECT x.t.a", "x", "my db"), "SELECT `my db`.t.a", "a name that needs quotes gets them");
     }
 
     #[test]
-    fn table_statements_are_told_from_the_rest() {
+    fn an_altered_event_keeps_the_definer_who_altered_it() {
+        let invoker = Some("`root`@`localhost`");
+        assert_eq!(
+            with_invoker_as_definer("alter event o.e enable", invoker),
+            "alter DEFINER=`root`@`localhost` event o.e enable"
+        );
+        let named = "ALTER DEFINER=`u`@`%` EVENT e DISABLE";
+        assert_eq!(with_invoker_as_definer(named, invoker), named, "a definer named stays");
+        assert_eq!(with_invoker_as_definer("ALTER TABLE t ADD c INT", invoker), "ALTER TABLE t ADD c INT");
+        assert_eq!(with_invoker_as_definer("ALTER EVENT e ENABLE", None), "ALTER EVENT e ENABLE");
+    }
+
+    #[test]
+    fn replayable_statements_are_told_from_the_rest() {
         for yes in [
             "CREATE TABLE t (a int)",
             "create or replace table t (a int)",
@@ -943,16 +1081,31 @@ mod tests {
             "RENAME TABLE a TO b",
             "TRUNCATE t",
         ] {
-            assert!(is_table_statement(yes), "{yes}");
+            assert!(is_replayable(yes), "{yes}");
+        }
+        for yes in [
+            "CREATE ALGORITHM=UNDEFINED DEFINER=`root`@`localhost` SQL SECURITY DEFINER VIEW v AS SELECT 1",
+            "CREATE DEFINER=`root`@`localhost` TRIGGER x AFTER INSERT ON t FOR EACH ROW SET @a = 1",
+            "DROP PROCEDURE p",
+            "create or replace function f() returns int return 1",
+            "ALTER EVENT e DISABLE",
+            "CREATE SEQUENCE s",
+            "INSERT INTO t VALUES (1)",
+            "update t set a = 1",
+            "DELETE FROM t",
+            "REPLACE INTO t VALUES (1)",
+        ] {
+            assert!(is_replayable(yes), "{yes}");
         }
         for no in [
-            "CREATE VIEW v AS SELECT 1",
-            "CREATE TRIGGER x",
-            "DROP PROCEDURE p",
-            "INSERT INTO t VALUES (1)",
+            "CREATE DATABASE d",
+            "DROP SCHEMA d",
+            "CREATE SERVER s FOREIGN DATA WRAPPER mysql OPTIONS (HOST 'h')",
             "GRANT ALL ON *.* TO x",
+            "LOAD DATA INFILE '/tmp/x' INTO TABLE t",
+            "SELECT 1",
         ] {
-            assert!(!is_table_statement(no), "{no}");
+            assert!(!is_replayable(no), "{no}");
         }
     }
 

@@ -27,6 +27,12 @@ pub fn replaced_schema_name(database: &str) -> String {
     format!("visitors_replaced_{}", short_hash(database))
 }
 
+/// The empty schema a replay into the staging schemas of `databases` runs a statement in when
+/// it came from a database that is not restored (and names the restored ones by name).
+pub fn nowhere_schema_name(databases: &[&str]) -> String {
+    format!("visitors_nowhere_{}", short_hash(&databases.join("\n")))
+}
+
 /// The server lock (`GET_LOCK`) that keeps two restores of `database` apart.
 pub(super) fn lock_name(database: &str) -> String {
     format!("visitors-restore:{}", short_hash(database))
@@ -63,7 +69,7 @@ impl RestoreContext<'_> {
         database: &'d DatabaseEntry,
         swap_tables: Option<Vec<String>>,
     ) -> DatabaseRestore<'d> {
-        DatabaseRestore { context: self, database, swap_tables }
+        DatabaseRestore { context: self, database, swap_tables, objects: None }
     }
 }
 
@@ -75,6 +81,19 @@ pub(super) struct DatabaseRestore<'a> {
     /// The tables to swap in, when they are not the manifest's (a copy replayed to a point in
     /// time may have gained or lost some).
     pub swap_tables: Option<Vec<String>>,
+    /// The views, routines, triggers and events to create after the swap, when they are not the
+    /// backup's (a copy replayed to a point in time holds them as the replay left them).
+    pub objects: Option<ObjectStatements>,
+}
+
+/// A database's views (each with the settings it is created in), routines, triggers and events,
+/// as the statements that create them.
+#[derive(Clone, Debug, Default)]
+pub(super) struct ObjectStatements {
+    pub views: Vec<Vec<String>>,
+    pub routines: Vec<String>,
+    pub triggers: Vec<String>,
+    pub events: Vec<String>,
 }
 
 /// Whether `staging` holds the record of a replay.

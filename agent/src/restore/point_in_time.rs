@@ -9,7 +9,7 @@
 //! replayed, and each staged table's row count and checksum after the replay, which the second
 //! checks again before the swap.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
@@ -17,11 +17,15 @@ use serde::{Deserialize, Serialize};
 use visitors_agent_contract::summary::Replay;
 
 use super::context::{
-    DatabaseRestore, REPLAYED_MARKER, RestoreContext, STAGED_MARKER, has_replayed_marker, staging_schema_name,
+    DatabaseRestore, REPLAYED_MARKER, RestoreContext, STAGED_MARKER, has_replayed_marker, nowhere_schema_name,
+    staging_schema_name,
 };
+use super::statements::EventStatuses;
 use super::{RestoreStep, session_setup};
 use crate::binlog::event::{Format, RawEvent, Transaction, with_statement_end};
-use crate::binlog::replay::{self, DryRun, Replayer, Sink, Statement, Target, binlog_statement};
+use crate::binlog::replay::{
+    self, DryRun, Replayer, Sink, Statement, Target, UserValue, UserVariable, binlog_statement,
+};
 use crate::encryption::Keyring;
 use crate::error::{AgentError, Result};
 use crate::format::{DatabaseEntry, quote_ident};
@@ -47,6 +51,9 @@ struct ReplayedCopy {
     target: String,
     replay: Replay,
     tables: Vec<TableFacts>,
+    /// The status each staged event is to have once swapped in (staged, they are disabled).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    events: BTreeMap<String, String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -95,15 +102,24 @@ async fn stage_and_replay(
     );
 
     let mut staged: Vec<(DatabaseRestore<'_>, Conn)> = Vec::new();
+    let mut statuses = EventStatuses::default();
     for database in databases {
         let restore = context.database(database, None);
-        match restore.open_and_stage().await {
-            Ok(conn) => staged.push((restore, conn)),
+        let conn = match restore.open_and_stage().await {
+            Ok(conn) => conn,
             Err(error) => return Err(drop_all(staged, error).await),
+        };
+        staged.push((restore, conn));
+        let (restore, _) = staged.last().expect("just staged");
+        let staging = staging_schema_name(&database.name);
+        if let Err(error) = restore.stage_objects_for_replay(&staging, &mut statuses).await {
+            return Err(drop_all(staged, error).await);
         }
     }
-    let report = match replay_into_staging(context, &replayer).await {
-        Ok(report) => report,
+    let names: Vec<&str> = databases.iter().map(|d| d.name.as_str()).collect();
+    let nowhere = nowhere_schema_name(&names);
+    let (report, statuses) = match replay_into_staging(context, &replayer, statuses, &nowhere).await {
+        Ok(replayed) => replayed,
         Err(error) => return Err(drop_all(staged, error).await),
     };
     let replay = report.summary();
@@ -126,14 +142,12 @@ async fn stage_and_replay(
                 target: pitr.target.to_string(),
                 replay: replay.clone(),
                 tables: facts,
+                events: statuses.of(&staging),
             };
             mark(context.connector, &mut conn, &staging, context.manifest_sha256, &copy).await
         } else {
             let names = facts.iter().map(|t| t.name.clone()).collect();
-            let restore = context.database(restore.database, Some(names));
-            let swapped_in = restore.swap_and_finish(&mut conn, &staging).await;
-            restore.drop_staging(&mut conn, &staging).await;
-            swapped_in
+            swap_replayed_copy(context, restore.database, names, &mut conn, &statuses.of(&staging)).await
         };
         if let Err(error) = done {
             return Err(failed_after(&swapped, restore, conn, error).await);
@@ -184,9 +198,7 @@ async fn swap_replayed(
             }
         };
         let names = copy.tables.iter().map(|t| t.name.clone()).collect();
-        let restore = context.database(database, Some(names));
-        let done = restore.swap_and_finish(&mut conn, &staging).await;
-        restore.drop_staging(&mut conn, &staging).await;
+        let done = swap_replayed_copy(context, database, names, &mut conn, &copy.events).await;
         let _ = conn.disconnect().await;
         done.map_err(|error| partial(&swapped, error))?;
         tracing::info!("database {name}: the replayed copy matched what was recorded and is swapped in");
@@ -198,6 +210,26 @@ async fn swap_replayed(
     Ok((tables, rows, replay.unwrap_or_default()))
 }
 
+/// Swaps in a replayed copy of `database`: its `tables`, and its views, routines, triggers and
+/// events as the replay left them in the staging schema; the staging schema is dropped after.
+async fn swap_replayed_copy(
+    context: &RestoreContext<'_>,
+    database: &DatabaseEntry,
+    tables: Vec<String>,
+    conn: &mut Conn,
+    events: &BTreeMap<String, String>,
+) -> Result<()> {
+    let staging = staging_schema_name(&database.name);
+    let mut restore = context.database(database, Some(tables));
+    let swapped = async {
+        restore.objects = Some(restore.replayed_objects(conn, &staging, events).await?);
+        restore.swap_and_finish(conn, &staging).await
+    }
+    .await;
+    restore.drop_staging(conn, &staging).await;
+    swapped
+}
+
 async fn server_databases(connector: &Connector) -> Result<Vec<String>> {
     let mut conn = connector.connect().await?;
     let names: Vec<String> = conn.query("SHOW DATABASES").await.map_err(|e| connector.error("listing databases", e))?;
@@ -205,13 +237,24 @@ async fn server_databases(connector: &Connector) -> Result<Vec<String>> {
     Ok(names)
 }
 
-async fn replay_into_staging(context: &RestoreContext<'_>, replayer: &Replayer<'_>) -> Result<replay::ReplayReport> {
+/// Replays into the staging schemas; returns the replay and the status each staged event is
+/// to have.
+async fn replay_into_staging(
+    context: &RestoreContext<'_>,
+    replayer: &Replayer<'_>,
+    statuses: EventStatuses,
+    nowhere: &str,
+) -> Result<(replay::ReplayReport, EventStatuses)> {
     let mut conn = context.connector.connect().await?;
     session_setup(context.connector, &mut conn, context.options).await?;
-    let mut applier = Applier::new(context.connector, conn);
+    let mut applier = Applier::new(context.connector, conn, statuses, nowhere.to_string());
     let report = replayer.replay_into(&mut applier).await;
+    let drop = format!("DROP DATABASE IF EXISTS {}", quote_ident(nowhere));
+    if let Err(error) = applier.execute(&drop, "dropping the empty schema of the replay").await {
+        tracing::warn!("could not drop the empty schema {nowhere}: {error}; drop it by hand");
+    }
     let _ = applier.conn.disconnect().await;
-    report
+    Ok((report?, applier.events))
 }
 
 /// Drops every staged copy (their connections still hold the locks) and returns `error`.
@@ -329,11 +372,60 @@ struct Applier<'a> {
     /// Its rows events not sent yet, and where the last of them begins.
     rows: Vec<u8>,
     last_rows_at: usize,
+    /// The status each staged event is to have once swapped in.
+    events: EventStatuses,
+    /// Collation id → `_charset` introducer and collation name, for user variables.
+    collations: HashMap<u32, (String, String)>,
+    /// The empty schema a statement from a database that is not restored runs in.
+    nowhere: String,
 }
 
 impl<'a> Applier<'a> {
-    fn new(connector: &'a Connector, conn: Conn) -> Self {
-        Applier { connector, conn, checksums: true, maps: Vec::new(), rows: Vec::new(), last_rows_at: 0 }
+    fn new(connector: &'a Connector, conn: Conn, events: EventStatuses, nowhere: String) -> Self {
+        Applier {
+            connector,
+            conn,
+            checksums: true,
+            maps: Vec::new(),
+            rows: Vec::new(),
+            last_rows_at: 0,
+            events,
+            collations: HashMap::new(),
+            nowhere,
+        }
+    }
+
+    /// `SET @name := value`, text in the character set and collation the server logged.
+    async fn user_variable_sql(&mut self, variable: &UserVariable) -> Result<String> {
+        let value = match &variable.value {
+            UserValue::Null => "NULL".to_string(),
+            UserValue::Integer(number) => number.clone(),
+            UserValue::Real(number) => format!("{number:e}"),
+            UserValue::Text { bytes, collation_id } => {
+                let (charset, collation) = self.collation(*collation_id).await?;
+                format!("_{charset} X'{}' COLLATE {}", hex::encode(bytes), quote_ident(&collation))
+            }
+        };
+        Ok(format!("SET @{} := {value}", quote_ident(&variable.name)))
+    }
+
+    async fn collation(&mut self, id: u32) -> Result<(String, String)> {
+        if let Some(known) = self.collations.get(&id) {
+            return Ok(known.clone());
+        }
+        let found: Option<(String, String)> = self
+            .conn
+            .exec_first(
+                "SELECT CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLLATIONS WHERE ID = ?",
+                (id,),
+            )
+            .await
+            .map_err(|e| self.connector.error("reading a collation", e))?;
+        let found = found.ok_or_else(|| {
+            AgentError::ReplayUnsupported(format!("a user variable in collation {id}, which the server does not have"))
+        })?;
+        self.collations.insert(id, found.clone());
+        Ok(found)
     }
 
     async fn execute(&mut self, sql: &str, during: &str) -> Result<()> {
@@ -402,13 +494,28 @@ impl Sink for Applier<'_> {
         self.end_statement().await
     }
 
-    async fn statement(&mut self, schema: &str, statement: &Statement) -> Result<()> {
+    async fn statement(&mut self, schema: Option<&str>, statement: &Statement) -> Result<()> {
         self.end_statement().await?;
         for setting in &statement.settings {
             self.execute(setting, "replaying a statement's session settings").await?;
         }
-        self.execute(&format!("USE {}", quote_ident(schema)), "selecting a staging schema").await?;
-        self.execute(&statement.sql, "replaying a table statement").await
+        for variable in &statement.user_variables {
+            let sql = self.user_variable_sql(variable).await?;
+            self.execute(&sql, "replaying a statement's user variables").await?;
+        }
+        let sql = match schema {
+            Some(schema) => {
+                self.execute(&format!("USE {}", quote_ident(schema)), "selecting a staging schema").await?;
+                self.events.staged(schema, &statement.sql)
+            }
+            None => {
+                let nowhere = quote_ident(&self.nowhere);
+                self.execute(&format!("CREATE DATABASE IF NOT EXISTS {nowhere}"), "creating an empty schema").await?;
+                self.execute(&format!("USE {nowhere}"), "selecting an empty schema").await?;
+                self.events.staged_qualified(&statement.sql)
+            }
+        };
+        self.execute(&sql, "replaying a statement").await
     }
 
     async fn commit(&mut self) -> Result<()> {

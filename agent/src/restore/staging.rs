@@ -26,11 +26,13 @@ use mysql_async::prelude::Queryable;
 use std::collections::HashMap;
 
 use super::context::{
-    DatabaseRestore, STAGED_MARKER, check_staged_table, has_replayed_marker, lock_name, replaced_schema_name,
-    staging_schema_name,
+    DatabaseRestore, ObjectStatements, STAGED_MARKER, check_staged_table, has_replayed_marker, lock_name,
+    replaced_schema_name, staging_schema_name,
 };
 use super::indexes::{self, DeferredKeys};
-use super::{EventStatus, RestoreStep, file_statements, load, run_file, session_setup};
+use super::statements::{EventStatuses, event_with_clause, event_with_status, sequences_moved_to, trigger_moved_to};
+use super::{EventStatus, RestoreStep, file_statements, load, session_setup};
+use crate::binlog::replay::requalify;
 use crate::error::{AgentError, Result};
 use crate::format::{DatabaseEntry, quote_ident};
 use crate::mysql::{Connector, catalog};
@@ -462,14 +464,105 @@ impl DatabaseRestore<'_> {
             }
         }
         self.point_defaults_at_swapped_sequences(conn).await?;
-        self.create_views().await?;
-        for file in [&self.database.routines, &self.database.triggers].into_iter().flatten() {
-            let mut session = self.session().await?;
-            run_file(self.context.connector, &mut session, self.context.storage, name, file).await?;
-            let _ = session.disconnect().await;
-        }
-        self.create_events().await?;
+        let objects = match &self.objects {
+            Some(objects) => objects.clone(),
+            None => self.backed_up_objects().await?,
+        };
+        // Routines first: a view may call a function, and a routine's body is not checked
+        // until it runs.
+        self.run_in(name, objects.routines, "creating routines").await?;
+        self.create_views(name, objects.views).await?;
+        self.run_in(name, objects.triggers, "creating triggers").await?;
+        let events = objects.events.iter().map(|statement| event_with_status(statement, self.context.options.events));
+        self.run_in(name, events.collect(), "creating scheduled events").await?;
         self.drop_schema(conn, &replaced_schema_name(name)).await
+    }
+
+    /// The backup's views, routines, triggers and events.
+    async fn backed_up_objects(&self) -> Result<ObjectStatements> {
+        let database = self.database;
+        Ok(ObjectStatements {
+            views: group_objects(self.statements_of(&database.views).await?),
+            routines: self.statements_of(&database.routines).await?,
+            triggers: self.statements_of(&database.triggers).await?,
+            events: self.statements_of(&database.events).await?,
+        })
+    }
+
+    async fn statements_of(&self, file: &Option<crate::format::FileEntry>) -> Result<Vec<String>> {
+        match file {
+            Some(file) => file_statements(self.context.storage, file).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Runs `statements` in one session whose database is `schema`.
+    async fn run_in(&self, schema: &str, statements: Vec<String>, during: &str) -> Result<()> {
+        if statements.is_empty() {
+            return Ok(());
+        }
+        let mut session = self.session().await?;
+        self.execute(&mut session, &format!("USE {}", quote_ident(schema)), "selecting a database").await?;
+        for statement in statements {
+            self.execute(&mut session, &statement, during).await?;
+        }
+        let _ = session.disconnect().await;
+        Ok(())
+    }
+
+    /// Before a replay: the backup's views, triggers and events created in the staging schema
+    /// too (its routines are, from the rehearsal), so that the replay changes them as the
+    /// server did, with every name of the database moved to the staging schema; the events
+    /// disabled, their statuses noted in `statuses`.
+    pub(super) async fn stage_objects_for_replay(&self, staging: &str, statuses: &mut EventStatuses) -> Result<()> {
+        let name = &self.database.name;
+        let objects = self.backed_up_objects().await?;
+        let views = objects.views.iter().map(|view| moved_to(view, name, staging)).collect();
+        self.create_views(staging, views).await?;
+        self.run_in(staging, moved_to(&objects.triggers, name, staging), "staging triggers for the replay").await?;
+        statuses.add_backed_up(staging, &objects.events);
+        let events = moved_to(&objects.events, name, staging);
+        let events = events.iter().map(|event| event_with_status(event, EventStatus::Disabled)).collect();
+        self.run_in(staging, events, "staging events for the replay").await
+    }
+
+    /// After a replay: the views, routines, triggers and events of the staging schema, with
+    /// every name of the staging schema moved back to the database and each event given the
+    /// status `statuses` holds for it; the staged triggers are dropped (a table with triggers
+    /// cannot move to another schema).
+    pub(super) async fn replayed_objects(
+        &self,
+        conn: &mut Conn,
+        staging: &str,
+        statuses: &std::collections::BTreeMap<String, String>,
+    ) -> Result<ObjectStatements> {
+        let connector = self.context.connector;
+        let name = &self.database.name;
+        let views = catalog::views(connector, conn, staging).await?;
+        let routines = catalog::routines(connector, conn, staging).await?;
+        let triggers = catalog::triggers(connector, conn, staging).await?;
+        let events = catalog::events(connector, conn, staging).await?;
+        let events: Vec<String> = events
+            .statements
+            .iter()
+            .map(|statement| {
+                let status = super::statements::event_change(statement)
+                    .and_then(|change| statuses.get(&change.name).cloned())
+                    .unwrap_or_else(|| "DISABLE".into());
+                event_with_clause(statement, &status)
+            })
+            .collect();
+        let objects = ObjectStatements {
+            views: views.iter().map(|(_, statements)| moved_to(statements, staging, name)).collect(),
+            routines: moved_to(&routines.statements, staging, name),
+            triggers: moved_to(&triggers.statements, staging, name),
+            events: moved_to(&events, staging, name),
+        };
+        for trigger in &triggers.names {
+            let sql = format!("DROP TRIGGER {}.{}", quote_ident(staging), quote_ident(trigger));
+            self.execute(conn, &sql, "dropping a replayed trigger before the swap").await?;
+        }
+        Ok(objects)
     }
 
     /// A default taken from a sequence of the database names it by its database; the staged
@@ -499,31 +592,15 @@ impl DatabaseRestore<'_> {
         Ok(())
     }
 
-    /// The scheduled events, enabled or not as the restore asks.
-    async fn create_events(&self) -> Result<()> {
-        let Some(file) = &self.database.events else { return Ok(()) };
-        let mut session = self.session().await?;
-        self.execute(&mut session, &format!("USE {}", quote_ident(&self.database.name)), "selecting a database")
-            .await?;
-        for statement in file_statements(self.context.storage, file).await? {
-            let statement = event_with_status(&statement, self.context.options.events);
-            self.execute(&mut session, &statement, &format!("running {}", file.path)).await?;
-        }
-        let _ = session.disconnect().await;
-        Ok(())
-    }
-
     /// Views can depend on each other: each one is retried until none is left or a round
     /// makes no progress.
-    async fn create_views(&self) -> Result<()> {
-        let Some(file) = &self.database.views else { return Ok(()) };
-        let mut pending = group_objects(file_statements(self.context.storage, file).await?);
+    async fn create_views(&self, schema: &str, mut pending: Vec<Vec<String>>) -> Result<()> {
         while !pending.is_empty() {
             let mut failed = Vec::new();
             let mut last_error = None;
             let before = pending.len();
             for statements in pending {
-                if let Err(error) = self.create_object(&statements).await {
+                if let Err(error) = self.create_object(schema, &statements).await {
                     last_error = Some(error);
                     failed.push(statements);
                 }
@@ -536,9 +613,9 @@ impl DatabaseRestore<'_> {
         Ok(())
     }
 
-    async fn create_object(&self, statements: &[String]) -> Result<()> {
+    async fn create_object(&self, schema: &str, statements: &[String]) -> Result<()> {
         let mut session = self.session().await?;
-        let use_database = format!("USE {}", quote_ident(&self.database.name));
+        let use_database = format!("USE {}", quote_ident(schema));
         self.execute(&mut session, &use_database, "selecting a database").await?;
         for statement in statements {
             self.execute(&mut session, statement, "creating a view").await?;
@@ -546,6 +623,11 @@ impl DatabaseRestore<'_> {
         let _ = session.disconnect().await;
         Ok(())
     }
+}
+
+/// `statements` with every name qualified by `from` qualified by `to` instead.
+fn moved_to(statements: &[String], from: &str, to: &str) -> Vec<String> {
+    statements.iter().map(|statement| requalify(statement, from, to)).collect()
 }
 
 /// Drops the staged copies of `databases`, made by a `--stage-only` before another of its
@@ -593,140 +675,6 @@ async fn drop_staged_copy(connector: &Connector, name: &str, schema: &str) -> Re
 /// The `CREATE TABLE` statement of a table's schema file (its other statements set the session).
 fn create_table_of(statements: &[String]) -> &str {
     statements.iter().find(|s| s.starts_with("CREATE TABLE")).map(String::as_str).unwrap_or_default()
-}
-
-/// `statement` with every sequence of `database` it takes values from (`nextval(`db`.`s`)`,
-/// `lastval(...)`, as the server prints a default) named in `schema` instead.
-fn sequences_moved_to(statement: &str, database: &str, schema: &str) -> String {
-    let mut moved = statement.to_string();
-    for function in ["nextval(", "lastval("] {
-        let from = format!("{function}{}.", quote_ident(database));
-        moved = moved.replace(&from, &format!("{function}{}.", quote_ident(schema)));
-    }
-    moved
-}
-
-/// `statement` with the status of a `CREATE EVENT` (`ENABLE`, `DISABLE`, `DISABLE ON SLAVE`,
-/// which `SHOW CREATE EVENT` prints right after `ON COMPLETION [NOT] PRESERVE`) set to `status`
-/// (any other statement as it is).
-pub(super) fn event_with_status(statement: &str, status: EventStatus) -> String {
-    let Some(clause) = status.clause() else { return statement.to_string() };
-    let tokens = header_tokens(statement, "DO");
-    let is_event = tokens.first().is_some_and(|t| t.is_word("CREATE")) && tokens.iter().any(|t| t.is_word("EVENT"));
-    let Some(preserve) = tokens.iter().position(|t| t.is_word("PRESERVE")).filter(|_| is_event) else {
-        return statement.to_string();
-    };
-    let rest = &tokens[preserve + 1..];
-    let status_words = match rest {
-        [enable, ..] if enable.is_word("ENABLE") => 1,
-        [disable, on, slave, ..] if disable.is_word("DISABLE") && on.is_word("ON") && slave.is_word("SLAVE") => 3,
-        [disable, ..] if disable.is_word("DISABLE") => 1,
-        _ => 0,
-    };
-    let mut changed = statement.to_string();
-    match status_words {
-        0 => changed.insert_str(tokens[preserve].end, &format!(" {clause}")),
-        words => changed.replace_range(rest[0].start..rest[words - 1].end, clause),
-    }
-    changed
-}
-
-/// `statement` with the database of a `CREATE TRIGGER`'s name and table changed from
-/// `database` to `schema` (any other statement as it is). The server keeps a trigger's text as
-/// it was written, so a trigger created as `db.t_ins ... ON db.t` names its database: rehearsed
-/// as it is, it would be created in the target database instead of the staging schema (and
-/// collide with the target's trigger of that name).
-fn trigger_moved_to(statement: &str, database: &str, schema: &str) -> String {
-    let tokens = header_tokens(statement, "FOR");
-    let Some(trigger) = tokens.iter().position(|t| t.is_word("TRIGGER")) else { return statement.to_string() };
-    if !tokens.first().is_some_and(|t| t.is_word("CREATE")) {
-        return statement.to_string();
-    }
-    let mut name = trigger + 1;
-    if tokens.get(name).is_some_and(|t| t.is_word("IF")) {
-        name += 3; // IF NOT EXISTS
-    }
-    let mut qualifiers: Vec<&Token> = qualifier_at(&tokens, name, database).into_iter().collect();
-    if let Some(on) = tokens.iter().skip(name).position(|t| t.is_word("ON")) {
-        qualifiers.extend(qualifier_at(&tokens, name + on + 1, database));
-    }
-    let mut moved = statement.to_string();
-    for qualifier in qualifiers.into_iter().rev() {
-        moved.replace_range(qualifier.start..qualifier.end, &quote_ident(schema));
-    }
-    moved
-}
-
-/// The token at `at` when it is the database part, `database`, of a qualified name.
-fn qualifier_at<'a, 's>(tokens: &'a [Token<'s>], at: usize, database: &str) -> Option<&'a Token<'s>> {
-    let (qualifier, dot, name) = (tokens.get(at)?, tokens.get(at + 1)?, tokens.get(at + 2)?);
-    let qualified = dot.text == "." && name.identifier().is_some();
-    (qualified && qualifier.identifier().as_deref() == Some(database)).then_some(qualifier)
-}
-
-/// A piece of a statement's text, with its byte range.
-struct Token<'a> {
-    text: &'a str,
-    start: usize,
-    end: usize,
-}
-
-impl Token<'_> {
-    fn is_word(&self, word: &str) -> bool {
-        self.text.eq_ignore_ascii_case(word)
-    }
-
-    /// The name a bare or backquoted identifier stands for.
-    fn identifier(&self) -> Option<String> {
-        if let Some(quoted) = self.text.strip_prefix('`').and_then(|t| t.strip_suffix('`')) {
-            return Some(quoted.replace("``", "`"));
-        }
-        let bare = !self.text.is_empty() && self.text.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$');
-        bare.then(|| self.text.to_string())
-    }
-}
-
-/// The tokens of a statement up to the word `stop` (`FOR EACH ROW` ends a trigger's header,
-/// `DO` an event's): words, backquoted names, quoted strings, and single characters.
-fn header_tokens<'s>(statement: &'s str, stop: &str) -> Vec<Token<'s>> {
-    let bytes = statement.as_bytes();
-    let mut tokens = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        let start = i;
-        if c.is_ascii_whitespace() {
-            i += 1;
-            continue;
-        }
-        if matches!(c, b'`' | b'\'' | b'"') {
-            i += 1;
-            while i < bytes.len() {
-                if bytes[i] == c && bytes.get(i + 1) == Some(&c) {
-                    i += 2;
-                } else if bytes[i] == c {
-                    i += 1;
-                    break;
-                } else {
-                    i += 1;
-                }
-            }
-        } else if c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80 {
-            while i < bytes.len()
-                && (bytes[i].is_ascii_alphanumeric() || matches!(bytes[i], b'_' | b'$') || bytes[i] >= 0x80)
-            {
-                i += 1;
-            }
-        } else {
-            i += 1;
-        }
-        let token = Token { text: &statement[start..i], start, end: i };
-        if token.is_word(stop) {
-            break;
-        }
-        tokens.push(token);
-    }
-    tokens
 }
 
 /// Groups `SET` statements with the object statement that follows them.
@@ -789,77 +737,6 @@ fn free_kib_at(path: &str, disks: &[(String, u64)]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_trigger_naming_its_database_is_rehearsed_in_the_staging_schema() {
-        let moved = |statement: &str| trigger_moved_to(statement, "app", "visitors_restore_1");
-        assert_eq!(
-            moved(
-                "CREATE DEFINER=`root`@`localhost` TRIGGER app.a_logged AFTER INSERT ON app.a FOR EACH ROW INSERT INTO app.log VALUES (1)"
-            ),
-            "CREATE DEFINER=`root`@`localhost` TRIGGER `visitors_restore_1`.a_logged AFTER INSERT ON `visitors_restore_1`.a FOR EACH ROW INSERT INTO app.log VALUES (1)"
-        );
-        assert_eq!(
-            moved(
-                "create definer='u'@'%' trigger if not exists `app`.`t``x` before update on `app`.`t y` for each row set @a = 1"
-            ),
-            "create definer='u'@'%' trigger if not exists `visitors_restore_1`.`t``x` before update on `visitors_restore_1`.`t y` for each row set @a = 1"
-        );
-        let unqualified = "CREATE TRIGGER a_logged AFTER INSERT ON a FOR EACH ROW INSERT INTO app.log VALUES (1)";
-        assert_eq!(moved(unqualified), unqualified, "an unqualified trigger goes where USE says");
-        let other = "CREATE TRIGGER other.x AFTER INSERT ON other.a FOR EACH ROW SET @a = 1";
-        assert_eq!(moved(other), other, "only the restored database's name is moved");
-        let set = "SET SESSION sql_mode = 'STRICT_TRANS_TABLES'";
-        assert_eq!(moved(set), set);
-        let function = "CREATE DEFINER=`root`@`localhost` FUNCTION `twice`(x INT) RETURNS int(11) RETURN 2 * x";
-        assert_eq!(moved(function), function);
-        let non_ascii = "CREATE TRIGGER `hård`.`tr` AFTER INSERT ON `hård`.`t` FOR EACH ROW SET @a = 1";
-        assert_eq!(
-            trigger_moved_to(non_ascii, "hård", "s"),
-            "CREATE TRIGGER `s`.`tr` AFTER INSERT ON `s`.`t` FOR EACH ROW SET @a = 1"
-        );
-    }
-
-    #[test]
-    fn an_event_is_recreated_with_the_status_asked_for() {
-        let event = |status: &str| {
-            format!(
-                "CREATE DEFINER=`root`@`localhost` EVENT `PRESERVE ENABLE` ON SCHEDULE EVERY 1 HOUR STARTS \
-                 '2026-11-27 22:13:37' ON COMPLETION NOT PRESERVE {status} COMMENT 'DISABLE' DO insert into t values ('ENABLE')"
-            )
-        };
-        let cases = [
-            ("ENABLE", EventStatus::Disabled, "DISABLE"),
-            ("ENABLE", EventStatus::DisabledOnReplica, "DISABLE ON SLAVE"),
-            ("DISABLE ON SLAVE", EventStatus::Disabled, "DISABLE"),
-            ("DISABLE", EventStatus::DisabledOnReplica, "DISABLE ON SLAVE"),
-            ("ENABLE", EventStatus::AsBackedUp, "ENABLE"),
-            ("DISABLE ON SLAVE", EventStatus::AsBackedUp, "DISABLE ON SLAVE"),
-        ];
-        for (backed_up, status, expected) in cases {
-            assert_eq!(event_with_status(&event(backed_up), status), event(expected), "{backed_up} as {status:?}");
-        }
-        let preserved = "CREATE EVENT e ON SCHEDULE AT '2030-01-01 00:00:00' ON COMPLETION PRESERVE DO SET @a = 1";
-        assert_eq!(
-            event_with_status(preserved, EventStatus::Disabled),
-            "CREATE EVENT e ON SCHEDULE AT '2030-01-01 00:00:00' ON COMPLETION PRESERVE DISABLE DO SET @a = 1"
-        );
-        let routine = "CREATE PROCEDURE p() SELECT 'ON COMPLETION PRESERVE ENABLE'";
-        assert_eq!(event_with_status(routine, EventStatus::Disabled), routine);
-    }
-
-    #[test]
-    fn a_staged_table_takes_its_defaults_from_the_staged_sequences() {
-        let create = "CREATE TABLE `t` (\n  `id` int(11) NOT NULL DEFAULT nextval(`app`.`s`),\n  `o` int DEFAULT nextval(`other`.`s`),\n  `p` int DEFAULT lastval(`app`.`s``x`)\n)";
-        assert_eq!(
-            sequences_moved_to(create, "app", "visitors_restore_1"),
-            "CREATE TABLE `t` (\n  `id` int(11) NOT NULL DEFAULT nextval(`visitors_restore_1`.`s`),\n  `o` int DEFAULT nextval(`other`.`s`),\n  `p` int DEFAULT lastval(`visitors_restore_1`.`s``x`)\n)"
-        );
-        assert_eq!(
-            sequences_moved_to("nextval(`visitors_restore_1`.`s`)", "visitors_restore_1", "app"),
-            "nextval(`app`.`s`)"
-        );
-    }
 
     #[test]
     fn free_space_is_that_of_the_disk_holding_the_path() {

@@ -206,3 +206,84 @@ async fn a_restore_to_a_point_in_time_replays_sequences_and_history() {
     assert_eq!((dump(&server), server.sql(HISTORY), server.sql("SELECT id, v FROM o.by_trx")), expected);
     assert_eq!(server.sql("SELECT NEXTVAL(o.ids)"), next_ids, "the sequence stands where it stood at the target");
 }
+
+/// A migration window: views, triggers, routines and events created, changed and dropped, a
+/// `CREATE TABLE ... SELECT`, a `RENAME TABLE`, a `TRUNCATE`, and changes the server logged as
+/// statements (an auto-increment key, `RAND()`, user variables, a trigger firing, a table
+/// versioned by transaction ids). A restore to a second inside it equals a dump taken at that
+/// second; before, the first view refused the whole window (`replayUnsupported`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_to_a_second_after_a_migration_equals_a_dump_taken_then() {
+    use crate::point_in_time::{Archiver, restore_to, unix_now};
+    use visitors_agent::binlog::replay::Target;
+    use visitors_agent::restore::{PointInTimeOptions, RestoreStep};
+
+    let Some(server) = MariaDb::start_row_logging() else { return };
+    server.sql(OBJECTS);
+    server.sql(
+        "CREATE TABLE o.visits (id INT AUTO_INCREMENT PRIMARY KEY, page VARCHAR(20), weight DOUBLE);
+         CREATE TABLE o.audit (at_id INT, what VARCHAR(40));
+         CREATE VIEW o.old_view AS SELECT id FROM o.orders;
+         CREATE FUNCTION o.doubled(x INT) RETURNS INT DETERMINISTIC RETURN 2 * x;
+         CREATE FUNCTION o.obsolete() RETURNS INT DETERMINISTIC RETURN 1;
+         CREATE TRIGGER o.visits_audit AFTER INSERT ON o.visits FOR EACH ROW INSERT INTO o.audit VALUES (NEW.id, 'visit');
+         INSERT INTO o.visits (page, weight) VALUES ('home', 1);",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let archive = file_location(&dir.path().join("archive"));
+    let base = file_location(&dir.path().join("base"));
+    let archiver = Archiver::start(&server, &archive);
+    back_up(&small_backup(&server, &base)).await;
+    server.sql(
+        "CREATE VIEW o.priced AS SELECT o.prices.id, o.doubled(o.prices.price) AS twice FROM o.prices;
+         CREATE OR REPLACE VIEW o.old_view AS SELECT id, note FROM o.orders WHERE note IS NOT NULL;
+         CREATE PROCEDURE o.add_visit(p VARCHAR(20)) INSERT INTO o.visits (page, weight) VALUES (p, 0.5);
+         DROP FUNCTION o.obsolete;
+         CREATE TRIGGER o.prices_audit AFTER UPDATE ON o.prices FOR EACH ROW INSERT INTO o.audit VALUES (NEW.id, 'price');
+         DROP TRIGGER o.visits_audit;
+         CREATE TRIGGER o.visits_audit BEFORE INSERT ON o.visits FOR EACH ROW SET NEW.page = UPPER(NEW.page);
+         CREATE EVENT o.nightly ON SCHEDULE EVERY 1 DAY STARTS '2031-01-01 00:00:00' DO DELETE FROM o.audit;
+         ALTER EVENT o.paused ENABLE; ALTER EVENT o.purge DISABLE;
+         CREATE TABLE o.summary AS SELECT note, COUNT(*) AS n FROM o.orders GROUP BY note;
+         RENAME TABLE o.summary TO o.order_summary; TRUNCATE o.audit;
+         UPDATE o.prices SET price = price + 1;
+         SET SESSION binlog_format = 'STATEMENT';
+         SET @page := 'ünïcode', @weight := 2.5e0, @n := 7;
+         INSERT INTO o.visits (page, weight) VALUES (@page, @weight * @n);
+         INSERT INTO o.visits (page, weight) VALUES ('rand', RAND(3));
+         USE o; CALL add_visit('called');
+         UPDATE o.by_trx SET v = 9;",
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let target = unix_now(&server);
+    let expected = (dump(&server), server.sql(HISTORY), server.sql("SELECT id, v FROM o.by_trx"), server.sql(EVENTS));
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    server.sql("DROP VIEW o.priced; INSERT INTO o.visits (page) VALUES ('later'); DROP EVENT o.nightly");
+    let now = unix_now(&server);
+    archiver.wait_until_archived(now).await;
+    archiver.stop().await;
+
+    restore_to(&server, &base, &archive, Target::Time(target)).await.expect("the restore to a point in time");
+    let restored = (dump(&server), server.sql(HISTORY), server.sql("SELECT id, v FROM o.by_trx"), server.sql(EVENTS));
+    assert_eq!(restored.0, expected.0, "mariadb-dump of the database at the target");
+    assert_eq!(restored.1, expected.1, "history rows");
+    assert_eq!(restored.2, expected.2, "the statement-logged change of a table versioned by transaction ids");
+    assert_eq!(restored.3, expected.3, "events as the window left them");
+    assert!(restored.0.contains("TRIGGER o.prices_audit"), "the trigger created in the window");
+    assert_eq!(server.sql("SHOW DATABASES LIKE 'visitors%'"), "", "no staging schema left");
+
+    // In two steps, as the restore controller runs it: the staged copy keeps the replayed
+    // objects, and the event statuses the replay gave them, until the swap.
+    server.sql("DROP VIEW o.priced; DROP TRIGGER o.prices_audit; ALTER EVENT o.paused DISABLE; DELETE FROM o.visits");
+    for step in [RestoreStep::StageOnly, RestoreStep::FromStage] {
+        let mut options = restore_options(&server, &base);
+        options.drop_existing = true;
+        options.step = step;
+        options.point_in_time =
+            Some(PointInTimeOptions { archive: archive.clone(), s3: Default::default(), target: Target::Time(target) });
+        visitors_agent::restore::restore(&options).await.unwrap_or_else(|e| panic!("{step:?}: {e}"));
+    }
+    let in_two_steps =
+        (dump(&server), server.sql(HISTORY), server.sql("SELECT id, v FROM o.by_trx"), server.sql(EVENTS));
+    assert_eq!(in_two_steps, expected, "the same database, restored in two steps");
+}

@@ -386,35 +386,53 @@ async fn a_segment_that_fails_its_checksum_is_refused_before_anything_is_touched
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn table_changes_are_replayed_and_view_changes_are_refused() {
+async fn table_changes_are_replayed_and_a_statement_reading_another_database_is_refused() {
     let Some(server) = MariaDb::start_row_logging() else { return };
     server.sql(APP);
+    server.sql("CREATE DATABASE other; CREATE TABLE other.src (id INT); INSERT INTO other.src VALUES (40)");
     let dir = tempfile::tempdir().unwrap();
     let archive = file_location(&dir.path().join("archive"));
     let base = file_location(&dir.path().join("base"));
-    back_up(&small_backup(&server, &base)).await;
+    let mut options = small_backup(&server, &base);
+    options.databases = vec!["app".into()];
+    back_up(&options).await;
     let archiver = Archiver::start(&server, &archive);
     server.sql(
         "ALTER TABLE app.t ADD COLUMN size INT NOT NULL DEFAULT 0;
          INSERT INTO app.t VALUES (1, NOW(), 'altered', 7);
-         CREATE TABLE app.added (k INT PRIMARY KEY); INSERT INTO app.added VALUES (5);",
+         CREATE TABLE app.added (k INT PRIMARY KEY); INSERT INTO app.added VALUES (5);
+         CREATE VIEW app.sizes AS SELECT size FROM app.t;",
     );
     let after_tables = unix_now(&server);
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    server.sql("CREATE VIEW app.sizes AS SELECT size FROM app.t");
+    // Logged as a statement, it reads a database the restore does not restore.
+    server.sql(
+        "SET SESSION binlog_format = 'STATEMENT';
+         INSERT INTO app.t SELECT id, NOW(), 'copied', 0 FROM other.src",
+    );
     let now = unix_now(&server);
     archiver.wait_until_archived(now).await;
     archiver.stop().await;
     server.sql("DROP VIEW app.sizes; DROP TABLE app.added; ALTER TABLE app.t DROP COLUMN size; DELETE FROM app.t");
 
-    restore_to(&server, &base, &archive, Target::Time(after_tables)).await.unwrap();
+    let mut to_tables = restore_options(&server, &base);
+    to_tables.drop_existing = true;
+    to_tables.point_in_time = Some(PointInTimeOptions {
+        archive: archive.clone(),
+        s3: Default::default(),
+        target: Target::Time(after_tables),
+    });
+    restore::restore(&to_tables).await.unwrap();
     assert_eq!(server.sql("SELECT id, note, size FROM app.t"), "1\taltered\t7\n");
     assert_eq!(server.sql("SELECT k FROM app.added"), "5\n");
+    assert_eq!(server.sql("SELECT * FROM app.sizes"), "7\n", "the view created in the window");
 
     let before = checksum(&server);
-    let refused = restore_to(&server, &base, &archive, Target::Time(now)).await;
+    let mut to_now = to_tables.clone();
+    to_now.point_in_time = Some(PointInTimeOptions { archive, s3: Default::default(), target: Target::Time(now) });
+    let refused = restore::restore(&to_now).await;
     let Err(AgentError::ReplayUnsupported(why)) = refused else { panic!("{refused:?}") };
-    assert!(why.contains("CREATE") && why.contains("VIEW"), "{why}");
+    assert!(why.contains("INSERT") && why.contains("other"), "{why}");
     assert_eq!(checksum(&server), before, "refused before anything was touched");
 }
 
