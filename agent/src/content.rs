@@ -83,10 +83,14 @@ pub fn select_sql(database: &str, table: &TableInfo, lower: Option<i128>, upper:
 ///   a member) prints as `''`, which `LOAD DATA` refuses (warning 1265) or, in an ENUM with a
 ///   `''` member, stores as that member. It is written as a short number that is not a member
 ///   ([`enum_error_text`]), which `LOAD DATA` reads as the index 0, without a warning.
+/// - INET4, INET6, UUID (MariaDB): a chunk loads `CHARACTER SET binary`, and these types read
+///   a binary string as their binary form, so their text ('1.2.3.4') is refused; they are
+///   written in their binary form (4 or 16 bytes), which loads back as the same value.
 fn select_expression(column: &str, data_type: &str, definition: &str) -> std::result::Result<String, String> {
     let quoted = quote_ident(column);
     Ok(match data_type {
         "float" => format!("{quoted} + 0e0"),
+        "inet4" | "inet6" | "uuid" => format!("CAST({quoted} AS BINARY)"),
         "enum" => {
             let text = enum_error_text(definition).ok_or_else(|| {
                 format!(
@@ -230,6 +234,18 @@ mod tests {
         assert_eq!(
             select_sql("d", &table, Some(1), None).unwrap(),
             "SELECT `id`,`f` + 0e0,IF(`e` + 0 = 0, '00', `e`) FROM `d`.`t` WHERE `id` >= 1"
+        );
+        let addresses = TableInfo {
+            columns: vec!["ip".into(), "u".into()],
+            column_types: vec!["inet6".into(), "uuid".into()],
+            column_definitions: vec!["inet6".into(), "uuid".into()],
+            integer_key: None,
+            ..table.clone()
+        };
+        assert_eq!(
+            select_sql("d", &addresses, None, None).unwrap(),
+            "SELECT CAST(`ip` AS BINARY),CAST(`u` AS BINARY) FROM `d`.`t`",
+            "addresses and UUIDs in their binary form"
         );
         let versioned = TableInfo { history: true, ..table.clone() };
         assert_eq!(

@@ -407,9 +407,24 @@ const MIGRATION: &str = "CREATE TABLE legacy.order_log (order_id BIGINT, item VA
     INSERT INTO legacy.orders (item, amount) VALUES ('cake', 3);
     UPDATE legacy.prices SET price = 4.50 WHERE item = 'cake';";
 
-/// A shell line that prints the SHA-256 of database `legacy` as `mariadb-dump` writes it (rows
-/// as hex, sequences, routines, triggers, events) and of its history rows.
-const LEGACY_FINGERPRINT: &str = r#"{ mariadb-dump --ssl-ca=/etc/visitors/mysql-ca/ca.crt --ssl-verify-server-cert -h "$HOST" -uroot --hex-blob --skip-dump-date --events --routines --triggers --databases legacy; mariadb -h "$HOST" -uroot -N -B -e "SELECT item, price, row_start, row_end FROM legacy.prices FOR SYSTEM_TIME ALL ORDER BY 1, 3"; } | sha256sum | cut -c1-64"#;
+/// A shell function `dump_legacy FILE` that writes database `legacy` as `mariadb-dump` does (rows
+/// as hex, sequences, routines, triggers, events), then its history rows, into `FILE`.
+const DUMP_LEGACY: &str = r#"dump_legacy() { { mariadb-dump --ssl-ca=/etc/visitors/mysql-ca/ca.crt --ssl-verify-server-cert -h "$HOST" -uroot --hex-blob --skip-dump-date --events --routines --triggers --databases legacy; mariadb -h "$HOST" -uroot -N -B -e "SELECT item, price, row_start, row_end FROM legacy.prices FOR SYSTEM_TIME ALL ORDER BY 1, 3"; } > "$1"; }
+"#;
+
+/// `job` with the backup claim mounted at `/backup` (where a dump is kept between two Jobs).
+fn with_claim(mut job: serde_json::Value) -> serde_json::Value {
+    let pod = &mut job["spec"]["template"]["spec"];
+    pod["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "backup", "persistentVolumeClaim": {"claimName": CLAIM}}));
+    pod["containers"][0]["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "backup", "mountPath": "/backup"}));
+    job
+}
 
 /// Scenario 8: a database holding a sequence, a system-versioned table with history and an
 /// event, backed up on a schedule with a drill and an archive; then a migration creating a view
@@ -440,32 +455,36 @@ async fn a_database_with_sequences_history_and_events_is_restored_to_the_second_
     .await;
     eprintln!("verified run {verified}");
 
+    // The dump taken at the target second, kept on the claim for the comparison after.
     let migration = format!(
-        "mariadb -h \"$HOST\" -uroot -e \"{MIGRATION}\"\nTARGET=$(date +%s)\n{LEGACY_FINGERPRINT} > /tmp/fingerprint\n\
-         echo \"$TARGET $(cat /tmp/fingerprint)\" > /dev/termination-log\n\
+        "{DUMP_LEGACY}mariadb -h \"$HOST\" -uroot -e \"{MIGRATION}\"\nTARGET=$(date +%s)\n\
+         dump_legacy /backup/legacy-then.sql\necho \"$TARGET\" > /dev/termination-log\n\
          while [ \"$(date +%s)\" -le \"$TARGET\" ]; do sleep 0.2; done\n\
          mariadb -h \"$HOST\" -uroot -e \"DROP VIEW legacy.order_totals; INSERT INTO legacy.orders (item, amount) VALUES ('late', 1); ALTER EVENT legacy.nightly_cleanup DISABLE\""
     );
-    run_job(&client, &ns, "migration", mariadb_shell_job(APP, &ns, "migration", &migration, &[])).await;
-    let output = job_output(&client, &ns, "migration").await;
-    let (target, then) = output.split_once(' ').expect("a target and a fingerprint");
-    let target: i64 = target.parse().unwrap();
-    eprintln!("target {} (after the migration), dump fingerprint then {then}", rfc3339(target));
+    run_job(&client, &ns, "migration", with_claim(mariadb_shell_job(APP, &ns, "migration", &migration, &[]))).await;
+    let target: i64 = job_output(&client, &ns, "migration").await.parse().unwrap();
+    eprintln!("target {} (after the migration)", rfc3339(target));
     archived_until(&backups, target).await;
 
     let restored = restore(&client, &ns, "after-migration", json!({"targetTime": rfc3339(target)})).await;
     succeeded(&restored);
     let replay = restored.status.unwrap().point_in_time.unwrap();
     assert!(replay.transactions_applied.unwrap_or(0) >= 1, "{replay:?}");
-    let fingerprint = |name: &'static str| {
-        let job = mariadb_shell_job(APP, &ns, name, &format!("{LEGACY_FINGERPRINT} > /dev/termination-log"), &[]);
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            run_job(&client, &ns, name, job).await;
-            job_output(&client, &ns, name).await
-        }
-    };
-    assert_eq!(fingerprint("restored").await, then, "the restored database equals the dump taken at the target");
+    // Where a sequence stands is compared apart: MariaDB does not log the values an insert
+    // takes from a sequence when its table has triggers (the migration's), so the replay moves
+    // the sequence past the keys it restored rather than to the source's cache boundary.
+    let compare = format!(
+        "{DUMP_LEGACY}dump_legacy /backup/legacy-restored.sql\n\
+         for f in then restored; do grep -v '^DO SETVAL' /backup/legacy-$f.sql > /tmp/$f.sql; done\n\
+         {{ diff /tmp/then.sql /tmp/restored.sql && echo same; }} | head -c 3000 > /dev/termination-log"
+    );
+    run_job(&client, &ns, "compare", with_claim(mariadb_shell_job(APP, &ns, "compare", &compare, &[]))).await;
+    let difference = job_output(&client, &ns, "compare").await;
+    assert_eq!(difference, "same", "the restored database against the dump taken at the target");
+    let next_key = "INSERT INTO legacy.orders (item, amount) VALUES ('after', 1);
+        SELECT IF(id > (SELECT MAX(id) FROM legacy.orders WHERE item <> 'after'), 'holds', (SELECT 1 UNION SELECT 2))
+        FROM legacy.orders WHERE item = 'after'";
+    run_job(&client, &ns, "next-key", mariadb_job(APP, &ns, "next-key", next_key)).await;
     namespace.delete().await;
 }

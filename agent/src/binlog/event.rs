@@ -15,12 +15,15 @@ use visitors_agent_contract::gtid::{Gtid, GtidSet};
 pub mod kind {
     pub const QUERY: u8 = 0x02;
     pub const INTVAR: u8 = 0x05;
+    pub const APPEND_BLOCK: u8 = 0x09;
     pub const RAND: u8 = 0x0d;
     pub const USER_VAR: u8 = 0x0e;
     pub const STOP: u8 = 0x03;
     pub const ROTATE: u8 = 0x04;
     pub const FORMAT_DESCRIPTION: u8 = 0x0f;
     pub const XID: u8 = 0x10;
+    pub const BEGIN_LOAD_QUERY: u8 = 0x11;
+    pub const EXECUTE_LOAD_QUERY: u8 = 0x12;
     pub const TABLE_MAP: u8 = 0x13;
     pub const INCIDENT: u8 = 0x1a;
     pub const HEARTBEAT: u8 = 0x1b;

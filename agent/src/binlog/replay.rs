@@ -559,6 +559,11 @@ impl<'a> Replayer<'a> {
             kind::INCIDENT => {
                 return Err(self.refuse(INCIDENT));
             }
+            kind::APPEND_BLOCK | kind::BEGIN_LOAD_QUERY | kind::EXECUTE_LOAD_QUERY => {
+                return Err(
+                    self.refuse("a LOAD DATA logged as a statement (its file is in the log as separate events)")
+                );
+            }
             other => return Err(self.refuse(&format!("an event of type {other:#x} inside a transaction"))),
         }
         if step == Step::Ends {
@@ -605,6 +610,9 @@ impl<'a> Replayer<'a> {
         match event.kind() {
             kind::INCIDENT => Err(self.refuse(INCIDENT)),
             kind::QUERY => self.query(event, format, sink, None, StatementContext::default()).await,
+            kind::APPEND_BLOCK | kind::BEGIN_LOAD_QUERY | kind::EXECUTE_LOAD_QUERY => {
+                Err(self.refuse("a LOAD DATA logged as a statement (its file is in the log as separate events)"))
+            }
             _ => Ok(()),
         }
     }

@@ -414,13 +414,28 @@ fn session_sql_mode(mode: &str) -> String {
     format!("SET SESSION sql_mode = {}", quote_literal(mode))
 }
 
-/// The session in which a view, routine or trigger is recreated. Its text was read over a
-/// utf8mb4 connection, so it is sent back as utf8mb4 whatever client created it (replaying
+/// The session in which a view, routine, trigger or event is recreated. Its text was read over
+/// a utf8mb4 connection, so it is sent back as utf8mb4 whatever client created it (replaying
 /// it as the original client character set would encode non-ASCII text twice); the original
 /// `collation_connection` is kept, so string literals get the same character set and collation.
-fn session_charset(_original_client_charset: &str, collation: &str) -> String {
-    format!("SET SESSION character_set_client = utf8mb4, SESSION collation_connection = {}", quote_literal(collation))
+/// The original client character set is named in a comment ([`CREATED_WITH`]): a restore
+/// creates an object whose text is ASCII with it, as it was (the same text in every ASCII-based
+/// character set).
+fn session_charset(original_client_charset: &str, collation: &str) -> String {
+    let mut set = format!(
+        "SET SESSION character_set_client = utf8mb4, SESSION collation_connection = {}",
+        quote_literal(collation)
+    );
+    let plain = |name: &str| !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if plain(original_client_charset) {
+        set.push_str(&format!(" /* {CREATED_WITH} {original_client_charset} */"));
+    }
+    set
 }
+
+/// The comment that names, in a session's `SET`, the client character set an object was created
+/// with.
+pub const CREATED_WITH: &str = "created with character_set_client";
 
 /// Rows in a table (exact), for `verify`; with `history`, a system-versioned table's history
 /// rows too.

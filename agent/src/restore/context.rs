@@ -96,6 +96,19 @@ pub(super) struct ObjectStatements {
     pub events: Vec<String>,
 }
 
+impl ObjectStatements {
+    /// Each object whose text is ASCII created with the client character set it was created with.
+    pub fn in_original_charsets(self) -> Self {
+        use super::statements::in_original_charsets;
+        ObjectStatements {
+            views: self.views.into_iter().map(in_original_charsets).collect(),
+            routines: in_original_charsets(self.routines),
+            triggers: in_original_charsets(self.triggers),
+            events: in_original_charsets(self.events),
+        }
+    }
+}
+
 /// Whether `staging` holds the record of a replay.
 pub(super) async fn has_replayed_marker(connector: &Connector, conn: &mut Conn, staging: &str) -> Result<bool> {
     let found: Option<String> = conn

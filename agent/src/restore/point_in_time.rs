@@ -122,6 +122,12 @@ async fn stage_and_replay(
         Ok(replayed) => replayed,
         Err(error) => return Err(drop_all(staged, error).await),
     };
+    for (restore, conn) in &mut staged {
+        let staging = staging_schema_name(&restore.database.name);
+        if let Err(error) = advance_sequences_past_their_keys(context.connector, conn, &staging).await {
+            return Err(drop_all(staged, error).await);
+        }
+    }
     let replay = report.summary();
     tracing::info!("replayed {} transactions ({} events) into the staging schemas", report.transactions, report.events);
 
@@ -228,6 +234,51 @@ async fn swap_replayed_copy(
     .await;
     restore.drop_staging(conn, &staging).await;
     swapped
+}
+
+/// MariaDB does not log the values a statement takes from a sequence when the table it writes
+/// has triggers (10.11, measured: the rows are logged, the sequence's row is not), so a replay
+/// can leave a sequence before keys the replayed rows hold, and its next value would be one of
+/// them. Each staged sequence a column takes its default from is moved past the largest (for a
+/// descending one, below the smallest) value of that column; `SETVAL` never moves one back.
+async fn advance_sequences_past_their_keys(connector: &Connector, conn: &mut Conn, staging: &str) -> Result<()> {
+    let during = "moving the replayed sequences past their keys";
+    let defaults: Vec<(String, String, String)> = conn
+        .exec(
+            "SELECT TABLE_NAME, COLUMN_NAME, COLUMN_DEFAULT FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = ? AND COLUMN_DEFAULT LIKE 'nextval(%'",
+            (staging,),
+        )
+        .await
+        .map_err(|e| connector.error(during, e))?;
+    for (table, column, default) in defaults {
+        let Some(sequence) = sequence_in_default(&default, staging) else { continue };
+        let sequence = format!("{}.{}", quote_ident(staging), quote_ident(&sequence));
+        let increment: Option<i64> = conn
+            .query_first(format!("SELECT increment FROM {sequence}"))
+            .await
+            .map_err(|e| connector.error(during, e))?;
+        let extreme = if increment.unwrap_or(1) < 0 { "MIN" } else { "MAX" };
+        let sql = format!(
+            "SELECT CAST({extreme}({}) AS CHAR) FROM {}.{}",
+            quote_ident(&column),
+            quote_ident(staging),
+            quote_ident(&table)
+        );
+        let held: Option<Option<String>> = conn.query_first(sql).await.map_err(|e| connector.error(during, e))?;
+        if let Some(value) = held.flatten().and_then(|v| v.parse::<i64>().ok()) {
+            connector.execute(conn, &format!("DO SETVAL({sequence}, {value}, 1)"), during).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The sequence of `schema` a default takes values from (`nextval(`schema`.`s`)`), if any.
+fn sequence_in_default(default: &str, schema: &str) -> Option<String> {
+    let rest = default.strip_prefix("nextval(")?.strip_suffix(')')?;
+    let rest = rest.strip_prefix(&format!("{}.", quote_ident(schema)))?;
+    let name = rest.strip_prefix('`')?.strip_suffix('`')?;
+    Some(name.replace("``", "`"))
 }
 
 async fn server_databases(connector: &Connector) -> Result<Vec<String>> {
@@ -521,5 +572,24 @@ impl Sink for Applier<'_> {
     async fn commit(&mut self) -> Result<()> {
         self.end_statement().await?;
         self.execute("COMMIT", "replaying a transaction").await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_default_names_the_sequence_it_takes_values_from() {
+        assert_eq!(
+            sequence_in_default("nextval(`visitors_restore_1`.`ids`)", "visitors_restore_1"),
+            Some("ids".into())
+        );
+        assert_eq!(
+            sequence_in_default("nextval(`visitors_restore_1`.`a``b`)", "visitors_restore_1"),
+            Some("a`b".into())
+        );
+        assert_eq!(sequence_in_default("nextval(`other`.`ids`)", "visitors_restore_1"), None, "another database's");
+        assert_eq!(sequence_in_default("current_timestamp()", "visitors_restore_1"), None);
     }
 }

@@ -486,7 +486,8 @@ impl DatabaseRestore<'_> {
             routines: self.statements_of(&database.routines).await?,
             triggers: self.statements_of(&database.triggers).await?,
             events: self.statements_of(&database.events).await?,
-        })
+        }
+        .in_original_charsets())
     }
 
     async fn statements_of(&self, file: &Option<crate::format::FileEntry>) -> Result<Vec<String>> {
@@ -557,7 +558,8 @@ impl DatabaseRestore<'_> {
             routines: moved_to(&routines.statements, staging, name),
             triggers: moved_to(&triggers.statements, staging, name),
             events: moved_to(&events, staging, name),
-        };
+        }
+        .in_original_charsets();
         for trigger in &triggers.names {
             let sql = format!("DROP TRIGGER {}.{}", quote_ident(staging), quote_ident(trigger));
             self.execute(conn, &sql, "dropping a replayed trigger before the swap").await?;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::EventStatus;
 use crate::format::quote_ident;
+use crate::mysql::catalog;
 
 /// `statement` with every sequence of `database` it takes values from (`nextval(`db`.`s`)`,
 /// `lastval(...)`, as the server prints a default) named in `schema` instead.
@@ -299,6 +300,26 @@ pub(super) fn event_with_clause(statement: &str, status: &str) -> String {
     event_with_status(statement, as_backed_up)
 }
 
+/// `statements` (views, routines, triggers or events, each after the `SET`s of its session)
+/// with each object whose text is ASCII created with the client character set it was created
+/// with (named in its session's `SET`, see [`catalog::CREATED_WITH`]), so that it reads as the
+/// source's; an object with other text stays utf8mb4, the character set its text is in.
+pub(super) fn in_original_charsets(mut statements: Vec<String>) -> Vec<String> {
+    let marker = format!("/* {} ", catalog::CREATED_WITH);
+    for at in 0..statements.len().saturating_sub(1) {
+        let Some(start) = statements[at].find(&marker) else { continue };
+        let original = statements[at][start + marker.len()..].split_whitespace().next().unwrap_or_default().to_string();
+        if statements[at + 1].is_ascii() && !original.is_empty() {
+            statements[at] = statements[at].replacen(
+                "character_set_client = utf8mb4",
+                &format!("character_set_client = {original}"),
+                1,
+            );
+        }
+    }
+    statements
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,5 +463,23 @@ mod tests {
             [("off".to_string(), "ENABLE".to_string()), ("renamed".to_string(), "ENABLE".to_string())].into();
         assert_eq!(statuses.of("s"), expected);
         assert!(statuses.of("other").is_empty());
+    }
+
+    #[test]
+    fn an_ascii_object_is_created_with_the_client_character_set_it_was_created_with() {
+        let set = "SET SESSION character_set_client = utf8mb4, SESSION collation_connection = 'latin1_swedish_ci' /* created with character_set_client latin1 */";
+        let statements = vec![
+            "SET SESSION sql_mode = ''".to_string(),
+            set.to_string(),
+            "CREATE VIEW v AS SELECT 1".to_string(),
+            set.to_string(),
+            "CREATE VIEW w AS SELECT 'café'".to_string(),
+        ];
+        let created = in_original_charsets(statements);
+        assert!(created[1].starts_with("SET SESSION character_set_client = latin1,"), "{}", created[1]);
+        assert!(created[3].starts_with("SET SESSION character_set_client = utf8mb4,"), "non-ASCII text stays utf8mb4");
+        let older =
+            vec!["SET SESSION character_set_client = utf8mb4".to_string(), "CREATE VIEW v AS SELECT 1".to_string()];
+        assert_eq!(in_original_charsets(older.clone()), older, "a backup of an older agent names no original");
     }
 }

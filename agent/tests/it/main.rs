@@ -3,6 +3,7 @@
 mod atomic;
 mod by_hand;
 mod consistency;
+mod corpus;
 mod data_sessions;
 mod ddl_users;
 mod delete;
@@ -103,4 +104,18 @@ pub fn seed_big_table(server: &MariaDb) {
         "CREATE DATABASE big; CREATE TABLE big.t (id INT PRIMARY KEY, v VARCHAR(255));
          INSERT INTO big.t SELECT seq, REPEAT(CHAR(65 + seq % 26), 250) FROM seq_1_to_120000;",
     );
+}
+
+/// `mariadb-dump` of `server` as root, with `args` after the options every comparison uses: rows
+/// as hex, no dump date, events, routines and triggers.
+pub fn mariadb_dump(server: &MariaDb, args: &[&str]) -> String {
+    let output = std::process::Command::new("mariadb-dump")
+        .arg("--no-defaults")
+        .arg(format!("--socket={}", server.socket().display()))
+        .args(["-uroot", "--hex-blob", "--skip-dump-date", "--events", "--routines", "--triggers"])
+        .args(args)
+        .output()
+        .expect("mariadb-dump runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).expect("a dump is UTF-8")
 }

@@ -42,6 +42,9 @@ async fn non_ascii_text_of_objects_created_by_a_latin1_client_survives() {
         b"CREATE FUNCTION f() RETURNS VARCHAR(20) CHARSET utf8mb4 DETERMINISTIC RETURN 'caf\xe9';\n",
     );
     script.extend_from_slice(b"CREATE TRIGGER tr BEFORE INSERT ON t FOR EACH ROW SET NEW.s = CONCAT('caf\xe9', '');\n");
+    // And ASCII ones, which come back created with the client's character set as they were.
+    script.extend_from_slice(b"CREATE VIEW plain AS SELECT 'cafe' AS s;\n");
+    script.extend_from_slice(b"CREATE EVENT ev ON SCHEDULE EVERY 1 DAY STARTS '2031-01-01' DO DELETE FROM t;\n");
     let dir = tempfile::tempdir().unwrap();
     let script_path = dir.path().join("latin1.sql");
     std::fs::write(&script_path, &script).unwrap();
@@ -62,9 +65,17 @@ async fn non_ascii_text_of_objects_created_by_a_latin1_client_survives() {
     server.sql("DELETE FROM enc.t");
     let location = file_location(&dir.path().join("b"));
     back_up(&small_backup(&server, &location)).await;
+    let created_with = "SELECT TABLE_NAME, CHARACTER_SET_CLIENT FROM information_schema.VIEWS WHERE TABLE_SCHEMA = 'enc' \
+         UNION ALL SELECT EVENT_NAME, CHARACTER_SET_CLIENT FROM information_schema.EVENTS WHERE EVENT_SCHEMA = 'enc' ORDER BY 1";
+    assert_eq!(server.sql(created_with), "ev\tlatin1\nplain\tlatin1\nv\tlatin1\n");
     server.sql("DROP DATABASE enc");
     restore(&restore_options(&server, &location)).await;
     assert_eq!(state(&server), before);
+    assert_eq!(
+        server.sql(created_with),
+        "ev\tlatin1\nplain\tlatin1\nv\tutf8mb4\n",
+        "ASCII objects as they were created; 'café' in the character set its text is in"
+    );
 }
 
 /// A chunk whose rows the server has to adjust is rolled back whole and named. The backup is
