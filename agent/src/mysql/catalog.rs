@@ -288,11 +288,7 @@ pub async fn routines(connector: &Connector, conn: &mut Conn, database: &str) ->
             });
         };
         definitions.names.push(routine_name(&kind, &name));
-        definitions.statements.push(session_sql_mode(&row.get::<String, _>(1).unwrap_or_default()));
-        definitions.statements.push(session_charset(
-            &row.get::<String, _>(3).unwrap_or_default(),
-            &row.get::<String, _>(4).unwrap_or_default(),
-        ));
+        definitions.statements.extend(session_of(&row, 1, 3));
         definitions.statements.push(create);
     }
     Ok(definitions)
@@ -319,12 +315,8 @@ pub async fn triggers(connector: &Connector, conn: &mut Conn, database: &str) ->
         let sql = format!("SHOW CREATE TRIGGER {}.{}", quote_ident(database), quote_ident(&name));
         let row: Option<mysql_async::Row> = conn.query_first(sql).await.map_err(|e| connector.error(during, e))?;
         let Some(row) = row else { continue };
-        definitions.statements.push(session_sql_mode(&row.get::<String, _>(1).unwrap_or_default()));
-        definitions.statements.push(session_charset(
-            &row.get::<String, _>(3).unwrap_or_default(),
-            &row.get::<String, _>(4).unwrap_or_default(),
-        ));
-        definitions.statements.push(row.get::<String, _>(2).unwrap_or_default());
+        definitions.statements.extend(session_of(&row, 1, 3));
+        definitions.statements.push(text_at(&row, 2));
         definitions.names.push(name);
     }
     Ok(definitions)
@@ -388,16 +380,10 @@ pub async fn events(connector: &Connector, conn: &mut Conn, database: &str) -> R
         let sql = format!("SHOW CREATE EVENT {}.{}", quote_ident(database), quote_ident(&name));
         let row: Option<mysql_async::Row> = conn.query_first(sql).await.map_err(|e| connector.error(during, e))?;
         let Some(row) = row else { continue };
-        definitions.statements.push(session_sql_mode(&row.get::<String, _>(1).unwrap_or_default()));
-        definitions.statements.push(format!(
-            "SET SESSION time_zone = {}",
-            quote_literal(&row.get::<String, _>(2).unwrap_or_else(|| "SYSTEM".into()))
-        ));
-        definitions.statements.push(session_charset(
-            &row.get::<String, _>(4).unwrap_or_default(),
-            &row.get::<String, _>(5).unwrap_or_default(),
-        ));
-        definitions.statements.push(row.get::<String, _>(3).unwrap_or_default());
+        let [sql_mode, charset] = session_of(&row, 1, 4);
+        let zone = Some(text_at(&row, 2)).filter(|zone| !zone.is_empty()).unwrap_or_else(|| "SYSTEM".into());
+        let time_zone = format!("SET SESSION time_zone = {}", quote_literal(&zone));
+        definitions.statements.extend([sql_mode, time_zone, charset, text_at(&row, 3)]);
         definitions.names.push(name);
     }
     Ok(definitions)
@@ -408,6 +394,18 @@ pub async fn event_names(connector: &Connector, conn: &mut Conn, database: &str)
     conn.exec("SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = ?", (database,))
         .await
         .map_err(|e| connector.error("listing scheduled events", e))
+}
+
+/// The `SET`s of the session an object was created in, from its `SHOW CREATE` row: the
+/// `sql_mode` in field `sql_mode`, the client character set and collation in fields `charset`
+/// and `charset + 1`.
+fn session_of(row: &mysql_async::Row, sql_mode: usize, charset: usize) -> [String; 2] {
+    [session_sql_mode(&text_at(row, sql_mode)), session_charset(&text_at(row, charset), &text_at(row, charset + 1))]
+}
+
+/// The text of field `index` of a row, empty when it is NULL or missing.
+fn text_at(row: &mysql_async::Row, index: usize) -> String {
+    row.get::<Option<String>, _>(index).flatten().unwrap_or_default()
 }
 
 fn session_sql_mode(mode: &str) -> String {

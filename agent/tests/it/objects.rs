@@ -171,30 +171,26 @@ fn dump(server: &MariaDb) -> String {
 /// default, values handed out) and to system-versioned tables (their history rows included).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restore_to_a_point_in_time_replays_sequences_and_history() {
-    use crate::point_in_time::{Archiver, restore_to, unix_now};
+    use crate::point_in_time::restore_to;
     use visitors_agent::binlog::replay::Target;
 
     let Some(server) = MariaDb::start_row_logging() else { return };
     server.sql(OBJECTS);
-    let dir = tempfile::tempdir().unwrap();
-    let archive = file_location(&dir.path().join("archive"));
-    let base = file_location(&dir.path().join("base"));
-    let archiver = Archiver::start(&server, &archive);
-    back_up(&small_backup(&server, &base)).await;
+    let mut window = Window::open(&server).await;
     server.sql(
         "INSERT INTO o.orders (note) VALUES ('replayed'), ('replayed'); DO NEXTVAL(o.tickets);
          UPDATE o.prices SET price = 11.99 WHERE id = 1; INSERT INTO o.prices VALUES (3, 1.00);
          UPDATE o.stock SET units = 0 WHERE id = 2;",
     );
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    let target = unix_now(&server);
-    archiver.wait_until_archived(target).await;
-    archiver.stop().await;
+    let target = second_over(&server).await;
+    window.archive_until(target).await;
     let expected = (dump(&server), server.sql(HISTORY), server.sql("SELECT id, v FROM o.by_trx"));
     let next_ids = server.sql("SELECT next_not_cached_value FROM o.ids");
     server.sql("DELETE FROM o.orders; UPDATE o.prices SET price = 0; DO NEXTVAL(o.ids); DO NEXTVAL(o.ids)");
 
-    restore_to(&server, &base, &archive, Target::Time(target)).await.expect("the restore to a point in time");
+    restore_to(&server, &window.base, &window.archive, Target::Time(target))
+        .await
+        .expect("the restore to a point in time");
     assert_eq!((dump(&server), server.sql(HISTORY), server.sql("SELECT id, v FROM o.by_trx")), expected);
     assert_eq!(server.sql("SELECT NEXTVAL(o.ids)"), next_ids, "the sequence stands where it stood at the target");
 }
@@ -206,7 +202,7 @@ async fn a_restore_to_a_point_in_time_replays_sequences_and_history() {
 /// second; before, the first view refused the whole window (`replayUnsupported`).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restore_to_a_second_after_a_migration_equals_a_dump_taken_then() {
-    use crate::point_in_time::{Archiver, restore_to, unix_now};
+    use crate::point_in_time::{restore_to, unix_now};
     use visitors_agent::binlog::replay::Target;
     use visitors_agent::restore::{PointInTimeOptions, RestoreStep};
 
@@ -221,11 +217,7 @@ async fn a_restore_to_a_second_after_a_migration_equals_a_dump_taken_then() {
          CREATE TRIGGER o.visits_audit AFTER INSERT ON o.visits FOR EACH ROW INSERT INTO o.audit VALUES (NEW.id, 'visit');
          INSERT INTO o.visits (page, weight) VALUES ('home', 1);",
     );
-    let dir = tempfile::tempdir().unwrap();
-    let archive = file_location(&dir.path().join("archive"));
-    let base = file_location(&dir.path().join("base"));
-    let archiver = Archiver::start(&server, &archive);
-    back_up(&small_backup(&server, &base)).await;
+    let mut window = Window::open(&server).await;
     server.sql(
         "CREATE VIEW o.priced AS SELECT o.prices.id, o.doubled(o.prices.price) AS twice FROM o.prices;
          CREATE OR REPLACE VIEW o.old_view AS SELECT id, note FROM o.orders WHERE note IS NOT NULL;
@@ -247,16 +239,14 @@ async fn a_restore_to_a_second_after_a_migration_equals_a_dump_taken_then() {
          USE o; CALL add_visit('called');
          UPDATE o.by_trx SET v = 9;",
     );
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    let target = unix_now(&server);
+    let target = second_over(&server).await;
     let expected = (dump(&server), server.sql(HISTORY), server.sql("SELECT id, v FROM o.by_trx"), server.sql(EVENTS));
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     server.sql("DROP VIEW o.priced; INSERT INTO o.visits (page) VALUES ('later'); DROP EVENT o.nightly");
-    let now = unix_now(&server);
-    archiver.wait_until_archived(now).await;
-    archiver.stop().await;
+    window.archive_until(unix_now(&server)).await;
 
-    restore_to(&server, &base, &archive, Target::Time(target)).await.expect("the restore to a point in time");
+    restore_to(&server, &window.base, &window.archive, Target::Time(target))
+        .await
+        .expect("the restore to a point in time");
     let restored = (dump(&server), server.sql(HISTORY), server.sql("SELECT id, v FROM o.by_trx"), server.sql(EVENTS));
     assert_eq!(restored.0, expected.0, "mariadb-dump of the database at the target");
     assert_eq!(restored.1, expected.1, "history rows");
@@ -269,11 +259,14 @@ async fn a_restore_to_a_second_after_a_migration_equals_a_dump_taken_then() {
     // objects, and the event statuses the replay gave them, until the swap.
     server.sql("DROP VIEW o.priced; DROP TRIGGER o.prices_audit; ALTER EVENT o.paused DISABLE; DELETE FROM o.visits");
     for step in [RestoreStep::StageOnly, RestoreStep::FromStage] {
-        let mut options = restore_options(&server, &base);
+        let mut options = restore_options(&server, &window.base);
         options.drop_existing = true;
         options.step = step;
-        options.point_in_time =
-            Some(PointInTimeOptions { archive: archive.clone(), s3: Default::default(), target: Target::Time(target) });
+        options.point_in_time = Some(PointInTimeOptions {
+            archive: window.archive.clone(),
+            s3: Default::default(),
+            target: Target::Time(target),
+        });
         visitors_agent::restore::restore(&options).await.unwrap_or_else(|e| panic!("{step:?}: {e}"));
     }
     let in_two_steps =
@@ -286,7 +279,7 @@ async fn a_restore_to_a_second_after_a_migration_equals_a_dump_taken_then() {
 /// next insert after the restore failed with a duplicate key. It is moved past it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sequence_the_log_does_not_follow_is_moved_past_the_replayed_keys() {
-    use crate::point_in_time::{Archiver, restore_to, unix_now};
+    use crate::point_in_time::restore_to;
     use visitors_agent::binlog::replay::Target;
 
     let Some(server) = MariaDb::start_row_logging() else { return };
@@ -295,22 +288,18 @@ async fn a_sequence_the_log_does_not_follow_is_moved_past_the_replayed_keys() {
          CREATE TABLE lg.orders (id BIGINT PRIMARY KEY DEFAULT NEXTVAL(lg.ids), item VARCHAR(10));
          CREATE TABLE lg.log (id BIGINT); INSERT INTO lg.orders (item) VALUES ('a'), ('b');",
     );
-    let dir = tempfile::tempdir().unwrap();
-    let archive = file_location(&dir.path().join("archive"));
-    let base = file_location(&dir.path().join("base"));
-    let archiver = Archiver::start(&server, &archive);
-    back_up(&small_backup(&server, &base)).await;
+    let mut window = Window::open(&server).await;
     server.sql(
         "CREATE TRIGGER lg.logged AFTER INSERT ON lg.orders FOR EACH ROW INSERT INTO lg.log VALUES (NEW.id);
          INSERT INTO lg.orders (item) VALUES ('c');",
     );
     let keys = server.sql("SELECT GROUP_CONCAT(id ORDER BY id) FROM lg.orders");
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    let target = unix_now(&server);
-    archiver.wait_until_archived(target).await;
-    archiver.stop().await;
+    let target = second_over(&server).await;
+    window.archive_until(target).await;
 
-    restore_to(&server, &base, &archive, Target::Time(target)).await.expect("the restore to a point in time");
+    restore_to(&server, &window.base, &window.archive, Target::Time(target))
+        .await
+        .expect("the restore to a point in time");
     assert_eq!(server.sql("SELECT GROUP_CONCAT(id ORDER BY id) FROM lg.orders"), keys);
     server.sql("INSERT INTO lg.orders (item) VALUES ('after')");
     assert_eq!(
@@ -318,4 +307,41 @@ async fn a_sequence_the_log_does_not_follow_is_moved_past_the_replayed_keys() {
         "1\n",
         "the next key is past every replayed one"
     );
+}
+
+/// A window of a server's binary log after a base backup: its archive and the backup, the
+/// archiver running since before the backup.
+struct Window {
+    _dir: tempfile::TempDir,
+    archive: String,
+    base: String,
+    archiver: Option<crate::point_in_time::Archiver>,
+}
+
+impl Window {
+    async fn open(server: &MariaDb) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = file_location(&dir.path().join("archive"));
+        let base = file_location(&dir.path().join("base"));
+        let archiver = crate::point_in_time::Archiver::start(server, &archive);
+        back_up(&small_backup(server, &base)).await;
+        Window { _dir: dir, archive, base, archiver: Some(archiver) }
+    }
+
+    /// Waits until everything committed up to `second` is archived, and stops the archiver.
+    async fn archive_until(&mut self, second: i64) {
+        let archiver = self.archiver.take().expect("archiving");
+        archiver.wait_until_archived(second).await;
+        archiver.stop().await;
+    }
+}
+
+/// The second of the server's clock now, once it is over: every write so far was committed at
+/// or before it, and none after it is.
+async fn second_over(server: &MariaDb) -> i64 {
+    let second = crate::point_in_time::unix_now(server);
+    while crate::point_in_time::unix_now(server) <= second {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    second
 }
