@@ -155,6 +155,9 @@ pub enum AgentError {
     #[error("table {table} already exists on the server: restore into an empty database or pass --drop-existing")]
     TableExists { table: String },
 
+    #[error("{object} already exists on the server: restore into an empty database or pass --drop-existing")]
+    ObjectExists { object: String },
+
     #[error(
         "the server refuses LOAD DATA LOCAL INFILE: set the server variable local_infile=ON (SET GLOBAL local_infile=1)"
     )]
@@ -285,6 +288,7 @@ impl AgentError {
             Self::EncryptionKeyFile { .. } => "encryptionKeyFile",
             Self::BadChunk { .. } => "badChunk",
             Self::TableExists { .. } => "tableExists",
+            Self::ObjectExists { .. } => "objectExists",
             Self::LocalInfileDisabled => "localInfileDisabled",
             Self::MissingPrivilege { .. } => "missingPrivilege",
             Self::UnrestorableColumn { .. } => "unrestorableColumn",

@@ -284,8 +284,30 @@ async fn preflight(
         }) {
             return Err(AgentError::TableExists { table: format!("`{}`.`{name}`", database.name) });
         }
+        if let Some(object) = existing_object_of(connector, conn, database).await? {
+            return Err(AgentError::ObjectExists { object });
+        }
     }
     Ok(())
+}
+
+/// A routine, trigger or event of the backup that exists in its database on the server, which
+/// creating it after the swap would fail on.
+async fn existing_object_of(
+    connector: &Connector,
+    conn: &mut Conn,
+    database: &DatabaseEntry,
+) -> Result<Option<String>> {
+    let name = quote_ident(&database.name);
+    let found = catalog::object_names(connector, conn, &database.name).await?;
+    let kinds = [
+        ("routine", &database.routine_names, &found.routines),
+        ("trigger", &database.trigger_names, &found.triggers),
+        ("scheduled event", &database.event_names, &found.events),
+    ];
+    Ok(kinds.into_iter().find_map(|(kind, backed_up, present)| {
+        backed_up.iter().find(|object| present.contains(object)).map(|object| format!("{kind} {object} of {name}"))
+    }))
 }
 
 /// The history rows of system-versioned tables load only where `system_versioning_insert_history`

@@ -151,6 +151,28 @@ async fn a_backup_that_cannot_list_the_events_fails_and_says_which_privilege() {
     }
 }
 
+/// A restore into a database that holds an event of the backup's name (no table in the way)
+/// swapped the tables in, then failed to create the event: refused before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_over_an_event_of_the_same_name_is_refused_before_anything_is_written() {
+    let Some(server) = MariaDb::start() else { return };
+    server.sql(
+        "CREATE DATABASE ev; CREATE TABLE ev.t (id INT PRIMARY KEY); INSERT INTO ev.t VALUES (1);
+         CREATE EVENT ev.e ON SCHEDULE EVERY 1 DAY DO DELETE FROM ev.t;",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let location = file_location(dir.path());
+    back_up(&small_backup(&server, &location)).await;
+    server.sql("DROP TABLE ev.t");
+    match visitors_agent::restore::restore(&restore_options(&server, &location)).await {
+        Err(error @ AgentError::ObjectExists { .. }) => {
+            assert_eq!(error.to_string().split(" already").next(), Some("scheduled event e of `ev`"), "{error}");
+        }
+        other => panic!("expected an existing object, got {:?}", other.map(|r| r.rows)),
+    }
+    assert_eq!(server.sql("SHOW TABLES FROM ev"), "", "nothing was written");
+}
+
 /// The restored database equals the source: an independent `mariadb-dump` (rows as hex, every
 /// sequence's `SETVAL`, routines, triggers and events) and every history row. The table
 /// versioned by transaction ids is left out of the dump: its period holds the ids of each
