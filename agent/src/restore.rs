@@ -59,8 +59,6 @@ pub enum EventStatus {
     /// Disabled on this server as replication disables them on a replica (`DISABLE ON SLAVE`),
     /// for a replica seeded from a backup.
     DisabledOnReplica,
-    /// All enabled (an event the replay of a restore to a point in time left enabled).
-    Enabled,
 }
 
 impl EventStatus {
@@ -70,7 +68,6 @@ impl EventStatus {
             Self::AsBackedUp => None,
             Self::Disabled => Some("DISABLE"),
             Self::DisabledOnReplica => Some("DISABLE ON SLAVE"),
-            Self::Enabled => Some("ENABLE"),
         }
     }
 }

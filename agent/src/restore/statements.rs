@@ -23,7 +23,16 @@ pub(super) fn sequences_moved_to(statement: &str, database: &str, schema: &str) 
 /// `DISABLE ON SLAVE`) set to `status`, the clause added where it has none (any other
 /// statement as it is).
 pub(super) fn event_with_status(statement: &str, status: EventStatus) -> String {
-    let Some(clause) = status.clause() else { return statement.to_string() };
+    match status.clause() {
+        Some(clause) => event_with_clause(statement, clause),
+        None => statement.to_string(),
+    }
+}
+
+/// `statement` with the status clause of a `CREATE EVENT` or `ALTER EVENT` set to `clause`
+/// (`ENABLE`, `DISABLE`, `DISABLE ON SLAVE`), added where it has none (any other statement as
+/// it is).
+pub(super) fn event_with_clause(statement: &str, clause: &str) -> String {
     if event_change(statement).is_none_or(|change| change.verb == EventVerb::Drop) {
         return statement.to_string();
     }
@@ -31,7 +40,12 @@ pub(super) fn event_with_status(statement: &str, status: EventStatus) -> String 
     let mut changed = statement.to_string();
     match status_range(&tokens) {
         Some(range) => changed.replace_range(range, clause),
-        None => match tokens.iter().find(|t| t.is_word("COMMENT")).map(|t| t.start).or_else(|| body_start(statement)) {
+        None => match tokens
+            .iter()
+            .find(|t| t.is_word("COMMENT"))
+            .map(|t| t.start)
+            .or_else(|| body_start(statement, &tokens))
+        {
             Some(at) => changed.insert_str(at, &format!("{clause} ")),
             None => changed = format!("{} {clause}", changed.trim_end()),
         },
@@ -57,9 +71,8 @@ fn status_range(tokens: &[Token<'_>]) -> Option<std::ops::Range<usize>> {
     Some(tokens[at].start..tokens[last].end)
 }
 
-/// Where an event's body (`DO ...`) begins, if it has one.
-fn body_start(statement: &str) -> Option<usize> {
-    let tokens = header_tokens(statement, "DO");
+/// Where an event's body (`DO ...`) begins, if it has one, after its header's `tokens`.
+fn body_start(statement: &str, tokens: &[Token<'_>]) -> Option<usize> {
     let after = tokens.last().map_or(0, |t| t.end);
     let rest = &statement[after..];
     let offset = rest.len() - rest.trim_start().len();
@@ -72,6 +85,8 @@ pub(super) struct EventChange {
     pub verb: EventVerb,
     /// The event's name, without its database.
     pub name: String,
+    /// The database the statement qualifies the name with, if it does.
+    pub database: Option<String>,
     /// `ALTER EVENT ... RENAME TO`: its new name, without its database.
     pub renamed_to: Option<String>,
     /// Its status clause, when it has one.
@@ -106,32 +121,21 @@ pub(super) fn event_change(statement: &str) -> Option<EventChange> {
     while tokens.get(at).is_some_and(|t| t.is_word("IF") || t.is_word("NOT") || t.is_word("EXISTS")) {
         at += 1;
     }
-    let name = name_at(&tokens, at)?;
+    let (database, name) = name_at(&tokens, at)?;
     let renamed_to = tokens
         .windows(2)
         .position(|pair| pair[0].is_word("RENAME") && pair[1].is_word("TO"))
-        .and_then(|rename| name_at(&tokens, rename + 2));
-    Some(EventChange { verb, name, renamed_to, status: event_status(statement) })
+        .and_then(|rename| name_at(&tokens, rename + 2))
+        .map(|(_, name)| name);
+    Some(EventChange { verb, name, database, renamed_to, status: event_status(statement) })
 }
 
-/// The database an event statement qualifies its event's name with, if it does.
-fn event_schema(statement: &str) -> Option<String> {
-    let tokens = header_tokens(statement, "DO");
-    let event = tokens.iter().position(|t| t.is_word("EVENT"))?;
-    let mut at = event + 1;
-    while tokens.get(at).is_some_and(|t| t.is_word("IF") || t.is_word("NOT") || t.is_word("EXISTS")) {
-        at += 1;
-    }
-    let dot = tokens.get(at + 1)?;
-    (dot.text == ".").then(|| tokens[at].identifier()).flatten()
-}
-
-/// The name, without its database, of the possibly qualified name that begins at `at`.
-fn name_at(tokens: &[Token<'_>], at: usize) -> Option<String> {
+/// The possibly qualified name that begins at `at`, as its database (if named) and its name.
+fn name_at(tokens: &[Token<'_>], at: usize) -> Option<(Option<String>, String)> {
     let first = tokens.get(at)?.identifier()?;
     match (tokens.get(at + 1), tokens.get(at + 2)) {
-        (Some(dot), Some(name)) if dot.text == "." => name.identifier(),
-        _ => Some(first),
+        (Some(dot), Some(name)) if dot.text == "." => Some((Some(first), name.identifier()?)),
+        _ => Some((None, first)),
     }
 }
 
@@ -259,7 +263,9 @@ impl EventStatuses {
     /// `statement` as it is run during a replay from a database that is not restored: the event
     /// it names is qualified with its staging schema (`staging`.`e`).
     pub fn staged_qualified(&mut self, statement: &str) -> String {
-        let Some(schema) = event_schema(statement) else { return statement.to_string() };
+        let Some(schema) = event_change(statement).and_then(|change| change.database) else {
+            return statement.to_string();
+        };
         self.staged(&schema, statement)
     }
 
@@ -287,17 +293,6 @@ impl EventStatuses {
         }
         true
     }
-}
-
-/// `statement` (a `CREATE EVENT` read from a staging schema, so disabled) with the status
-/// clause `status` (`ENABLE`, `DISABLE`, `DISABLE ON SLAVE`).
-pub(super) fn event_with_clause(statement: &str, status: &str) -> String {
-    let as_backed_up = match status {
-        "ENABLE" => EventStatus::Enabled,
-        "DISABLE ON SLAVE" => EventStatus::DisabledOnReplica,
-        _ => EventStatus::Disabled,
-    };
-    event_with_status(statement, as_backed_up)
 }
 
 /// `statements` (views, routines, triggers or events, each after the `SET`s of its session)
@@ -413,13 +408,17 @@ mod tests {
         let change = |verb, name: &str, renamed_to: Option<&str>, status: Option<&str>| EventChange {
             verb,
             name: name.into(),
+            database: None,
             renamed_to: renamed_to.map(Into::into),
             status: status.map(Into::into),
         };
         let cases = [
             (
                 "CREATE DEFINER=`root`@`localhost` EVENT `app`.`e``1` ON SCHEDULE EVERY 1 HOUR DISABLE ON SLAVE DO SET @a = 1",
-                Some(change(EventVerb::Create, "e`1", None, Some("DISABLE ON SLAVE"))),
+                Some(EventChange {
+                    database: Some("app".into()),
+                    ..change(EventVerb::Create, "e`1", None, Some("DISABLE ON SLAVE"))
+                }),
             ),
             (
                 "create event if not exists e on schedule every 1 day do delete from t",
