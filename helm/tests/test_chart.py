@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -545,6 +546,9 @@ def test_service_monitor_toggle(helm):
     for name, m in monitors.items():
         assert m["metadata"]["labels"]["release"] == "prometheus", name
         assert m["spec"]["endpoints"][0]["port"] == "metrics", name
+        # The metrics' namespace and pod labels are the app's and the MySQL server's: Prometheus
+        # must not replace them with the controller pod's target labels.
+        assert m["spec"]["endpoints"][0]["honorLabels"] is True, name
         selected = [s for s in services.values() if m["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
         assert len(selected) == 1, f"{name} selects {len(selected)} Services"
 
@@ -783,5 +787,217 @@ def test_every_pod_of_the_chart_meets_the_restricted_pod_security_standard(helm)
     ],
 )
 def test_schema_rejects_bad_observability_values(helm, values, field):
+    with pytest.raises(RuntimeError, match=field):
+        helmrender.render(values)
+
+
+def test_rendered_alert_rules_pass_promtool(helm, tmp_path):
+    """The PrometheusRule's groups as the chart renders them (runbook links and alert labels
+    added) are rules Prometheus' own checker accepts, templates of the annotations included."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("VISITORS_REQUIRE_PROMETHEUS") == "1":
+            pytest.fail("VISITORS_REQUIRE_PROMETHEUS=1 but promtool is not installed (Debian: prometheus)", pytrace=False)
+        pytest.skip("promtool is not installed (Debian's prometheus package); set VISITORS_REQUIRE_PROMETHEUS=1 to make this fail")
+    docs = render({"prometheusRule": {"enabled": True, "alertLabels": {"team": "db"}}})
+    (rule,) = by_kind(docs, "PrometheusRule").values()
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    result = subprocess.run([promtool, "check", "rules", str(rules_file)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(rule_file_alerts())} rules found" in result.stdout + result.stderr
+
+
+# --- Grafana dashboard ---------------------------------------------------------------------
+
+DASHBOARD_FILE = CHART / "files" / "grafana-dashboard.json"
+DASHBOARD_KEY = "visitors-operator.json"
+DASHBOARD_ROWS = ["Apps", "Backups and drills", "Point-in-time archiving", "Restores", "Controllers' health"]
+MONITORING = REPO / "docs" / "monitoring.md"
+# The words of PromQL the dashboard's queries use (functions, aggregations, keywords); any other
+# word of a query is taken for a metric name, which the controllers must export: a new function
+# joins this list on purpose rather than passing unchecked as a metric.
+PROMQL_WORDS = {
+    "sum", "max", "min", "avg", "count", "rate", "increase", "histogram_quantile", "time",
+    "by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
+}
+
+
+def dashboard() -> dict:
+    return json.loads(DASHBOARD_FILE.read_text())
+
+
+def dashboard_panels(board: dict) -> list[dict]:
+    """Every panel, rows included, in order (a collapsed row holds its panels inside)."""
+    out = []
+    for panel in board["panels"]:
+        out.append(panel)
+        out.extend(panel.get("panels", []))
+    return out
+
+
+def query_panels(board: dict) -> list[dict]:
+    return [p for p in dashboard_panels(board) if p["type"] != "row"]
+
+
+def registered_metric_names() -> set[str]:
+    """The names (after the visitors_operator_ prefix, before any suffix) the controllers
+    register, read from their metrics modules, without the modules' tests."""
+    names = set()
+    for path in [REPO / "controllers" / "common" / "src" / "metrics.rs", *REPO.glob("controllers/*/src/metrics.rs")]:
+        code = path.read_text().split("#[cfg(test)]")[0]
+        names.update(re.findall(r'\.register\(\s*"([a-z_]+)"', code))
+    return names
+
+
+def documented_metrics() -> dict[str, tuple[str, set[str]]]:
+    """Metric name -> (type, label names), from the tables of docs/monitoring.md."""
+    out = {}
+    for name, kind, labels in re.findall(r"^\| `(visitors_operator_\w+)` \| (\w+) \| ([^|]*) \|", MONITORING.read_text(), re.M):
+        out[name] = (kind, set(re.findall(r"`(\w+)`", labels)))
+    return out
+
+
+def exported_series() -> dict[str, set[str]]:
+    """Every sample name the controllers export -> its label names: each metric the code
+    registers, with the suffixes its type (from docs/monitoring.md) gives it."""
+    documented = documented_metrics()
+    out = {}
+    for base in registered_metric_names():
+        name = next((n for n in (f"visitors_operator_{base}", f"visitors_operator_{base}_total") if n in documented), None)
+        assert name, f"the controllers register {base} but docs/monitoring.md does not list it"
+        kind, labels = documented[name]
+        if kind == "histogram":
+            out |= {f"{name}_bucket": labels | {"le"}, f"{name}_sum": labels, f"{name}_count": labels}
+        else:
+            assert kind in ("counter", "gauge"), f"{name}: type {kind}"
+            out[name] = labels
+    return out
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads: every word left once strings, matchers,
+    ranges, label lists and numbers are taken out, that is not one of PROMQL_WORDS."""
+    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', expr)
+    text = re.sub(r"\{[^}]*\}", "{}", text)
+    text = re.sub(r"\[[^\]]*\]", "[]", text)
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", r"\1", text)
+    text = re.sub(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", "0", text)
+    return {word for word in re.findall(r"[A-Za-z_:][\w:]*", text) if word not in PROMQL_WORDS}
+
+
+def test_metric_names_are_found_in_every_shape_of_query():
+    expr = 'sum by (le, namespace) (rate(a_bucket{namespace=~"$namespace", x="b c"}[$__rate_interval])) / on (namespace) b * 1e3 > 0.25'
+    assert metric_names(expr) == {"a_bucket", "b"}
+    # A word the list does not know is a metric name, which then fails the check below.
+    assert metric_names("clamp_min(up, 1)") == {"clamp_min", "up"}
+    series = exported_series()
+    assert len(series) >= 30, sorted(series)
+    assert {"visitors_operator_reconciles_total", "visitors_operator_backup_size_bytes_bucket"} <= set(series)
+    assert "le" in series["visitors_operator_reconcile_duration_seconds_bucket"]
+    assert "visitors_operator_reconciles" not in series, "a counter's samples end in _total"
+
+
+def test_grafana_dashboard_is_off_by_default(helm):
+    assert not by_kind(render(), "ConfigMap")
+
+
+def test_grafana_dashboard_is_a_configmap_for_the_sidecar(helm):
+    docs = render({"grafana": {"dashboard": {"enabled": True}}})
+    maps = by_kind(docs, "ConfigMap")
+    assert sorted(maps) == [f"{RELEASE}-dashboard"]
+    (configmap,) = maps.values()
+    assert configmap["metadata"]["namespace"] == NAMESPACE
+    labels = configmap["metadata"]["labels"]
+    assert labels["grafana_dashboard"] == "1"
+    assert labels["app.kubernetes.io/component"] == "dashboard"
+    assert all(label in labels for label in STANDARD_LABELS)
+    assert "annotations" not in configmap["metadata"]
+    assert list(configmap["data"]) == [DASHBOARD_KEY]
+    assert json.loads(configmap["data"][DASHBOARD_KEY]) == dashboard(), "the ConfigMap holds the file as is"
+    notes = _render_cached(json.dumps({"grafana": {"dashboard": {"enabled": True}}}, sort_keys=True), RELEASE, NAMESPACE)[1]
+    assert f"ConfigMap {RELEASE}-dashboard in namespace {NAMESPACE}" in notes
+
+
+def test_grafana_dashboard_label_namespace_and_annotations_follow_the_values(helm):
+    values = {"grafana": {"dashboard": {
+        "enabled": True, "label": "example.com/dashboard", "labelValue": "visitors", "namespace": "monitoring",
+        "annotations": {"grafana_folder": "Databases"}, "labels": {"team": "db"},
+    }}}
+    (configmap,) = by_kind(render(values), "ConfigMap").values()
+    metadata = configmap["metadata"]
+    assert metadata["namespace"] == "monitoring"
+    assert metadata["labels"]["example.com/dashboard"] == "visitors"
+    assert metadata["labels"]["team"] == "db"
+    assert "grafana_dashboard" not in metadata["labels"]
+    assert metadata["annotations"] == {"grafana_folder": "Databases"}
+
+
+def test_grafana_dashboard_has_a_row_per_concern_and_a_query_in_every_panel():
+    board = dashboard()
+    assert board["uid"] and board["title"] and board["schemaVersion"] >= 30
+    panels = dashboard_panels(board)
+    assert [p["title"] for p in panels if p["type"] == "row"] == DASHBOARD_ROWS
+    assert panels[0]["type"] == "row", "every panel is under a row"
+    for above, below in zip(panels, panels[1:]):
+        assert not (above["type"] == "row" and below["type"] == "row"), f"row {above['title']} is empty"
+    assert panels[-1]["type"] != "row", f"row {panels[-1]['title']} is empty"
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), "panel ids repeat"
+    for panel in query_panels(board):
+        title = panel["title"]
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, title
+        assert panel.get("description"), f"{title}: no description"
+        assert panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24, title
+        assert panel["targets"], f"{title}: no query"
+        for target in panel["targets"]:
+            assert target["expr"].strip(), f"{title}: an empty query"
+            assert target["datasource"] == panel["datasource"], title
+
+
+def test_grafana_dashboard_variables_are_the_datasource_and_the_namespace():
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    assert sorted(variables) == ["datasource", "namespace"]
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    namespace = variables["namespace"]
+    assert namespace["datasource"]["uid"] == "${datasource}"
+    assert namespace["query"]["query"] == namespace["definition"]
+    assert re.fullmatch(r'label_values\(\{__name__=~"visitors_operator_\.\+"\}, namespace\)', namespace["definition"])
+    assert namespace["multi"] and namespace["includeAll"] and namespace["allValue"] == ".*"
+
+
+def test_every_dashboard_query_reads_only_metrics_the_controllers_export():
+    series = exported_series()
+    problems = []
+    for panel in query_panels(dashboard()):
+        for target in panel["targets"]:
+            used = metric_names(target["expr"])
+            if not used:
+                problems.append(f"{panel['title']}: reads no metric: {target['expr']}")
+            problems += [f"{panel['title']}: {name} is not exported" for name in sorted(used - set(series))]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_namespaced_metric_of_the_dashboard_follows_the_namespace_variable():
+    series = exported_series()
+    unfiltered = []
+    for panel in query_panels(dashboard()):
+        for target in panel["targets"]:
+            for name, matchers in re.findall(r"(visitors_operator_\w+)\s*(\{[^}]*\})?", target["expr"]):
+                if "namespace" in series.get(name, set()) and 'namespace=~"$namespace"' not in matchers:
+                    unfiltered.append(f"{panel['title']}: {name}{matchers}")
+    assert not unfiltered, "queries of namespaced metrics without namespace=~\"$namespace\":\n" + "\n".join(unfiltered)
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"grafana": {"dashboard": {"enabled": "yes"}}}, "enabled"),
+        ({"grafana": {"dashbord": {"enabled": True}}}, "dashbord"),
+        ({"grafana": {"dashboard": {"label": ""}}}, "label"),
+        ({"grafana": {"dashboard": {"annotations": {"grafana_folder": 1}}}}, "grafana_folder"),
+    ],
+)
+def test_schema_rejects_bad_dashboard_values(helm, values, field):
     with pytest.raises(RuntimeError, match=field):
         helmrender.render(values)
