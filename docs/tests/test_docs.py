@@ -6,6 +6,7 @@
 - docs/monitoring.md lists every metric the controllers register.
 - Links between the documents point at files and headings that exist; no document names a
   path of a developer's machine.
+- Every file of deploy/examples/ is in README.md's list and named by a document of docs/.
 
 How reasons are found: every CamelCase string literal in the non-test Rust code of api/src
 and controllers/*/src is a reason unless NOT_REASONS says what else it is. This fails closed:
@@ -348,3 +349,22 @@ def test_no_path_of_this_machine(document):
     text = document.read_text()
     found = re.findall(r"(?:/work/|/home/\w+|/root/|/tmp/bash_jobs)[^\s)`]*", text)
     assert not found, f"{document.relative_to(REPO)} names paths of a machine: {found}"
+
+
+# --- Examples ------------------------------------------------------------------------------
+
+
+def example_files() -> list[str]:
+    return sorted(p.name for p in (REPO / "deploy" / "examples").glob("*.yaml"))
+
+
+def test_readme_lists_every_example():
+    readme = (REPO / "README.md").read_text()
+    missing = [f for f in example_files() if f"](deploy/examples/{f})" not in readme]
+    assert not missing, f"README.md's list of examples lacks {missing}"
+
+
+@pytest.mark.parametrize("example", example_files())
+def test_every_example_is_named_where_its_feature_is_described(example):
+    named_in = [d.name for d in sorted(DOCS.glob("*.md")) if f"deploy/examples/{example}" in d.read_text()]
+    assert named_in, f"no document of docs/ names deploy/examples/{example}"

@@ -5,6 +5,7 @@
 
 pub mod archive;
 pub mod book_backups;
+pub mod certificates;
 pub mod moto;
 pub mod process;
 pub mod prometheus;

@@ -4,7 +4,6 @@
 //! secrets it generated.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use age::secrecy::ExposeSecret;
@@ -20,6 +19,7 @@ use visitors_api::restore::RestorePhase;
 use visitors_api::visitors_app::TlsMode;
 use visitors_api::{MySQLBackup, MySQLRestore, VisitorsApp};
 use visitors_e2e::archive;
+use visitors_e2e::certificates::{certificate_secret, openssl_certificate};
 use visitors_e2e::moto::Moto;
 use visitors_e2e::{
     AppInitLock, TestNamespace, app_ready_at_generation, backup_finished, cluster, conditions_text, job_completes,
@@ -163,57 +163,6 @@ echo "plain text refused: $out; over TLS: $tls" > /dev/termination-log"#;
 
 // ---------- 2. the user's certificate ----------
 
-/// A CA and a server certificate for the app's MySQL Service in `ns`, made with openssl in
-/// `dir`: (ca.crt, tls.crt, tls.key).
-fn openssl_certificate(dir: &Path, ns: &str) -> (String, String, String) {
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "30",
-        "-subj",
-        "/CN=e2e user CA",
-    ]);
-    run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=ex-mysql"]);
-    let names = format!("subjectAltName=DNS:ex-mysql.{ns}.svc,DNS:ex-mysql.{ns},DNS:ex-mysql\n");
-    std::fs::write(dir.join("ext.cnf"), names).unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "tls.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "tls.crt",
-        "-days",
-        "30",
-        "-extfile",
-        "ext.cnf",
-    ]);
-    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
-    (read("ca.crt"), read("tls.crt"), read("tls.key"))
-}
-
-fn certificate_secret(ca: &str, crt: &str, key: &str) -> Value {
-    json!({"metadata": {"name": "mine"}, "type": "kubernetes.io/tls",
-           "stringData": {"ca.crt": ca, "tls.crt": crt, "tls.key": key}})
-}
-
 /// A `SELECT 1` over TLS that trusts only `ca`: it succeeds only if MySQL serves a certificate
 /// `ca` signed. (The app has no generated TLS Secret to mount: the CA comes in a variable.)
 fn trusting_only(ns: &str, name: &str, ca: &str) -> Value {
@@ -247,9 +196,9 @@ async fn a_users_certificate_made_with_openssl_is_served_and_replacing_it_restar
     let namespace = TestNamespace::create(&client, "e2e-own-cert").await;
     let ns = namespace.name.clone();
     let dir = tempfile::tempdir().unwrap();
-    let (ca, crt, key) = openssl_certificate(dir.path(), &ns);
+    let (ca, crt, key) = openssl_certificate(dir.path(), APP, &ns);
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
-    create(&secrets, certificate_secret(&ca, &crt, &key)).await;
+    create(&secrets, certificate_secret("mine", &ca, &crt, &key)).await;
     let apps = Api::<VisitorsApp>::namespaced(client.clone(), &ns);
     {
         let _one_at_a_time = AppInitLock::take().await;
@@ -268,8 +217,8 @@ async fn a_users_certificate_made_with_openssl_is_served_and_replacing_it_restar
     let (first_pod, first_revision) = (mysql_pod_uid(&client, &ns).await, update_revision(&client, &ns).await);
 
     let renewed = tempfile::tempdir().unwrap();
-    let (new_ca, new_crt, new_key) = openssl_certificate(renewed.path(), &ns);
-    let replacement: Secret = object(certificate_secret(&new_ca, &new_crt, &new_key));
+    let (new_ca, new_crt, new_key) = openssl_certificate(renewed.path(), APP, &ns);
+    let replacement: Secret = object(certificate_secret("mine", &new_ca, &new_crt, &new_key));
     let mut current = secrets.get("mine").await.unwrap();
     current.data = None;
     current.string_data = replacement.string_data;
