@@ -491,6 +491,18 @@ impl MySQLBackupSpec {
         problems.into_result().map(|()| plan)
     }
 
+    /// The spec of one run of this schedule: one base backup with the schedule's storage and
+    /// options. Archiving belongs to the schedule (the API refuses pointInTime without a
+    /// schedule), and a schedule's drill cron asks its runs by annotation, so a run keeps one
+    /// drill's settings.
+    pub fn for_run(&self) -> MySQLBackupSpec {
+        let mut spec = self.clone();
+        spec.schedule = None;
+        spec.point_in_time = None;
+        spec.drill = spec.drill.as_ref().map(crate::drill::Drill::for_scheduled_run);
+        spec
+    }
+
     /// Checks the spec (see [`Self::checked`]).
     pub fn validate(&self) -> Result<(), InvalidSpec> {
         self.checked().map(drop)

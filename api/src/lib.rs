@@ -13,6 +13,7 @@ pub mod encryption;
 pub mod labels;
 pub mod operation;
 pub mod point_in_time;
+pub mod recovery;
 pub mod restore;
 pub mod schedule;
 pub mod storage;

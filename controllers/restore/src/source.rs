@@ -11,6 +11,7 @@ use visitors_api::MySQLBackup;
 use visitors_api::backup::{BackupPhase, condition as backup_condition};
 use visitors_api::conditions;
 use visitors_api::point_in_time::{PointInTimeSource, archive_path};
+use visitors_api::recovery;
 use visitors_api::restore::reason;
 use visitors_api::storage::agent_location_of_recorded;
 
@@ -91,64 +92,35 @@ pub fn backup_of_point_in_time(
     restore_age_seconds: i64,
     now: Timestamp,
 ) -> Step<Backup> {
-    let name = schedule.name_any();
-    if !schedule.spec.is_schedule() {
-        let message =
-            format!("MySQLBackup {name} (spec.source.pointInTime.backup) is a run, not a schedule with pointInTime");
-        return Step::blocked(reason::BACKUP_NOT_SCHEDULE, message);
-    }
-    if schedule.spec.point_in_time.is_none() {
-        let message = format!(
-            "MySQLBackup {name} does not archive its binary log (spec.pointInTime is unset): it can only be restored to one of its runs"
-        );
-        return Step::blocked(reason::POINT_IN_TIME_NOT_ENABLED, message);
-    }
-    let archive = schedule.status.as_ref().and_then(|s| s.point_in_time.clone()).unwrap_or_default();
     let target = source.target_text();
-    let base = match (&source.target_time, &source.target_gtid) {
-        (Some(time), _) if time.0 > now => {
-            let message = format!("the target {target} is in the future (now is {now}): nothing was touched");
-            return Step::blocked(reason::TARGET_IN_THE_FUTURE, message);
+    let (base, base_time) = match (&source.target_time, &source.target_gtid) {
+        (Some(time), _) => match recovery::base_for_time(schedule, runs, time.0, now) {
+            Ok(base) => (base.run.clone(), base.snapshot_time),
+            Err(refusal) if refusal.is_not_archived_yet() => {
+                let archiving = schedule
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| conditions::is_true(&s.conditions, backup_condition::ARCHIVING));
+                if archiving && restore_age_seconds < ARCHIVE_WAIT_SECONDS {
+                    let message = format!("{}; the restore waits for it", refusal.message);
+                    return Step::wait(reason::WAITING_FOR_ARCHIVE, message);
+                }
+                return Step::blocked(refusal.reason, format!("{}: nothing was touched", refusal.message));
+            }
+            Err(refusal) => return Step::blocked(refusal.reason, refusal.message),
+        },
+        (None, Some(gtid)) => {
+            if let Err(refusal) = recovery::schedule_archives(schedule) {
+                return Step::blocked(refusal.reason, refusal.message);
+            }
+            match base_before_gtids(&schedule.name_any(), runs, gtid).into_ready() {
+                Ok(base) => base,
+                Err(stopped) => return stopped,
+            }
         }
-        (Some(time), _) => base_before_time(&name, runs, time.0),
-        (None, Some(gtid)) => base_before_gtids(&name, runs, gtid),
         (None, None) => return Step::blocked(reason::TARGET_NOT_ARCHIVED, "no target"),
     };
-    let (base, base_time) = match base.into_ready() {
-        Ok(base) => base,
-        Err(stopped) => return stopped,
-    };
-    if let Some(time) = &source.target_time {
-        let crossed = archive.gaps.iter().find(|gap| {
-            let after = gap.after_time.as_ref().map(|t| t.0);
-            let before = gap.before_time.as_ref().map(|t| t.0);
-            // The gap's last archived second may not be whole: a target at it crosses too.
-            before.is_some_and(|before| base_time < before) && after.is_none_or(|after| time.0 >= after)
-        });
-        if let Some(gap) = crossed {
-            let message = format!(
-                "reaching {target} from run {} would cross a gap in the archive ({}: {}); choose a target before the gap, or wait for a run after it",
-                base.name_any(),
-                gap.reason,
-                gap.message
-            );
-            return Step::blocked(reason::ACROSS_ARCHIVE_GAP, message);
-        }
-        let recoverable = archive.last_recoverable_time.as_ref().map(|t| t.0);
-        if recoverable.is_none_or(|recoverable| time.0 > recoverable) {
-            let until = recoverable.map_or("nothing yet".to_string(), |t| t.to_string());
-            let archiving = schedule
-                .status
-                .as_ref()
-                .is_some_and(|s| conditions::is_true(&s.conditions, backup_condition::ARCHIVING));
-            let message =
-                format!("the archive of MySQLBackup {name} holds every transaction up to {until}, not yet {target}");
-            if archiving && restore_age_seconds < ARCHIVE_WAIT_SECONDS {
-                return Step::wait(reason::WAITING_FOR_ARCHIVE, format!("{message}; the restore waits for it"));
-            }
-            return Step::blocked(reason::TARGET_NOT_ARCHIVED, format!("{message}: nothing was touched"));
-        }
-    }
+    let name = schedule.name_any();
     let mut backup = match backup_of_run(&base).into_ready() {
         Ok(backup) => backup,
         Err(stopped) => return stopped,
@@ -167,33 +139,6 @@ pub fn backup_of_point_in_time(
     Step::Ready(backup)
 }
 
-/// The runs a restore to a point in time can start from, with the server time of their
-/// snapshots (a run without a known snapshot position is none: the agent could not find it in
-/// the archive).
-fn bases(runs: &[MySQLBackup]) -> Vec<(&MySQLBackup, Timestamp)> {
-    runs.iter().filter_map(|run| run.base_snapshot().map(|base| (run, base.time))).collect()
-}
-
-fn base_before_time(schedule: &str, runs: &[MySQLBackup], target: Timestamp) -> Step<(MySQLBackup, Timestamp)> {
-    let all = bases(runs);
-    let base = all.iter().filter(|(_, at)| *at <= target).max_by_key(|(run, at)| (*at, run.name_any()));
-    match base {
-        Some((run, at)) => Step::Ready(((*run).clone(), *at)),
-        None => {
-            let oldest = all.iter().map(|(_, at)| *at).min();
-            let message = match oldest {
-                Some(oldest) => format!(
-                    "the target {target} is before the oldest successful run of MySQLBackup {schedule} (its snapshot is at {oldest}): nothing was touched"
-                ),
-                None => format!(
-                    "MySQLBackup {schedule} has no successful run with a recorded binary log position to start from: nothing was touched"
-                ),
-            };
-            Step::blocked(reason::TARGET_BEFORE_OLDEST_BACKUP, message)
-        }
-    }
-}
-
 fn base_before_gtids(schedule: &str, runs: &[MySQLBackup], target: &str) -> Step<(MySQLBackup, Timestamp)> {
     let target_set = match GtidSet::parse(target) {
         Ok(set) => set,
@@ -202,12 +147,12 @@ fn base_before_gtids(schedule: &str, runs: &[MySQLBackup], target: &str) -> Step
     let gtids_of = |run: &MySQLBackup| {
         run.status.as_ref()?.snapshot.as_ref()?.gtid.as_deref().and_then(|g| GtidSet::parse(g).ok())
     };
-    let base = bases(runs)
+    let base = recovery::bases(runs)
         .into_iter()
-        .filter(|(run, _)| gtids_of(run).is_some_and(|gtids| target_set.includes(&gtids)))
-        .max_by_key(|(run, at)| (*at, run.name_any()));
+        .filter(|base| gtids_of(base.run).is_some_and(|gtids| target_set.includes(&gtids)))
+        .max_by_key(|base| (base.snapshot_time, base.run.name_any()));
     match base {
-        Some((run, at)) => Step::Ready((run.clone(), at)),
+        Some(base) => Step::Ready((base.run.clone(), base.snapshot_time)),
         None => {
             let message = format!(
                 "no successful run of MySQLBackup {schedule} has a snapshot within the target gtid {target}: nothing was touched"

@@ -21,13 +21,7 @@ pub fn run_name(schedule: &str, fire_time: Timestamp) -> String {
 /// The run of `schedule` for `fire_time`.
 pub fn scheduled_run(schedule: &MySQLBackup, fire_time: Timestamp) -> MySQLBackup {
     let name = schedule.name_any();
-    let mut spec = schedule.spec.clone();
-    spec.schedule = None;
-    // Archiving belongs to the schedule: a run is one base backup (the API refuses pointInTime
-    // without a schedule).
-    spec.point_in_time = None;
-    // A schedule's drill cron asks its runs by annotation; a run keeps one drill's settings.
-    spec.drill = spec.drill.as_ref().map(visitors_api::drill::Drill::for_scheduled_run);
+    let spec = schedule.spec.for_run();
     let labels = BTreeMap::from([
         (SCHEDULE_LABEL.to_string(), name.clone()),
         (DATABASE_LABEL.to_string(), schedule.spec.source.visitors_app.clone()),
