@@ -61,7 +61,7 @@ impl BackupRun<'_> {
     /// the server to read, the storage's Secret or claim, then the database lock. Returns how
     /// the Job reaches the database, and which server it reads.
     async fn resolve(&self) -> Result<Step<(DatabaseAccess, Source)>, ApiError> {
-        let access = ready!(self.op.app_access("spec.source.visitorsApp").await?);
+        let access = ready!(self.op.serving_app_access("spec.source.visitorsApp").await?);
         let from = self.backup.spec.source.reads_from();
         let source = ready!(source::choose(from, self.op.app, self.op.namespace, &access.servers));
         if let Some(encryption) = &self.backup.spec.encryption {

@@ -119,6 +119,30 @@ async fn a_missing_app_is_waited_for_with_a_pending_condition_and_backoff() {
     assert!(later > first && later <= controller_common::reconcile::MAX_WAIT, "{later:?} after {first:?}");
 }
 
+/// A run applied with its app (one `kubectl apply`): the app exists and reports TLS, but its
+/// MySQL is still initialising. The run waits instead of starting a Job that cannot connect.
+#[tokio::test]
+async fn a_run_waits_for_its_apps_database_to_answer_before_any_job() {
+    let (context, mut server) = context();
+    let backup = backup("ex");
+    let mut starting = shop::app(1);
+    starting["status"]["conditions"] = json!([{"type": "DatabaseReady", "status": "False",
+        "reason": "WaitingForMysqlPod", "message": "ex-mysql-0 is not ready", "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+    let task = tokio::spawn(reconcile(Arc::new(backup.clone()), context));
+    server.expect(Method::GET, JOB_PATH, StatusCode::NOT_FOUND, not_found()).await;
+    server.expect(Method::GET, APP_PATH, StatusCode::OK, starting).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&backup)).await;
+    let status = &written.body["status"];
+    assert_eq!(status["phase"], "Pending");
+    let pending = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Pending").unwrap();
+    assert_eq!(pending["reason"], "WaitingForVisitorsApp");
+    let message = pending["message"].as_str().unwrap();
+    assert!(message.contains("database of VisitorsApp ex") && message.contains("WaitingForMysqlPod"), "{message}");
+    server.expect_echo(Method::POST, EVENTS_PATH).await;
+    task.await.unwrap().unwrap();
+    server.expect_no_request(Duration::from_millis(100)).await;
+}
+
 #[tokio::test]
 async fn a_ready_run_takes_the_lock_and_starts_one_job() {
     let (context, mut server) = context();

@@ -25,6 +25,7 @@ use crate::agent_job::{self, AgentInputs, DatabaseAccess, JobEnd, JobState, Mysq
 use crate::error::{ApiError, api_err};
 use crate::kind::NamespacedKind;
 use crate::lock::{Acquired, DatabaseLock, Holder, HolderKind, REASON_WAITING_FOR_LOCK};
+use crate::ready;
 use crate::reconcile::Runtime;
 use crate::step::{Step, Wait};
 
@@ -107,18 +108,40 @@ where
     /// root password and its status says whether MySQL serves TLS. `app_field` names the spec
     /// field that names the app.
     pub async fn app_access(&self, app_field: &str) -> Result<Step<DatabaseAccess>, ApiError> {
+        let app = ready!(self.app(app_field).await?);
+        self.access_to(&app, app_field).await
+    }
+
+    /// [`Self::app_access`], once the app's database also answers (`DatabaseReady`): a backup
+    /// or restore applied with its app (one `kubectl apply`, a GitOps sync) waits for MySQL to
+    /// initialise instead of failing its Job against a server that is not there yet.
+    pub async fn serving_app_access(&self, app_field: &str) -> Result<Step<DatabaseAccess>, ApiError> {
+        let app = ready!(self.app(app_field).await?);
+        if let Some(message) = database_not_serving(&app, app_field) {
+            return Ok(Step::wait(reason::WAITING_FOR_VISITORS_APP, message));
+        }
+        self.access_to(&app, app_field).await
+    }
+
+    async fn app(&self, app_field: &str) -> Result<Step<VisitorsApp>, ApiError> {
         let app_name = self.app;
         let app = self
             .api::<VisitorsApp>()
             .get_opt(app_name)
             .await
             .map_err(api_err(format!("reading VisitorsApp {app_name}")))?;
-        let Some(app) = app else {
-            let message =
-                format!("VisitorsApp {app_name} ({app_field}) does not exist in namespace {}", self.namespace);
-            return Ok(Step::wait(reason::WAITING_FOR_VISITORS_APP, message));
-        };
-        let Some(tls) = app_tls(&app) else {
+        Ok(match app {
+            Some(app) => Step::Ready(app),
+            None => Step::wait(
+                reason::WAITING_FOR_VISITORS_APP,
+                format!("VisitorsApp {app_name} ({app_field}) does not exist in namespace {}", self.namespace),
+            ),
+        })
+    }
+
+    async fn access_to(&self, app: &VisitorsApp, app_field: &str) -> Result<Step<DatabaseAccess>, ApiError> {
+        let app_name = self.app;
+        let Some(tls) = app_tls(app) else {
             let message =
                 format!("VisitorsApp {app_name} ({app_field}) has not reported whether its MySQL serves TLS yet");
             return Ok(Step::wait(reason::WAITING_FOR_VISITORS_APP, message));
@@ -127,7 +150,7 @@ where
         let check = self
             .secret_has_keys(&secret, &[secret_keys::ROOT_PASSWORD], reason::WAITING_FOR_CREDENTIALS_SECRET)
             .await?;
-        let servers = MysqlServers::of(&app);
+        let servers = MysqlServers::of(app);
         Ok(check.map(|()| DatabaseAccess { credentials_secret: secret, tls, servers }))
     }
 
@@ -369,6 +392,24 @@ where
 }
 
 /// The TLS an app's MySQL serves, as the app's status says; `None` until it says.
+/// Why the app's database does not answer yet, when its `DatabaseReady` condition is not True.
+pub fn database_not_serving(app: &VisitorsApp, app_field: &str) -> Option<String> {
+    let conditions = app.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let ready = visitors_api::conditions::find(conditions, visitors_api::conditions::DATABASE_READY);
+    match ready {
+        Some(condition) if condition.status == "True" => None,
+        Some(condition) => Some(format!(
+            "the database of VisitorsApp {} ({app_field}) is not ready yet ({}: {})",
+            app.name_any(),
+            condition.reason,
+            condition.message
+        )),
+        None => {
+            Some(format!("the database of VisitorsApp {} ({app_field}) has not reported ready yet", app.name_any()))
+        }
+    }
+}
+
 pub fn app_tls(app: &VisitorsApp) -> Option<ServerTls> {
     let tls = app.status.as_ref()?.tls.as_ref()?;
     Some(match (tls.mode, &tls.secret_name) {
@@ -389,6 +430,29 @@ mod tests {
         let mut app = VisitorsApp::new("ex", Default::default());
         app.status = Some(VisitorsAppStatus { tls, ..VisitorsAppStatus::default() });
         app
+    }
+
+    #[test]
+    fn a_backup_or_restore_waits_until_the_apps_database_answers() {
+        let condition = |status: &str, reason: &str| Condition {
+            type_: visitors_api::conditions::DATABASE_READY.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: "the pod is starting".into(),
+            observed_generation: None,
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        };
+        let with = |conditions: Vec<Condition>| {
+            let mut app = app_with(None);
+            app.status.as_mut().unwrap().conditions = conditions;
+            app
+        };
+        let field = "spec.source.visitorsApp";
+        assert_eq!(database_not_serving(&with(vec![condition("True", "Connected")]), field), None);
+        let starting = database_not_serving(&with(vec![condition("False", "WaitingForMysqlPod")]), field).unwrap();
+        assert!(starting.contains("WaitingForMysqlPod") && starting.contains(field), "{starting}");
+        assert!(database_not_serving(&with(vec![]), field).is_some(), "no condition yet: not ready");
+        assert!(database_not_serving(&VisitorsApp::new("ex", Default::default()), field).is_some(), "no status");
     }
 
     #[test]

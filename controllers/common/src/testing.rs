@@ -235,7 +235,9 @@ pub mod shop {
     pub fn app(size: i32) -> Value {
         json!({"apiVersion": "example.com/v1", "kind": "VisitorsApp",
                "metadata": {"name": "ex", "namespace": "shop", "uid": "app-1"}, "spec": {"size": size},
-               "status": {"tls": {"mode": "Required", "secretName": "ex-mysql-tls"}}})
+               "status": {"tls": {"mode": "Required", "secretName": "ex-mysql-tls"},
+                          "conditions": [{"type": "DatabaseReady", "status": "True", "reason": "Connected",
+                                          "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
     }
 
     pub fn credentials_secret() -> Value {

@@ -197,7 +197,7 @@ impl<'a> Restore<'a> {
 
     /// How the Job reaches the target app's MySQL, then the app's database lock.
     async fn access_and_lock(&self) -> Result<Step<DatabaseAccess>, ApiError> {
-        let access = ready!(self.op.app_access("spec.target.visitorsApp").await?);
+        let access = ready!(self.op.serving_app_access("spec.target.visitorsApp").await?);
         Ok(self.op.take_lock().await?.map(|()| access))
     }
 
