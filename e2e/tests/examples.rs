@@ -431,18 +431,19 @@ async fn every_example_is_accepted_by_its_controller_and_does_what_it_shows() {
     }
     create_app_secrets(&client, &ns, &examples).await;
     create_key_secrets(&client, &ns, &examples).await;
-    // The apps first, Ready before the rest as the README says (a run that starts before its
-    // app's MySQL answers fails); their databases initialise in this test's turn (AppInitLock).
-    let (apps, others): (Vec<&Example>, Vec<&Example>) = examples.iter().partition(|e| e.kind() == "VisitorsApp");
+    // The apps and the backups together, as a GitOps sync applies them: a run waits for its
+    // app's MySQL to answer (the README says so); the databases initialise in this test's turn
+    // (AppInitLock). The restores once the apps are Ready: each replaces a database.
+    let (restores, rest): (Vec<&Example>, Vec<&Example>) = examples.iter().partition(|e| e.kind() == "MySQLRestore");
     {
         let _one_at_a_time = AppInitLock::take().await;
-        for example in &apps {
+        for example in &rest {
             apply(&client, &ns, example).await;
         }
-        let typed: Vec<VisitorsApp> = apps.iter().map(|app| app.typed()).collect();
-        join_all(typed.iter().map(|app| app_runs_as_shown(&client, &ns, app))).await;
+        let apps: Vec<VisitorsApp> = of_kind(&examples, "VisitorsApp");
+        join_all(apps.iter().map(|app| app_runs_as_shown(&client, &ns, app))).await;
     }
-    for example in &others {
+    for example in &restores {
         apply(&client, &ns, example).await;
     }
     join_all(examples.iter().map(|example| does_what_it_shows(&client, &ns, example, &examples))).await;
