@@ -7,6 +7,7 @@ pub mod archive;
 pub mod book_backups;
 pub mod certificates;
 pub mod moto;
+pub mod plugin;
 pub mod process;
 pub mod prometheus;
 pub mod replication;

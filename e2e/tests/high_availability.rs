@@ -10,7 +10,7 @@
 //! 3. the primary frozen under writes: a failover; thawed, it never accepts a write again as
 //!    primary (a prober tries every server's own address all along: the servers that accept
 //!    follow each other, never interleave) and rejoins as a replica;
-//! 4. a switchover by annotation; one to a server that is not a healthy replica is refused;
+//! 4. a switchover through `kubectl visitors switchover`; one to a server that is not a healthy replica is refused;
 //! 5. the MySQL image changed: the replicas restart first, then one switchover, then the old
 //!    primary restarts as a replica; no failover;
 //! 6. all three pods deleted at once: the server holding the most transactions becomes the
@@ -27,11 +27,10 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use visitors_api::backup::ServerRole;
 use visitors_api::restore::RestorePhase;
-use visitors_api::visitors_app::{
-    MemberRole, ReplicationStatus, SWITCHOVER_REQUESTED_AT_ANNOTATION, SWITCHOVER_TO_ANNOTATION,
-};
+use visitors_api::visitors_app::{MemberRole, ReplicationStatus, RoleChange};
 use visitors_api::{MySQLBackup, MySQLRestore};
 use visitors_e2e::archive::{self, rfc3339};
+use visitors_e2e::plugin;
 use visitors_e2e::replication::{
     MARIADB_IMAGE, Site, app_write_job, create_replicated_app, pod_sql_job, prober_job, replicating,
 };
@@ -128,31 +127,23 @@ async fn a_replicated_mysql_loses_no_acknowledged_write_through_deletion_freeze_
         "the servers that accepted writes, in order: {order:?}; only {old} then {new} may"
     );
 
-    // 4. A switchover to a chosen replica, then one to the primary itself, refused.
+    // 4. A switchover to a chosen replica, then one to the primary itself, refused: through
+    // `kubectl visitors switchover`, which sets the annotations and waits for the answer.
     let before = site.primary().await;
     let target = (0..SERVERS).map(|i| format!("{APP}-mysql-{i}")).find(|pod| *pod != before).unwrap();
-    site.annotate(APP, json!({SWITCHOVER_REQUESTED_AT_ANNOTATION: "first", SWITCHOVER_TO_ANNOTATION: target}), false)
-        .await;
-    let switched = wait_for("the switchover", || async {
-        match site.replication().await.last_switchover {
-            Some(change) if change.request.as_deref() == Some("first") => Ok(change),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    let asked = plugin::run(&ns, &["switchover", APP, "--to", &target, "-o", "json"]).await;
+    assert!(asked.status.success(), "switchover: {}", plugin::text(&asked).1);
+    let switched: RoleChange = serde_json::from_slice(&asked.stdout).expect("the switchover as JSON");
     assert_eq!((switched.from.as_deref(), switched.to.as_deref()), (Some(before.as_str()), Some(target.as_str())));
+    assert_eq!(site.replication().await.last_switchover.and_then(|s| s.request), switched.request, "the one it asked");
     eprintln!("switchover {before} -> {target}, write gap {:?} s", switched.write_gap_seconds);
     site.healthy().await;
-    site.annotate(APP, json!({SWITCHOVER_REQUESTED_AT_ANNOTATION: "second", SWITCHOVER_TO_ANNOTATION: target}), false)
-        .await;
-    let refused = wait_for("the refusal", || async {
-        match site.replication().await.last_switchover {
-            Some(change) if change.request.as_deref() == Some("second") => Ok(change),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
-    assert_eq!((refused.to.as_deref(), refused.reason.as_str()), (None, "TargetNotAHealthyReplica"), "{refused:?}");
+    let refused = plugin::run(&ns, &["switchover", APP, "--to", &target]).await;
+    let (_, said) = plugin::text(&refused);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(said.contains("TargetNotAHealthyReplica"), "{said}");
+    let recorded = site.replication().await.last_switchover.expect("the refusal is recorded");
+    assert_eq!((recorded.to.as_deref(), recorded.reason.as_str()), (None, "TargetNotAHealthyReplica"), "{recorded:?}");
     assert!(events_of(&client, &ns, APP).await.iter().any(|e| e.reason.as_deref() == Some("SwitchoverRefused")));
     assert_eq!(site.primary().await, target, "nothing moved");
 

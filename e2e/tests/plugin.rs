@@ -5,7 +5,6 @@
 //! secret, and a user who may only read getting a plain error for `backup`.
 
 use std::path::PathBuf;
-use std::process::Output;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
@@ -13,49 +12,12 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use visitors_api::{MySQLBackup, MySQLRestore};
 use visitors_e2e::archive::{archived_until, archiving_is};
+use visitors_e2e::plugin::{run as visitors, text};
 use visitors_e2e::{TestNamespace, cluster, mariadb_job, ready_app_with_claim_and_rows, run_job, sql_value, wait_for};
 
 const APP: &str = "ex";
 const CLAIM: &str = "backups";
 const SCHEDULE: &str = "nightly";
-
-/// The plugin binary of this checkout (`E2E_PLUGIN` overrides), built by e2e/run.sh.
-fn plugin() -> PathBuf {
-    if let Some(path) = std::env::var_os("E2E_PLUGIN") {
-        return PathBuf::from(path);
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| visitors_e2e::repo_root().join("target"));
-    let profile = match std::env::var("E2E_PROFILE").as_deref() {
-        Ok("release") => "release",
-        _ => "debug",
-    };
-    target.join(profile).join("kubectl-visitors")
-}
-
-/// Runs `kubectl visitors ARGS` in `namespace`, with stdin closed (no terminal: no question).
-async fn visitors(namespace: &str, args: &[&str]) -> Output {
-    let binary = plugin();
-    let mut command = tokio::process::Command::new(&binary);
-    command.args(args).args(["-n", namespace]).stdin(std::process::Stdio::null());
-    let output = command
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("{}: {e} (build it: cargo build --bin kubectl-visitors)", binary.display()));
-    eprintln!(
-        "$ kubectl visitors {} -> {:?}\n{}{}",
-        args.join(" "),
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-fn text(output: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
-}
 
 async fn schedule_with_archiving_and_drills(client: &Client, ns: &str) {
     let schedule: MySQLBackup = serde_json::from_value(json!({
