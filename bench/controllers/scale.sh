@@ -22,11 +22,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$(pwd)
 
-CLUSTER_SH=${TEST_CLUSTER_DIR:-$REPO/../shared/test-cluster}/cluster.sh
-export KUBE_BIN_DIR=${KUBE_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/kube-bin}
-# Its own state and ports, so that it never meets an e2e cluster.
-export TEST_CLUSTER_STATE=${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/bench-cluster
-export TEST_CLUSTER_APISERVER_PORT=16443 TEST_CLUSTER_ETCD_PORT=22379 TEST_CLUSTER_KCM_PORT=20257
+# shellcheck source=bench/bench-cluster.sh
+source "$REPO/bench/bench-cluster.sh"
 IDLE_SECONDS=${IDLE_SECONDS:-300}
 METRICS=127.0.0.1:18090
 counts=("$@")
@@ -61,11 +58,7 @@ start_apiserver_profile() {
 
 for n in "${counts[@]}"; do
     echo "==> $n apps"
-    "$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true
-    "$CLUSTER_SH" start --no-node >/dev/null
-    eval "$("$CLUSTER_SH" env)"
-    export KUBECONFIG
-    "$bin/e2e-setup" --namespace visitors-operator-system >/dev/null
+    fresh_bench_cluster "$bin"
     # DATABASE_CHECK=pod: no database ever starts without a node; the SQL check would only
     # add timeouts to the figure.
     [ -z "${RESYNC_SECONDS:-}" ] || export RESYNC_SECONDS

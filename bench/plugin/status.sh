@@ -14,11 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$(pwd)
 
-CLUSTER_SH=${TEST_CLUSTER_DIR:-$REPO/../shared/test-cluster}/cluster.sh
-export KUBE_BIN_DIR=${KUBE_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/kube-bin}
-# Its own state and ports (those of bench/controllers/scale.sh, which it never runs beside).
-export TEST_CLUSTER_STATE=${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/bench-cluster
-export TEST_CLUSTER_APISERVER_PORT=16443 TEST_CLUSTER_ETCD_PORT=22379 TEST_CLUSTER_KCM_PORT=20257
+# shellcheck source=bench/bench-cluster.sh
+source "$REPO/bench/bench-cluster.sh"
 counts=("$@")
 [ ${#counts[@]} -gt 0 ] || counts=(1000)
 
@@ -28,10 +25,6 @@ trap '"$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true' EXIT
 
 for n in "${counts[@]}"; do
     echo "==> $n apps"
-    "$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true
-    "$CLUSTER_SH" start --no-node >/dev/null
-    eval "$("$CLUSTER_SH" env)"
-    export KUBECONFIG
-    "$bin/e2e-setup" --namespace visitors-operator-system >/dev/null
+    fresh_bench_cluster "$bin"
     "$bin/plugin-bench" --plugin "$bin/kubectl-visitors" --apps "$n" --runs "${RUNS:-3}" --repeat "${REPEAT:-10}"
 done

@@ -128,11 +128,8 @@ fn run_problems(run: &MySQLBackup) -> Option<Problem> {
     if status.phase != Some(BackupPhase::Failed) {
         return None;
     }
-    let reason = conditions::find(&status.conditions, conditions::READY)
-        .map(|c| c.reason.clone())
-        .unwrap_or_else(|| "BackupFailed".to_string());
-    let message = status.error.clone().unwrap_or_else(|| "the backup failed".to_string());
-    Some(Problem::new(format!("MySQLBackup/{}", run.name_any()), &reason, message))
+    let object = format!("MySQLBackup/{}", run.name_any());
+    Some(failed(object, &status.conditions, status.error.as_deref(), "BackupFailed"))
 }
 
 fn newest_drilled<'a>(runs: &[&'a MySQLBackup]) -> Option<&'a MySQLBackup> {
@@ -174,11 +171,14 @@ fn restore_problem(restores: &[MySQLRestore]) -> Option<Problem> {
     if status.phase != Some(RestorePhase::Failed) {
         return None;
     }
-    let reason = conditions::find(&status.conditions, conditions::READY)
-        .map(|c| c.reason.clone())
-        .unwrap_or_else(|| "RestoreFailed".to_string());
-    let message = status.error.clone().unwrap_or_else(|| "the restore failed".to_string());
-    Some(Problem::new(format!("MySQLRestore/{}", newest.name_any()), &reason, message))
+    let object = format!("MySQLRestore/{}", newest.name_any());
+    Some(failed(object, &status.conditions, status.error.as_deref(), "RestoreFailed"))
+}
+
+/// An operation that ended `Failed`: the reason of its `Ready` condition, and its error.
+fn failed(object: String, all: &[Condition], error: Option<&str>, otherwise: &str) -> Problem {
+    let reason = conditions::find(all, conditions::READY).map_or(otherwise, |c| c.reason.as_str());
+    Problem::new(object, reason, error.unwrap_or("it failed without an error message").to_string())
 }
 
 fn newest<'a>(runs: impl Iterator<Item = &'a MySQLBackup>) -> Option<&'a MySQLBackup> {

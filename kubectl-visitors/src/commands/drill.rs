@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use visitors_api::MySQLBackup;
 use visitors_api::drill::{DRILL_REQUESTED_AT, DrillPhase};
 
@@ -31,11 +30,8 @@ pub async fn run(session: &Session, args: &DrillArgs) -> Result<(), Error> {
         )));
     }
     let requested = super::now();
-    let annotations = BTreeMap::from([(DRILL_REQUESTED_AT.to_string(), requested.to_string())]);
-    let patch = serde_json::json!({"metadata": {"annotations": annotations}});
-    api.patch(&args.run, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| Error::from_api("patch", "mysqlbackups", namespace, Some(&args.run), e))?;
+    let annotations = BTreeMap::from([(DRILL_REQUESTED_AT, Some(requested.to_string()))]);
+    super::annotate(&api, "mysqlbackups", namespace, &args.run, annotations).await?;
     eprintln!("Drill of {} requested.", args.run);
     if args.wait.no_wait {
         return Ok(());

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use visitors_api::VisitorsApp;
 use visitors_api::visitors_app::{
     ReplicationStatus, RoleChange, SWITCHOVER_REQUESTED_AT_ANNOTATION, SWITCHOVER_TO_ANNOTATION,
@@ -30,12 +29,11 @@ pub async fn run(session: &Session, args: &SwitchoverArgs) -> Result<(), Error> 
     }
     // To the nanosecond: two requests within one second are two requests.
     let request = jiff::Timestamp::now().to_string();
-    let mut annotations = BTreeMap::from([(SWITCHOVER_REQUESTED_AT_ANNOTATION.to_string(), Some(request.clone()))]);
-    annotations.insert(SWITCHOVER_TO_ANNOTATION.to_string(), args.to.clone());
-    let patch = serde_json::json!({"metadata": {"annotations": annotations}});
-    apps.patch(&args.app, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| Error::from_api("patch", "visitorsapps", namespace, Some(&args.app), e))?;
+    let annotations = BTreeMap::from([
+        (SWITCHOVER_REQUESTED_AT_ANNOTATION, Some(request.clone())),
+        (SWITCHOVER_TO_ANNOTATION, args.to.clone()),
+    ]);
+    super::annotate(&apps, "visitorsapps", namespace, &args.app, annotations).await?;
     eprintln!("Switchover of {} requested ({request}).", args.app);
     if args.wait.no_wait {
         return Ok(());
