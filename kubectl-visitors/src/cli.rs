@@ -28,7 +28,7 @@ pub struct Global {
     /// The namespace (default: the kubeconfig context's, else `default`).
     #[arg(short = 'n', long, global = true)]
     pub namespace: Option<String>,
-    /// Every namespace (for `status` and `runs` without an app).
+    /// Every namespace (for `status` without an app).
     #[arg(short = 'A', long, global = true)]
     pub all_namespaces: bool,
     /// The kubeconfig context to use.
