@@ -85,8 +85,16 @@ impl DrillSteps<'_> {
     /// waits until the objects of an earlier drill are gone (a pod or Job still terminating
     /// would otherwise be taken for this drill's).
     async fn start(&self, requested: Timestamp) -> Result<Action, Error> {
-        match self.earlier_drill_left().await? {
+        match self.earlier_drill_left(requested).await? {
             Leftover::None => {}
+            Leftover::ThisDrills => {
+                // Made by a reconcile whose status this one has not seen (read from the cache
+                // before it arrived) or whose status write was lost: the drill goes on with it.
+                // Deleting it would end this very drill as DatabaseLost.
+                let pending = status::drill_pending(Time(requested), &job_name(self.run), now());
+                self.publish(pending).await?;
+                return Ok(Action::requeue(STARTING_POLL));
+            }
             Leftover::Ours(left) => {
                 // Still terminating, or created by a reconcile whose status write was lost (no
                 // drill records it): deleted (again), and waited for.
@@ -115,7 +123,7 @@ impl DrillSteps<'_> {
         // deleted above) is used as it is: the new pod reads its password from it.
         for created in [
             self.op.create(&secret, "Secret").await,
-            self.op.create(&build::database_pod(self.run, &settings, &image), "Pod").await,
+            self.op.create(&build::database_pod_for(self.run, &settings, &image, requested), "Pod").await,
         ] {
             if let Err(error) = created {
                 return self.refused(pending, error).await;
@@ -149,10 +157,14 @@ impl DrillSteps<'_> {
     }
 
     /// What of an earlier drill is still there: a pod or Job of the drill's name, this run's
-    /// (being deleted, or left by a reconcile whose status write was lost) or someone else's.
-    async fn earlier_drill_left(&self) -> Result<Leftover, Error> {
+    /// (being deleted, or left by a reconcile whose status write was lost) or someone else's;
+    /// or the database of the drill requested at `requested` itself.
+    async fn earlier_drill_left(&self, requested: Timestamp) -> Result<Leftover, Error> {
         let pod = build::database_name(self.run);
         if let Some(found) = self.op.api::<Pod>().get_opt(&pod).await.map_err(api_err(format!("reading Pod {pod}")))? {
+            if self.op.owns(&found) && build::serves_request(&found, requested) {
+                return Ok(Leftover::ThisDrills);
+            }
             return Ok(self.leftover(&found, format!("Pod {pod}")));
         }
         let job = job_name(self.run);
@@ -300,6 +312,8 @@ impl DrillSteps<'_> {
 /// An object of an earlier drill's name.
 enum Leftover {
     None,
+    /// This very drill's database: made for the request being started.
+    ThisDrills,
     Ours(String),
     Foreign(String),
 }

@@ -817,6 +817,36 @@ async fn a_database_no_drill_records_is_deleted_before_a_new_drill_starts() {
     assert_eq!(delay(&task.await.unwrap().unwrap()), Duration::from_secs(5), "it looks again soon");
 }
 
+/// A reconcile that reads the run from the cache before the status of the one that started the
+/// drill arrives finds the drill's database made for this very request: the drill goes on with
+/// it (the status is recorded again), instead of deleting it and ending the drill it belongs to
+/// as DatabaseLost (seen in the e2e suite: the drill requested by hand never ran).
+#[tokio::test]
+async fn the_database_of_the_drill_being_started_is_kept_when_its_status_is_not_seen_yet() {
+    let (context, mut server) = context();
+    let mut drilled = backup("ex");
+    drilled.spec.drill = Some(Default::default());
+    drilled.metadata.annotations =
+        Some([("example.com/drill-requested-at".to_string(), "2026-11-23T11:00:00Z".to_string())].into());
+    let succeeded = with_status(
+        drilled,
+        json!({"phase": "Succeeded", "completionTime": "2026-11-23T10:00:00Z", "manifestSha256": "cd".repeat(32)}),
+    );
+    let task = tokio::spawn(reconcile(Arc::new(succeeded.clone()), context));
+    let ours = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b1-drill-db", "namespace": "shop", "uid": "p-1",
+        "annotations": {"example.com/drill-request": "2026-11-23T11:00:00Z"},
+        "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MySQLBackup", "name": "b1", "uid": "u-1", "controller": true}]}});
+    server.expect(Method::GET, &format!("{PODS_PATH}/b1-drill-db"), StatusCode::OK, ours).await;
+    let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&succeeded)).await;
+    let drill = &written.body["status"]["drill"];
+    assert_eq!(
+        (drill["phase"].as_str(), drill["requestedAt"].as_str()),
+        (Some("Pending"), Some("2026-11-23T11:00:00Z"))
+    );
+    assert_eq!(delay(&task.await.unwrap().unwrap()), Duration::from_secs(5), "it looks again soon");
+    server.expect_no_request(Duration::from_millis(100)).await;
+}
+
 /// A Job's result comes from its own pods: a pod left by a deleted Job of the same name (pods
 /// of a Job deleted in the background linger) must not make this Job's run succeed.
 #[tokio::test]

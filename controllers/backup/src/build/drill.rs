@@ -106,6 +106,24 @@ pub fn database_access(run: &MySQLBackup) -> DatabaseAccess {
 /// backup, stopped by its deadline, never restarted (a lost server ends the drill). It serves a
 /// certificate of its own drill's CA and refuses plain text, as an app's MySQL does: the backup's
 /// rows cross the network to it.
+/// Annotation on a drill's database pod: the drill request it serves (RFC 3339), so that a
+/// reconcile that reads the run before the drill's status arrives knows the pod is this drill's.
+pub const DRILL_REQUEST_ANNOTATION: &str = "example.com/drill-request";
+
+/// The drill's database for the drill requested at `requested`.
+pub fn database_pod_for(run: &MySQLBackup, drill: &Drill, image: &str, requested: jiff::Timestamp) -> Pod {
+    let mut pod = database_pod(run, drill, image);
+    pod.metadata.annotations =
+        Some(std::collections::BTreeMap::from([(DRILL_REQUEST_ANNOTATION.to_string(), requested.to_string())]));
+    pod
+}
+
+/// Whether `pod` was made for the drill requested at `requested`, and is not going away.
+pub fn serves_request(pod: &Pod, requested: jiff::Timestamp) -> bool {
+    let annotated = pod.metadata.annotations.as_ref().and_then(|a| a.get(DRILL_REQUEST_ANNOTATION));
+    pod.metadata.deletion_timestamp.is_none() && annotated.is_some_and(|at| *at == requested.to_string())
+}
+
 pub fn database_pod(run: &MySQLBackup, drill: &Drill, image: &str) -> Pod {
     let args = DRILL_MYSQLD_ARGS.iter().map(ToString::to_string).chain(mysql_server::tls_args()).collect();
     let container = Container {
