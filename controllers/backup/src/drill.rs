@@ -90,9 +90,12 @@ impl DrillSteps<'_> {
             Leftover::ThisDrills => {
                 // Made by a reconcile whose status this one has not seen (read from the cache
                 // before it arrived) or whose status write was lost: the drill goes on with it.
-                // Deleting it would end this very drill as DatabaseLost.
-                let pending = status::drill_pending(Time(requested), &job_name(self.run), now());
-                self.publish(pending).await?;
+                // Deleting it would end this very drill as DatabaseLost. Recorded again only
+                // if the stored status does not hold it: it may have moved on since (Running).
+                if !self.stored_drill_answers(requested).await? {
+                    let pending = status::drill_pending(Time(requested), &job_name(self.run), now());
+                    self.publish(pending).await?;
+                }
                 return Ok(Action::requeue(STARTING_POLL));
             }
             Leftover::Ours(left) => {
@@ -154,6 +157,16 @@ impl DrillSteps<'_> {
         let message = format!("{} was refused by the API server ({}): {why}", error.action, status.code);
         let failed = status::drill_failed(pending, reason::DRILL_ERROR, message, now());
         self.end(failed).await
+    }
+
+    /// Whether the run's stored status (read from the API server, not the cache) already holds
+    /// the drill requested at `requested`.
+    async fn stored_drill_answers(&self, requested: Timestamp) -> Result<bool, Error> {
+        let name = self.run.name_any();
+        let stored = self.op.api::<MySQLBackup>().get_status(&name).await;
+        let stored = stored.map_err(api_err(format!("reading the status of MySQLBackup {name}")))?;
+        let drill = stored.status.and_then(|s| s.drill);
+        Ok(drill.is_some_and(|d| d.requested_at.0.as_second() == requested.as_second()))
     }
 
     /// What of an earlier drill is still there: a pod or Job of the drill's name, this run's

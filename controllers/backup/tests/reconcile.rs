@@ -836,7 +836,10 @@ async fn the_database_of_the_drill_being_started_is_kept_when_its_status_is_not_
     let ours = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b1-drill-db", "namespace": "shop", "uid": "p-1",
         "annotations": {"example.com/drill-request": "2026-11-23T11:00:00Z"},
         "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MySQLBackup", "name": "b1", "uid": "u-1", "controller": true}]}});
-    server.expect(Method::GET, &format!("{PODS_PATH}/b1-drill-db"), StatusCode::OK, ours).await;
+    let pod_path = format!("{PODS_PATH}/b1-drill-db");
+    server.expect(Method::GET, &pod_path, StatusCode::OK, ours.clone()).await;
+    // The stored status lacks the drill too (its write was lost): it is recorded again.
+    server.expect(Method::GET, STATUS_PATH, StatusCode::OK, serde_json::to_value(&succeeded).unwrap()).await;
     let written = server.expect_with(Method::PATCH, STATUS_PATH, with_applied_status(&succeeded)).await;
     let drill = &written.body["status"]["drill"];
     assert_eq!(
@@ -844,6 +847,17 @@ async fn the_database_of_the_drill_being_started_is_kept_when_its_status_is_not_
         (Some("Pending"), Some("2026-11-23T11:00:00Z"))
     );
     assert_eq!(delay(&task.await.unwrap().unwrap()), Duration::from_secs(5), "it looks again soon");
+    server.expect_no_request(Duration::from_millis(100)).await;
+
+    // The stored status has moved on (the drill runs): nothing is written over it.
+    let (context, mut server) = self::context();
+    let task = tokio::spawn(reconcile(Arc::new(succeeded.clone()), context));
+    server.expect(Method::GET, &pod_path, StatusCode::OK, ours).await;
+    let mut running = serde_json::to_value(&succeeded).unwrap();
+    running["status"]["drill"] =
+        json!({"phase": "Running", "requestedAt": "2026-11-23T11:00:00Z", "jobName": "b1-drill"});
+    server.expect(Method::GET, STATUS_PATH, StatusCode::OK, running).await;
+    assert_eq!(delay(&task.await.unwrap().unwrap()), Duration::from_secs(5));
     server.expect_no_request(Duration::from_millis(100)).await;
 }
 
