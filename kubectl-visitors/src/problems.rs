@@ -12,7 +12,7 @@ use visitors_api::visitors_app::MemberRole;
 use visitors_api::{MySQLBackup, MySQLRestore, conditions};
 
 use crate::runbook;
-use crate::snapshot::{AppSnapshot, schedule_of};
+use crate::snapshot::{AppSnapshot, newest, schedule_of};
 
 /// A certificate this close to its expiry is a problem: the controller renews the ones it
 /// generates well before (docs/visitors-controller.md), so this means renewal is not happening.
@@ -113,7 +113,7 @@ fn schedule_problems(schedule: &MySQLBackup, runs: &[&MySQLBackup], now: Timesta
         problems.push(Problem::new(object.clone(), &ready.reason, ready.message.clone()));
     }
     let own: Vec<&MySQLBackup> = runs.iter().copied().filter(|r| schedule_of(r) == Some(name.as_str())).collect();
-    if let Some(newest) = newest(own.iter().copied().filter(|r| has_ended(r))) {
+    if let Some(newest) = newest(own.iter().copied().filter(|r| r.has_ended())) {
         problems.extend(run_problems(newest));
     }
     if let Some(drilled) = newest_drilled(&own) {
@@ -166,7 +166,7 @@ fn unverified_problem(schedule: &MySQLBackup, runs: &[&MySQLBackup], now: Timest
 }
 
 fn restore_problem(restores: &[MySQLRestore]) -> Option<Problem> {
-    let newest = restores.iter().max_by_key(|r| (r.metadata.creation_timestamp.as_ref().map(|t| t.0), r.name_any()))?;
+    let newest = newest(restores.iter())?;
     let status = newest.status.as_ref()?;
     if status.phase != Some(RestorePhase::Failed) {
         return None;
@@ -179,14 +179,6 @@ fn restore_problem(restores: &[MySQLRestore]) -> Option<Problem> {
 fn failed(object: String, all: &[Condition], error: Option<&str>, otherwise: &str) -> Problem {
     let reason = conditions::find(all, conditions::READY).map_or(otherwise, |c| c.reason.as_str());
     Problem::new(object, reason, error.unwrap_or("it failed without an error message").to_string())
-}
-
-fn newest<'a>(runs: impl Iterator<Item = &'a MySQLBackup>) -> Option<&'a MySQLBackup> {
-    runs.max_by_key(|r| (r.metadata.creation_timestamp.as_ref().map(|t| t.0), r.name_any()))
-}
-
-fn has_ended(run: &MySQLBackup) -> bool {
-    matches!(run.status.as_ref().and_then(|s| s.phase), Some(BackupPhase::Succeeded | BackupPhase::Failed))
 }
 
 /// `\n  What to do: ...` for a reason the runbook explains, else nothing.

@@ -132,3 +132,9 @@ where
 pub fn schedule_of(run: &MySQLBackup) -> Option<&str> {
     run.labels().get(SCHEDULE_LABEL).map(String::as_str)
 }
+
+/// The newest of `objects` by creation time (then name): the last run of a schedule, the last
+/// restore of an app.
+pub fn newest<'a, K: ResourceExt + 'a>(objects: impl Iterator<Item = &'a K>) -> Option<&'a K> {
+    objects.max_by_key(|o| (o.meta().creation_timestamp.as_ref().map(|t| t.0), o.name_any()))
+}

@@ -9,12 +9,11 @@ use kube::ResourceExt;
 use serde::Serialize;
 use visitors_api::backup::BackupPhase;
 use visitors_api::drill::DrillPhase;
-use visitors_api::restore::RestorePhase;
 use visitors_api::visitors_app::{MemberRole, RoleChange};
 use visitors_api::{MySQLBackup, MySQLRestore, VisitorsApp, conditions};
 
 use crate::problems::{Problem, problems_of};
-use crate::snapshot::{AppSnapshot, ManySnapshot, schedule_of};
+use crate::snapshot::{AppSnapshot, ManySnapshot, newest, schedule_of};
 
 #[derive(Serialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -293,7 +292,7 @@ pub fn app_status(snapshot: &AppSnapshot, now: Timestamp) -> AppStatus {
         last_on_demand: newest(runs.iter().copied().filter(|r| schedule_of(r).is_none())).map(run),
         last_verified: newest_verified(runs.iter().copied()),
         point_in_time: schedules.iter().filter(|s| s.spec.archiving().is_some()).map(|s| window(s)).collect(),
-        last_restore: newest_restore(&snapshot.restores).map(restore),
+        last_restore: newest(snapshot.restores.iter()).map(restore),
         running: running(&runs, &snapshot.restores, now),
         problems: problems_of(snapshot, now),
     }
@@ -314,7 +313,7 @@ pub fn app_line(snapshot: &AppSnapshot, now: Timestamp) -> AppLine {
             }
             None => format!("{}/{}", status.mysql.ready_replicas, status.mysql.replicas),
         },
-        last_backup: newest(runs.filter(|r| has_ended(r))).map(run),
+        last_backup: newest(runs.filter(|r| r.has_ended())).map(run),
         last_verified: status.last_verified,
         newest_recoverable: status.point_in_time.iter().filter_map(|w| w.newest_recoverable).max(),
         running: status.running.len(),
@@ -404,7 +403,7 @@ fn schedule(schedule: &MySQLBackup, runs: &[&MySQLBackup]) -> Schedule {
         next_run: schedule.status.as_ref().and_then(|s| s.next_schedule_time.as_ref()).map(|t| t.0),
         archiving: schedule.spec.archiving().is_some(),
         drill: drill.map(|d| d.cron.clone().unwrap_or_else(|| "after each run".to_string())),
-        last_run: newest(own.iter().copied().filter(|r| has_ended(r))).map(run),
+        last_run: newest(own.iter().copied().filter(|r| r.has_ended())).map(run),
         last_verified: newest_verified(own.iter().copied()),
         name,
     }
@@ -416,10 +415,6 @@ fn created<K: ResourceExt>(object: &K) -> Option<Timestamp> {
 
 fn time(t: &Option<Time>) -> Option<Timestamp> {
     t.as_ref().map(|t| t.0)
-}
-
-fn newest<'a>(runs: impl Iterator<Item = &'a MySQLBackup>) -> Option<&'a MySQLBackup> {
-    runs.max_by_key(|r| (created(*r), r.name_any()))
 }
 
 fn newest_verified<'a>(runs: impl Iterator<Item = &'a MySQLBackup>) -> Option<Verified> {
@@ -438,10 +433,6 @@ fn newest_verified<'a>(runs: impl Iterator<Item = &'a MySQLBackup>) -> Option<Ve
 
 fn verified_time(run: &MySQLBackup) -> Option<Timestamp> {
     run.status.as_ref().and_then(|s| time(&s.verified_time))
-}
-
-fn has_ended(run: &MySQLBackup) -> bool {
-    matches!(run.status.as_ref().and_then(|s| s.phase), Some(BackupPhase::Succeeded | BackupPhase::Failed))
 }
 
 pub fn run(run: &MySQLBackup) -> Run {
@@ -508,10 +499,6 @@ fn window(schedule: &MySQLBackup) -> Window {
     }
 }
 
-fn newest_restore(restores: &[MySQLRestore]) -> Option<&MySQLRestore> {
-    restores.iter().max_by_key(|r| (created(*r), r.name_any()))
-}
-
 fn restore(restore: &MySQLRestore) -> Restore {
     let status = restore.status.clone().unwrap_or_default();
     Restore {
@@ -540,7 +527,7 @@ pub fn restore_source(restore: &MySQLRestore) -> String {
 fn running(runs: &[&MySQLBackup], restores: &[MySQLRestore], now: Timestamp) -> Vec<Activity> {
     let mut activities: Vec<Activity> = Vec::new();
     let durations = last_durations(runs);
-    for run in runs.iter().filter(|r| !has_ended(r) && r.metadata.deletion_timestamp.is_none()) {
+    for run in runs.iter().filter(|r| !r.has_ended() && r.metadata.deletion_timestamp.is_none()) {
         let status = run.status.clone().unwrap_or_default();
         let started = time(&status.start_time).or_else(|| created(*run));
         let expected = durations.get(&schedule_of(run).map(str::to_string)).copied();
@@ -556,14 +543,10 @@ fn running(runs: &[&MySQLBackup], restores: &[MySQLRestore], now: Timestamp) -> 
         activities.push(drilling);
     }
     let expected_restore = newest_verified(runs.iter().copied()).and_then(|v| v.restore_seconds);
-    for restore in restores.iter().filter(|r| !restore_ended(r)) {
+    for restore in restores.iter().filter(|r| !r.has_ended()) {
         activities.push(restore_progress(restore, expected_restore, now));
     }
     activities
-}
-
-fn restore_ended(restore: &MySQLRestore) -> bool {
-    matches!(restore.status.as_ref().and_then(|s| s.phase), Some(RestorePhase::Succeeded | RestorePhase::Failed))
 }
 
 /// A restore's progress: its point-in-time replay's share of its span, else its time so far

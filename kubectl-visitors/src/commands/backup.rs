@@ -40,21 +40,19 @@ pub async fn run(session: &Session, args: &BackupArgs) -> Result<(), Error> {
 async fn look(api: &Api<MySQLBackup>, name: &str, expected: Option<f64>) -> Result<Seen<MySQLBackup>, Error> {
     let run = api.get(name).await.map_err(|e| Error::from_api("get", "mysqlbackups", "", Some(name), e))?;
     let status = run.status.clone().unwrap_or_default();
-    match status.phase {
-        Some(BackupPhase::Succeeded | BackupPhase::Failed) => Ok(Seen::Done(run)),
-        phase => {
-            let started = status.start_time.as_ref().map(|t| t.0);
-            let elapsed = started.map(|s| super::now().duration_since(s).as_secs_f64());
-            let fraction = elapsed.zip(expected).map(|(e, x)| (e / x).min(0.99));
-            let waiting = visitors_api::conditions::find(&status.conditions, visitors_api::conditions::PENDING)
-                .filter(|c| c.status == "True")
-                .map(|c| format!(": {}", c.reason))
-                .unwrap_or_default();
-            let phase = phase.map_or("Pending".to_string(), |p| format!("{p:?}"));
-            let of = expected.map(|x| format!(" (last run took {})", format::duration(x))).unwrap_or_default();
-            Ok(Seen::Going { fraction, message: format!("backup {name} {phase}{waiting}{of}") })
-        }
+    if run.has_ended() {
+        return Ok(Seen::Done(run));
     }
+    let started = status.start_time.as_ref().map(|t| t.0);
+    let elapsed = started.map(|s| super::now().duration_since(s).as_secs_f64());
+    let fraction = elapsed.zip(expected).map(|(e, x)| (e / x).min(0.99));
+    let waiting = visitors_api::conditions::find(&status.conditions, visitors_api::conditions::PENDING)
+        .filter(|c| c.status == "True")
+        .map(|c| format!(": {}", c.reason))
+        .unwrap_or_default();
+    let phase = status.phase.map_or("Pending".to_string(), |p| format!("{p:?}"));
+    let of = expected.map(|x| format!(" (last run took {})", format::duration(x))).unwrap_or_default();
+    Ok(Seen::Going { fraction, message: format!("backup {name} {phase}{waiting}{of}") })
 }
 
 fn result_text(run: &Run, drilled: bool) -> String {

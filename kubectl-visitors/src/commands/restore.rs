@@ -83,7 +83,7 @@ fn target(args: &RestoreArgs) -> Result<Target, Error> {
 
 async fn look(api: &Api<MySQLRestore>, name: &str, expected: Option<f64>) -> Result<Seen<MySQLRestore>, Error> {
     let restore = api.get(name).await.map_err(|e| Error::from_api("get", "mysqlrestores", "", Some(name), e))?;
-    if matches!(restore.status.as_ref().and_then(|s| s.phase), Some(RestorePhase::Succeeded | RestorePhase::Failed)) {
+    if restore.has_ended() {
         return Ok(Seen::Done(restore));
     }
     let activity = view::restore_progress(&restore, expected, super::now());
