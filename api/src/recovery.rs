@@ -99,7 +99,8 @@ pub fn bases(runs: &[MySQLBackup]) -> Vec<TimeBase<'_>> {
     runs.iter().filter_map(|run| run.base_snapshot().map(|base| TimeBase { run, snapshot_time: base.time })).collect()
 }
 
-fn base_before<'a>(schedule: &str, runs: &'a [MySQLBackup], target: Timestamp) -> Result<TimeBase<'a>, Refusal> {
+/// The newest base at or before `target`, among the runs of schedule `schedule`.
+pub fn base_before<'a>(schedule: &str, runs: &'a [MySQLBackup], target: Timestamp) -> Result<TimeBase<'a>, Refusal> {
     let all = bases(runs);
     let newest_before = all
         .iter()

@@ -205,11 +205,8 @@ fn time_base<'a>(
         Ok(base) => (base.run.name_any(), base.snapshot_time, false),
         Err(refusal) if refusal.is_not_archived_yet() && archive_catches_up(schedule, target) => {
             // The controller waits for the archive to reach a target a few seconds ahead of it.
-            let latest = recovery::bases(&runs)
-                .into_iter()
-                .filter(|b| b.snapshot_time <= target)
-                .max_by_key(|b| b.snapshot_time)
-                .ok_or_else(|| Error::Refused(refusal.message.clone()))?;
+            let latest =
+                recovery::base_before(&name, &runs, target).map_err(|_| Error::Refused(refusal.message.clone()))?;
             (latest.run.name_any(), latest.snapshot_time, true)
         }
         Err(refused) => {
