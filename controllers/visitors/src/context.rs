@@ -112,16 +112,31 @@ impl<'a> AppScope<'a> {
         store.get(&ObjectRef::new(name).within(&self.namespace))
     }
 
+    /// No reconcile has written the app's status yet: the Secrets the controller generates for
+    /// it are almost certainly absent, so they are created without a read first (a create that
+    /// finds one reads it, see [`Self::create_or_read_secret`]). With thousands of new apps at
+    /// once, the reads that would only answer 404 were a fifth of a first reconcile's requests.
+    pub fn is_new(&self) -> bool {
+        self.app.status.is_none()
+    }
+
     /// Creates `secret` under the controller's field manager; one created meanwhile (by an
     /// interrupted reconcile, or by someone else: the caller checks whose it is) is read instead.
     pub async fn create_or_read_secret(&self, secret: &Secret) -> Result<Secret, Error> {
         let name = secret.name_any();
+        match self.create_secret(secret).await? {
+            Some(created) => Ok(created),
+            None => Ok(self.api::<Secret>().get(&name).await.map_err(api_err(format!("reading Secret {name}")))?),
+        }
+    }
+
+    /// Creates `secret` under the controller's field manager: `None` when one of its name exists.
+    pub async fn create_secret(&self, secret: &Secret) -> Result<Option<Secret>, Error> {
+        let name = secret.name_any();
         let params = PostParams { field_manager: Some(self.runtime().field_manager.clone()), ..PostParams::default() };
         match self.api::<Secret>().create(&params, secret).await {
-            Ok(created) => Ok(created),
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                Ok(self.api::<Secret>().get(&name).await.map_err(api_err(format!("reading Secret {name}")))?)
-            }
+            Ok(created) => Ok(Some(created)),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
             Err(source) => Err(ApiError { action: format!("creating Secret {name}"), source }.into()),
         }
     }

@@ -27,11 +27,14 @@ pub async fn current(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<
 async fn read(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<Credentials>, Error> {
     let source = &valid.credentials;
     let name = &source.name;
-    let existing = scope.api::<Secret>().get_opt(name).await.map_err(api_err(format!("reading Secret {name}")))?;
-    let secret = match existing {
-        Some(secret) => secret,
-        None if source.generated => ready!(generate(scope, name).await?),
-        None => return Ok(Invalid::SecretMissing { name: name.clone() }.into()),
+    let secret = if source.generated && scope.is_new() {
+        ready!(generate(scope, name, false).await?)
+    } else {
+        match read_secret(scope, name).await? {
+            Some(secret) => secret,
+            None if source.generated => ready!(generate(scope, name, true).await?),
+            None => return Ok(Invalid::SecretMissing { name: name.clone() }.into()),
+        }
     };
     if source.generated
         && let Err(invalid) = validate::generated_secret_is_ours(&scope.name, &secret)
@@ -55,18 +58,33 @@ async fn read(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<Credent
     Ok(Step::Ready(credentials))
 }
 
+async fn read_secret(scope: &AppScope<'_>, name: &str) -> Result<Option<Secret>, Error> {
+    Ok(scope.api::<Secret>().get_opt(name).await.map_err(api_err(format!("reading Secret {name}")))?)
+}
+
 /// Creates the generated Secret with new passwords, unless the database volume already exists:
-/// new passwords for a volume initialised with the old ones would lock the backend out.
-async fn generate(scope: &AppScope<'_>, name: &str) -> Result<Step<Secret>, Error> {
+/// new passwords for a volume initialised with the old ones would lock the backend out. A new
+/// app's Secret is not read first (`found_absent` false): a volume kept from an earlier app of the
+/// same name (deletionPolicy Retain) comes with its Secret, which is read then.
+async fn generate(scope: &AppScope<'_>, name: &str, found_absent: bool) -> Result<Step<Secret>, Error> {
+    if let Some(claim) = existing_claim(scope).await? {
+        let kept = if found_absent { None } else { read_secret(scope, name).await? };
+        return Ok(match kept {
+            Some(secret) => Step::Ready(secret),
+            None => Invalid::CredentialsLost { secret: name.to_string(), claim }.into(),
+        });
+    }
+    let secret = build::secret::generated(scope.app, &Credentials::generate());
+    Ok(Step::Ready(scope.create_or_read_secret(&secret).await?))
+}
+
+/// The name of the app's database volume claim, when it exists.
+async fn existing_claim(scope: &AppScope<'_>) -> Result<Option<String>, Error> {
     let claim = build::mysql::claim_name(&scope.name);
     let claims = scope.api::<PersistentVolumeClaim>();
     let found =
         claims.get_metadata_opt(&claim).await.map_err(api_err(format!("reading PersistentVolumeClaim {claim}")))?;
-    if found.is_some() {
-        return Ok(Invalid::CredentialsLost { secret: name.to_string(), claim }.into());
-    }
-    let secret = build::secret::generated(scope.app, &Credentials::generate());
-    Ok(Step::Ready(scope.create_or_read_secret(&secret).await?))
+    Ok(found.map(|_| claim))
 }
 
 /// Owns the generated Secret exactly when the deletion policy is Delete; patches only on a

@@ -66,9 +66,12 @@ async fn reconcile_app(scope: &AppScope<'_>) -> Result<Action, Error> {
 /// The steps of a live app with a valid spec, in order: what they found and applied.
 async fn converge(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<(Observed, Applied)>, Error> {
     let (app, ctx) = (scope.app, scope.ctx);
-    // Read at the first reconcile of each spec and once a resync period.
-    let credentials = ready!(Box::pin(credentials::current(scope, valid)).await?);
-    let tls = ready!(Box::pin(tls::serving(scope, valid)).await?);
+    // Read at the first reconcile of each spec and once a resync period; side by side, as
+    // neither needs the other (a new app's first reconcile waits for one round trip less).
+    let (credentials, tls) =
+        futures::join!(Box::pin(credentials::current(scope, valid)), Box::pin(tls::serving(scope, valid)));
+    let credentials = ready!(credentials?);
+    let tls = ready!(tls?);
     let existing = Existing::cached(scope);
     let quiesced_by = ctx.stores.quiescing_restore(&scope.namespace, &scope.name);
     let inputs = Inputs {

@@ -10,6 +10,7 @@ use controller_common::error::api_err;
 use controller_common::ready;
 use controller_common::step::Step;
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
 use visitors_api::VisitorsApp;
 use visitors_api::labels::names;
 use visitors_api::visitors_app::{TlsMode, reason, tls_keys};
@@ -53,6 +54,12 @@ async fn read(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<Option<
     if build::tls::effective_mode(scope.app, existing.as_deref()) == TlsMode::Disabled {
         return Ok(Step::Ready(None));
     }
+    if valid.tls.generated
+        && scope.is_new()
+        && let Some(issued) = issue_first_certificate(scope).await?
+    {
+        return Ok(issued);
+    }
     let name = &valid.tls.name;
     let hosts = build::mysql::verified_hosts(scope.app);
     let now = jiff::Timestamp::now();
@@ -84,19 +91,12 @@ fn checked(tls: Result<ServingTls, Invalid>) -> Step<Option<ServingTls>> {
 /// Issues a new server certificate with the app's CA into the generated Secret, and says so by
 /// an Event when it renews one.
 async fn issue_server_certificate(scope: &AppScope<'_>, renewal: bool) -> Result<Step<Option<ServingTls>>, Error> {
-    let authority = ready!(authority(scope).await?);
-    let now = jiff::Timestamp::now();
-    let names = build::tls::server_names(scope.app);
-    let server = match issue_server(&authority, &names::mysql(&scope.name), &names, now, SERVER_VALIDITY) {
-        Ok(server) => server,
-        Err(error) => return Ok(Invalid::TlsGeneration { problem: error.to_string() }.into()),
-    };
-    let desired = build::tls::server_secret(scope.app, &server, &authority.certificate_pem);
-    let name = names::mysql_tls_secret(&scope.name);
+    let desired = ready!(server_secret(scope, CaSecret::ReadFirst).await?);
+    let name = desired.name_any();
     apply(&scope.api::<Secret>(), &scope.runtime().field_manager, &desired)
         .await
         .map_err(api_err(format!("writing Secret {name}")))?;
-    let tls = validate::tls_secret(&name, Some(&desired), &build::mysql::verified_hosts(scope.app), now);
+    let tls = served(scope, &desired);
     // A first certificate is progress, in the status only (an Event per new app is thousands
     // of writes at scale); a renewal restarts MySQL and is told.
     if let Ok(tls) = &tls
@@ -111,11 +111,52 @@ async fn issue_server_certificate(scope: &AppScope<'_>, renewal: bool) -> Result
     Ok(checked(tls))
 }
 
+/// A new app's first certificate and CA, created without reading their Secrets first: `None`
+/// when the server certificate's Secret exists (an interrupted reconcile made it, or someone
+/// else did), which the read then checks.
+async fn issue_first_certificate(scope: &AppScope<'_>) -> Result<Option<Step<Option<ServingTls>>>, Error> {
+    let desired = match server_secret(scope, CaSecret::CreateFirst).await?.into_ready() {
+        Ok(desired) => desired,
+        Err(stopped) => return Ok(Some(stopped)),
+    };
+    Ok(scope.create_secret(&desired).await?.map(|_| checked(served(scope, &desired))))
+}
+
+/// The Secret of a new server certificate for the app's MySQL, issued by the app's CA.
+async fn server_secret(scope: &AppScope<'_>, ca: CaSecret) -> Result<Step<Secret>, Error> {
+    let authority = ready!(authority(scope, ca).await?);
+    let names = build::tls::server_names(scope.app);
+    let now = jiff::Timestamp::now();
+    Ok(match issue_server(&authority, &names::mysql(&scope.name), &names, now, SERVER_VALIDITY) {
+        Ok(server) => Step::Ready(build::tls::server_secret(scope.app, &server, &authority.certificate_pem)),
+        Err(error) => Invalid::TlsGeneration { problem: error.to_string() }.into(),
+    })
+}
+
+/// What MySQL serves from the generated Secret `secret`, as the checks of a read find it.
+fn served(scope: &AppScope<'_>, secret: &Secret) -> Result<ServingTls, Invalid> {
+    let now = jiff::Timestamp::now();
+    validate::tls_secret(&secret.name_any(), Some(secret), &build::mysql::verified_hosts(scope.app), now)
+}
+
+/// How the CA Secret is found: read (and created when missing), or, for a new app, created
+/// (and read when it exists).
+#[derive(Clone, Copy)]
+enum CaSecret {
+    ReadFirst,
+    CreateFirst,
+}
+
 /// The app's CA: the generated CA Secret, created when missing. An existing CA is never
 /// replaced: clients trust it.
-async fn authority(scope: &AppScope<'_>) -> Result<Step<KeyedCertificate>, Error> {
+async fn authority(scope: &AppScope<'_>, ca: CaSecret) -> Result<Step<KeyedCertificate>, Error> {
     let name = names::mysql_ca_secret(&scope.name);
-    let found = scope.api::<Secret>().get_opt(&name).await.map_err(api_err(format!("reading Secret {name}")))?;
+    let found = match ca {
+        CaSecret::ReadFirst => {
+            scope.api::<Secret>().get_opt(&name).await.map_err(api_err(format!("reading Secret {name}")))?
+        }
+        CaSecret::CreateFirst => None,
+    };
     let secret = match found {
         Some(secret) => secret,
         None => {

@@ -71,6 +71,46 @@ async fn first_creation_builds_the_database_and_frontend_then_waits() {
     assert!(!serde_json::to_string(&h.app().status).unwrap().contains(&password), "a password leaked into status");
 }
 
+/// A new app's Secrets are known to be absent: created without a read that would answer 404
+/// (three per app, a fifth of a first reconcile's requests, before).
+#[tokio::test]
+async fn a_new_apps_first_reconcile_creates_its_secrets_without_reading_them() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.reconcile().await.unwrap();
+
+    let requests = h.api.requests();
+    let secrets =
+        |method: http::Method| requests.iter().filter(|r| r.method == method && r.path.contains("/secrets")).count();
+    assert_eq!(secrets(http::Method::GET), 0, "{requests:?}");
+    assert_eq!(secrets(http::Method::POST), 3, "credentials, CA and server certificate: {requests:?}");
+    assert_eq!(requests.len(), 11, "finalizer, claim, 3 Secrets, 5 children, status: {requests:?}");
+    let server: Secret = h.api.get("ex-mysql-tls").expect("the server certificate");
+    assert!(server.data.unwrap().contains_key("tls.key"));
+}
+
+/// An app made again over the volume and Secret an earlier app of its name kept
+/// (deletionPolicy Retain) uses that Secret: new passwords would lock the backend out.
+#[tokio::test]
+async fn a_new_app_over_a_kept_volume_uses_the_secret_kept_with_it() {
+    let h = Harness::new();
+    h.create_app(book_spec());
+    h.reconcile().await.unwrap();
+    let kept: Secret = h.api.get("ex-mysql-credentials").unwrap();
+    delete_app(&h).await;
+    h.api.put(&PersistentVolumeClaim {
+        metadata: kube::api::ObjectMeta { name: Some("data-ex-mysql-0".into()), ..Default::default() },
+        ..Default::default()
+    });
+
+    h.create_app(book_spec());
+    h.reconcile().await.unwrap();
+
+    assert_eq!(ready_condition(&h).1, "WaitingForMysqlPod");
+    let secret: Secret = h.api.get("ex-mysql-credentials").unwrap();
+    assert_eq!(secret.data, kept.data, "the kept passwords");
+}
+
 /// Progress towards Ready is in the status only, but losing readiness is news for a user: a
 /// Normal Event says why, once.
 #[tokio::test]

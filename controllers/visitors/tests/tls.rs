@@ -187,3 +187,20 @@ async fn a_generated_certificate_near_its_expiry_is_renewed_with_an_event() {
     let events = h.api.events();
     assert!(events.iter().any(|(kind, reason, _)| kind == "Normal" && reason == "CertificateRenewed"), "{events:?}");
 }
+
+/// A new app's certificate Secret is created without a read first; a Secret of that name that is
+/// not the app's is still never overwritten nor served.
+#[tokio::test]
+async fn a_secret_of_someone_else_in_the_way_of_a_new_apps_certificate_is_left_alone() {
+    let h = Harness::new();
+    let (theirs, _) = user_secret("ex-mysql-tls", &["elsewhere"], jiff::SignedDuration::from_hours(24 * 90));
+    h.api.put(&theirs);
+    h.create_app(book_spec());
+    h.reconcile().await.unwrap();
+
+    let (status, reason, message) = ready(&h);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "InvalidTLSSecret"), "{message}");
+    let after: Secret = h.api.get("ex-mysql-tls").unwrap();
+    assert_eq!(after.data, theirs.data, "their Secret is untouched");
+    assert!(h.api.get::<StatefulSet>("ex-mysql").is_none(), "MySQL is not built on someone else's certificate");
+}
