@@ -20,6 +20,8 @@ use kube::runtime::watcher;
 use support::{Harness, book_spec};
 use visitors_api::VisitorsApp;
 use visitors_controller::build;
+use visitors_controller::cache::{CachedDeployment, CachedStatefulSet, cached_event};
+use visitors_controller::seen::Seen;
 use visitors_controller::status::{self, Database, Observed, Workload};
 
 /// Counts live heap bytes, to weigh the caches exactly.
@@ -102,42 +104,72 @@ fn children(app: &VisitorsApp) -> (StatefulSet, Deployment, Deployment) {
     (sts, backend, frontend)
 }
 
-/// Heap and RSS of the three caches filled with `apps` apps as the API server serves them,
-/// after `trim` (the controller trims each object before caching it).
-fn memory(apps: usize, trim: bool, label: &str) {
+/// Live heap bytes `fill` leaves behind.
+fn weigh(fill: impl FnOnce()) -> isize {
+    let before = LIVE.load(Ordering::Relaxed);
+    fill();
+    LIVE.load(Ordering::Relaxed) - before
+}
+
+/// Heap and RSS of the three caches filled with `apps` apps: as the controller keeps them (the
+/// app trimmed, each workload as [`visitors_controller::cache`] keeps it), or whole as the API
+/// server serves them, for comparison; and of the controller's record of what it has seen.
+fn memory(apps: usize, as_cached: bool, label: &str) {
     let rss_before = rss_kib();
-    let heap_before = LIVE.load(Ordering::Relaxed);
     let mut app_writer: Writer<VisitorsApp> = Writer::default();
     let mut sts_writer: Writer<StatefulSet> = Writer::default();
     let mut deployment_writer: Writer<Deployment> = Writer::default();
-    app_writer.apply_watcher_event(&watcher::Event::Init);
-    sts_writer.apply_watcher_event(&watcher::Event::Init);
-    deployment_writer.apply_watcher_event(&watcher::Event::Init);
-    for index in 0..apps {
-        let mut app = app(index);
-        let (mut sts, mut backend, mut frontend) = children(&app);
-        app.status = Some(status::compute(&app, &converged(), now()));
-        app.metadata.managed_fields = managed_fields(&app.spec);
-        if trim {
+    let mut cached_sts_writer: Writer<CachedStatefulSet> = Writer::default();
+    let mut cached_deployment_writer: Writer<CachedDeployment> = Writer::default();
+    let seen = Seen::default();
+    let objects: Vec<_> = (0..apps)
+        .map(|index| {
+            let mut app = app(index);
+            app.status = Some(status::compute(&app, &converged(), now()));
+            app.metadata.managed_fields = managed_fields(&app.spec);
+            let children = children(&app);
+            (app, children)
+        })
+        .collect();
+    let (mut app_bytes, mut sts_bytes, mut deployment_bytes, mut seen_bytes) = (0, 0, 0, 0);
+    for (mut app, (sts, backend, frontend)) in objects {
+        if as_cached {
             trim_for_cache(&mut app);
-            trim_for_cache(&mut sts);
-            trim_for_cache(&mut backend);
-            trim_for_cache(&mut frontend);
         }
-        app_writer.apply_watcher_event(&watcher::Event::InitApply(app));
-        sts_writer.apply_watcher_event(&watcher::Event::InitApply(sts));
-        deployment_writer.apply_watcher_event(&watcher::Event::InitApply(backend));
-        deployment_writer.apply_watcher_event(&watcher::Event::InitApply(frontend));
+        seen_bytes += weigh(|| {
+            seen.record(&app);
+            seen.record(&sts);
+            seen.record(&backend);
+            seen.record(&frontend);
+            seen.record_credentials(&app, build::secret::Credentials::generate());
+        });
+        // Each event is made before it is weighed and dropped after: the store keeps a copy.
+        let app = watcher::Event::Apply(app);
+        app_bytes += weigh(|| app_writer.apply_watcher_event(&app));
+        if as_cached {
+            let sts = cached_event(watcher::Event::Apply(sts));
+            let deployments = [backend, frontend].map(|d| cached_event(watcher::Event::Apply(d)));
+            sts_bytes += weigh(|| cached_sts_writer.apply_watcher_event(&sts));
+            deployment_bytes +=
+                weigh(|| deployments.iter().for_each(|d| cached_deployment_writer.apply_watcher_event(d)));
+        } else {
+            let sts = watcher::Event::Apply(sts);
+            let deployments = [backend, frontend].map(watcher::Event::Apply);
+            sts_bytes += weigh(|| sts_writer.apply_watcher_event(&sts));
+            deployment_bytes += weigh(|| deployments.iter().for_each(|d| deployment_writer.apply_watcher_event(d)));
+        }
     }
-    app_writer.apply_watcher_event(&watcher::Event::InitDone);
-    sts_writer.apply_watcher_event(&watcher::Event::InitDone);
-    deployment_writer.apply_watcher_event(&watcher::Event::InitDone);
-    let heap = LIVE.load(Ordering::Relaxed) - heap_before;
     let rss = rss_kib();
     assert_eq!(app_writer.as_reader().state().len(), apps);
+    let per_app = |bytes: isize| format!("{:.2} KiB", bytes as f64 / apps as f64 / 1024.0);
+    let caches = app_bytes + sts_bytes + deployment_bytes;
     println!("## memory with {apps} VisitorsApps in the caches (apps, StatefulSets, Deployments), {label}");
-    println!("cache heap (live bytes, exact)     {}", mib(heap as f64));
-    println!("cache heap per app                 {:.1} KiB", heap as f64 / apps as f64 / 1024.0);
+    println!("cache heap (live bytes, exact)     {}", mib(caches as f64));
+    println!("cache heap per app                 {}", per_app(caches));
+    println!("  the app                          {}", per_app(app_bytes));
+    println!("  its MySQL StatefulSet            {}", per_app(sts_bytes));
+    println!("  its two Deployments              {}", per_app(deployment_bytes));
+    println!("what it has seen of the four and the credentials, per app {}", per_app(seen_bytes));
     println!("process RSS before / after         {} / {}", mib(rss_before as f64 * 1024.0), mib(rss as f64 * 1024.0));
 }
 
@@ -263,8 +295,8 @@ async fn requests_and_latency_with_fake() {
 fn main() {
     // Cargo passes `--bench`; a filter argument is accepted and ignored.
     // The trimmed run first, in a fresh process heap, so its RSS is the controller's case.
-    memory(1_000, true, "as the controller caches them (managedFields trimmed)");
-    memory(1_000, false, "as served by the API server (untrimmed, for comparison)");
+    memory(1_000, true, "as the controller caches them");
+    memory(1_000, false, "whole, as served by the API server (for comparison)");
     latency_pure();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(requests_and_latency_with_fake());

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use controller_common::apply::apply;
 use controller_common::error::{ApiError, api_err};
 use controller_common::kind::NamespacedKind;
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
@@ -17,6 +16,7 @@ use serde::Serialize;
 use visitors_api::labels::names;
 
 use crate::build::{self, Children, Inputs};
+use crate::cache::{Cached, CachedDeployment, CachedStatefulSet};
 use crate::context::{AppScope, Error};
 use crate::repair;
 use crate::seen::{Fingerprint, News, Ticket};
@@ -27,16 +27,20 @@ use crate::status::Workload;
 /// nothing or that failed.
 #[derive(Default)]
 pub struct Existing {
-    pub mysql: Option<Arc<StatefulSet>>,
-    pub backend: Option<Arc<Deployment>>,
-    pub frontend: Option<Arc<Deployment>>,
+    pub mysql: Option<Arc<CachedStatefulSet>>,
+    /// The MySQL StatefulSet's data claim template.
+    claim: Option<PersistentVolumeClaim>,
+    pub backend: Option<Arc<CachedDeployment>>,
+    pub frontend: Option<Arc<CachedDeployment>>,
 }
 
 impl Existing {
     pub fn cached(scope: &AppScope<'_>) -> Self {
         let stores = &scope.ctx.stores;
+        let mysql = scope.cached(&stores.statefulsets, &names::mysql(&scope.name));
         Existing {
-            mysql: scope.cached(&stores.statefulsets, &names::mysql(&scope.name)),
+            claim: mysql.as_ref().and_then(|mysql| mysql.claim()),
+            mysql,
             backend: scope.cached(&stores.deployments, &names::backend(&scope.name)),
             frontend: scope.cached(&stores.deployments, &names::frontend(&scope.name)),
         }
@@ -44,7 +48,7 @@ impl Existing {
 
     /// What the MySQL StatefulSet keeps from its creation, which cannot change.
     pub fn kept(&self) -> build::mysql::Kept<'_> {
-        build::mysql::Kept::of(self.mysql.as_deref())
+        self.mysql.as_deref().map(|mysql| mysql.kept(self.claim.as_ref())).unwrap_or_default()
     }
 }
 
@@ -101,23 +105,24 @@ pub async fn all_but_the_backend(
         ensure_service(scope, &desired.frontend_service),
     );
     if inputs.kept.claim.is_none()
-        && let Ok((created, _)) = &mysql
+        && let Ok((Some(created), _)) = &mysql
     {
         let kept = build::mysql::Kept::of(Some(created));
         let settled = build::mysql::statefulset(scope.app, inputs.credentials_secret, kept, inputs.tls);
         scope.ctx.seen.record_settled_form(&desired.mysql, &settled);
     }
     let mut applied = Applied::default();
-    let mysql = applied.collect(mysql);
-    applied.mysql = mysql.as_ref().or(existing.mysql.as_deref()).map(Workload::from_statefulset).unwrap_or_default();
+    let mysql = applied.collect(mysql).flatten();
+    applied.mysql =
+        workload(mysql.as_ref().map(Workload::from_statefulset), existing.mysql.as_deref()).unwrap_or_default();
     applied.collect(headless);
     applied.collect(client);
     if let Some(replicas) = replicas {
         applied.collect(replicas);
     }
-    let frontend = applied.collect(frontend);
+    let frontend = applied.collect(frontend).flatten();
     applied.frontend =
-        frontend.as_ref().or(existing.frontend.as_deref()).map(Workload::from_deployment).unwrap_or_default();
+        workload(frontend.as_ref().map(Workload::from_deployment), existing.frontend.as_deref()).unwrap_or_default();
     applied.collect(frontend_service);
     if inputs.kept.claim.is_some_and(|template| build::mysql::asks_for_more_than_template(scope.app, template)) {
         grow_claim_if_asked(scope).await;
@@ -128,8 +133,8 @@ pub async fn all_but_the_backend(
 /// Applies the backend and its Service, adding to what `applied` found.
 pub async fn backend(scope: &AppScope<'_>, desired: &Children, existing: &Existing, applied: &mut Applied) {
     let backend = ensure_workload(scope, &desired.backend, existing.backend.as_deref()).await;
-    let backend = applied.collect(backend);
-    applied.backend = backend.as_ref().or(existing.backend.as_deref()).map(Workload::from_deployment);
+    let backend = applied.collect(backend).flatten();
+    applied.backend = workload(backend.as_ref().map(Workload::from_deployment), existing.backend.as_deref());
     let service = ensure_service(scope, &desired.backend_service).await;
     applied.collect(service);
 }
@@ -159,18 +164,25 @@ async fn grow_claim(scope: &AppScope<'_>) -> Result<(), Error> {
     }
 }
 
-/// A workload as desired: the cached one when applying would change nothing (see
+/// A workload as desired: `None` when it is cached and applying would change nothing (see
 /// [`crate::seen::Seen::unchanged_since_applied`]), else the apply response.
-async fn ensure_workload<K>(scope: &AppScope<'_>, desired: &K, cached: Option<&K>) -> Result<(K, News), Error>
+async fn ensure_workload<K>(
+    scope: &AppScope<'_>,
+    desired: &K,
+    cached: Option<&Cached<K>>,
+) -> Result<(Option<K>, News), Error>
 where
     K: NamespacedKind + Fingerprint,
 {
     match cached {
-        Some(cached) if scope.ctx.seen.unchanged_since_applied(desired, scope.runtime().resync) => {
-            Ok((cached.clone(), News::Nothing))
-        }
-        _ => apply_child(scope, desired).await,
+        Some(_) if scope.ctx.seen.unchanged_since_applied(desired, scope.runtime().resync) => Ok((None, News::Nothing)),
+        _ => apply_child(scope, desired).await.map(|(applied, news)| (Some(applied), news)),
     }
+}
+
+/// What a workload's status says: as the apply answered, else as the cache has it.
+fn workload<K>(applied: Option<Workload>, cached: Option<&Cached<K>>) -> Option<Workload> {
+    applied.or_else(|| cached.map(|cached| cached.workload.clone()))
 }
 
 /// A Service as desired: applied unless that would change nothing; recreated when the API

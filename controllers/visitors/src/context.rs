@@ -8,13 +8,13 @@ use controller_common::error::{ApiError, NoNamespace, api_err, namespace_of};
 use controller_common::kind::NamespacedKind;
 use controller_common::{ReconcileFailure, Runtime};
 use futures::FutureExt;
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::PostParams;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use visitors_api::{MySQLRestore, VisitorsApp};
 
+use crate::cache::{CachedDeployment, CachedStatefulSet};
 use crate::db::DatabaseProbe;
 use crate::hold::Hold;
 use crate::seen::Seen;
@@ -46,8 +46,8 @@ pub struct Context {
 /// backend it does not apply while the database is down.
 #[derive(Clone)]
 pub struct Stores {
-    pub statefulsets: Store<StatefulSet>,
-    pub deployments: Store<Deployment>,
+    pub statefulsets: Store<CachedStatefulSet>,
+    pub deployments: Store<CachedDeployment>,
     /// The MySQLRestores: one that holds an app's database keeps its backend stopped.
     pub restores: Store<MySQLRestore>,
     /// The MySQL pods of replicated apps: their readiness, deletion and role labels.
@@ -108,7 +108,7 @@ impl<'a> AppScope<'a> {
     }
 
     /// Object `name` of the app's namespace, as the watch of its kind cached it.
-    pub fn cached<K: NamespacedKind>(&self, store: &Store<K>, name: &str) -> Option<Arc<K>> {
+    pub fn cached<K: Resource<DynamicType = ()> + Clone>(&self, store: &Store<K>, name: &str) -> Option<Arc<K>> {
         store.get(&ObjectRef::new(name).within(&self.namespace))
     }
 

@@ -12,7 +12,7 @@ use controller_common::process::{Identity, Reconciling};
 use controller_common::watch::{api_in, controller_config, drive, primary_stream, trim_for_cache};
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec, Service};
+use k8s_openapi::api::core::v1::{Pod, PodStatus, Service};
 use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Controller;
@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use visitors_api::labels::{children_selector, replicated_mysql_pods};
 use visitors_api::{MySQLRestore, VisitorsApp};
 
+use crate::cache::{CachedDeployment, CachedStatefulSet, cached_event};
 use crate::context::{Context, Stores};
 use crate::db::{DatabaseProbe, MysqlProbe};
 use crate::hold::{Hold, owner_of};
@@ -92,11 +93,12 @@ pub fn target_app(restore: &MySQLRestore) -> Option<ObjectRef<VisitorsApp>> {
 
 /// The watches of the controller: VisitorsApps (filtered so that status writes do not wake
 /// them), and the children, whose changes and deletions wake their owner. The StatefulSet and
-/// Deployment watches also fill [`Stores`]; Services are watched as metadata only.
+/// Deployment watches also fill [`Stores`] (with what [`crate::cache`] keeps of each); Services
+/// are watched as metadata only.
 pub struct Watches {
     pub stores: Stores,
-    statefulsets: reflector::store::Writer<StatefulSet>,
-    deployments: reflector::store::Writer<Deployment>,
+    statefulsets: reflector::store::Writer<CachedStatefulSet>,
+    deployments: reflector::store::Writer<CachedDeployment>,
     restores: reflector::store::Writer<MySQLRestore>,
     pods: reflector::store::Writer<Pod>,
 }
@@ -141,14 +143,14 @@ impl Watches {
             });
         let statefulsets = owned(
             watcher(api_in::<StatefulSet>(client.clone(), namespace), children.clone())
-                .modify(trim_statefulset)
+                .map_ok(cached_event)
                 .reflect(self.statefulsets),
             seen.clone(),
             hold.clone(),
         );
         let deployments = owned(
             watcher(api_in::<Deployment>(client.clone(), namespace), children.clone())
-                .modify(trim_deployment)
+                .map_ok(cached_event)
                 .reflect(self.deployments),
             seen.clone(),
             hold.clone(),
@@ -204,38 +206,6 @@ impl Watches {
 impl Default for Watches {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// What the workload caches keep of a pod template: the containers' names and images (the
-/// status reads the first image), not their env, probes, mounts or resources, which no
-/// reconcile reads from the cache (it applies its own desired form). With a thousand apps
-/// the full templates were a large part of the controller's memory.
-fn keep_images_only(template: &mut PodTemplateSpec) {
-    if let Some(spec) = template.spec.as_mut() {
-        let containers = spec
-            .containers
-            .iter()
-            .map(|c| Container { name: c.name.clone(), image: c.image.clone(), ..Container::default() })
-            .collect();
-        *spec = PodSpec { containers, ..PodSpec::default() };
-    }
-}
-
-/// The StatefulSet as its cache keeps it: see [`trim_for_cache`] and [`keep_images_only`]; the
-/// claim templates stay whole (the reconcile keeps them verbatim).
-pub fn trim_statefulset(sts: &mut StatefulSet) {
-    trim_for_cache(sts);
-    if let Some(spec) = sts.spec.as_mut() {
-        keep_images_only(&mut spec.template);
-    }
-}
-
-/// The Deployment as its cache keeps it: see [`trim_for_cache`] and [`keep_images_only`].
-pub fn trim_deployment(deployment: &mut Deployment) {
-    trim_for_cache(deployment);
-    if let Some(spec) = deployment.spec.as_mut() {
-        keep_images_only(&mut spec.template);
     }
 }
 
@@ -396,33 +366,21 @@ mod tests {
         assert_eq!(released.ok().flatten().map(|r| r.name).as_deref(), Some("ex"));
     }
 
-    /// The caches keep a slim copy of each workload: what the reconcile reads of it (status,
-    /// images, replicas, claim templates) and what the watches compare must be the same as
-    /// in the full object, or a cached workload would look changed.
+    /// The caches keep what a reconcile reads of each workload: what they hold must read and
+    /// compare as the full object does, or a cached workload would look changed.
     #[test]
-    fn a_trimmed_workload_reads_and_compares_as_the_full_one() {
+    fn a_cached_workload_reads_and_compares_as_the_full_one() {
         let full = became_ready();
-        let mut trimmed = full.clone();
-        trim_statefulset(&mut trimmed);
-        assert_eq!(Workload::from_statefulset(&trimmed), Workload::from_statefulset(&full));
-        assert_eq!((trimmed.fingerprint(), trimmed.observed()), (full.fingerprint(), full.observed()));
-        assert_eq!(build::mysql::data_claim_template(&trimmed), build::mysql::data_claim_template(&full));
+        let cached = CachedStatefulSet::from(&full);
+        assert_eq!(cached.workload, Workload::from_statefulset(&full));
+        assert_eq!((cached.fingerprint(), cached.observed()), (full.fingerprint(), full.observed()));
+        assert_eq!(cached.claim().map(|c| c.spec), build::mysql::data_claim_template(&full).map(|c| c.spec.clone()));
 
         let mut deployment = build::frontend::deployment(&book_app());
         deployment.metadata.generation = Some(1);
-        let mut trimmed = deployment.clone();
-        trim_deployment(&mut trimmed);
-        assert_eq!(Workload::from_deployment(&trimmed), Workload::from_deployment(&deployment));
-        assert_eq!((trimmed.fingerprint(), trimmed.observed()), (deployment.fingerprint(), deployment.observed()));
-    }
-
-    #[test]
-    fn a_trimmed_statefulset_template_is_a_fraction_of_the_full_one() {
-        let full = became_ready();
-        let mut trimmed = full.clone();
-        trim_statefulset(&mut trimmed);
-        let size = |sts: &StatefulSet| serde_json::to_vec(&sts.spec.as_ref().unwrap().template).unwrap().len();
-        assert!(size(&trimmed) * 4 < size(&full), "{} of {} bytes", size(&trimmed), size(&full));
+        let cached = CachedDeployment::from(&deployment);
+        assert_eq!(cached.workload, Workload::from_deployment(&deployment));
+        assert_eq!((cached.fingerprint(), cached.observed()), (deployment.fingerprint(), deployment.observed()));
     }
 
     /// Under load the watch reports a created child before the apply's answer arrives: that

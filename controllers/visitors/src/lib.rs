@@ -5,10 +5,12 @@
 //! read the [`credentials`], find or issue MySQL's certificate ([`tls`]), [`build`] the desired
 //! children (pure), [`apply`] them, check the database ([`db_check`], through [`db`]), apply the
 //! backend, then compute the [`status`]. A deleted app goes through [`cleanup`]. [`seen`] and
-//! [`hold`] decide which watch events wake an app; [`repair`] finds what apply cannot fix.
+//! [`hold`] decide which watch events wake an app; [`repair`] finds what apply cannot fix;
+//! [`cache`] is what the caches keep of the workloads.
 
 pub mod apply;
 pub mod build;
+pub mod cache;
 pub mod cleanup;
 pub mod context;
 pub mod controller;

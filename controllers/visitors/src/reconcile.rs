@@ -19,7 +19,7 @@ use visitors_api::{VisitorsApp, VisitorsAppStatus};
 use crate::apply::{self, Applied, Existing};
 use crate::build::{self, Inputs};
 use crate::context::{AppScope, Context, Error};
-use crate::status::{self, Announcement, Observed, Workload};
+use crate::status::{self, Announcement, Observed};
 use crate::validate::{self, ValidApp};
 use crate::{cleanup, credentials, db_check, replication, tls};
 
@@ -103,7 +103,7 @@ async fn converge(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<(Ob
     // A restore stops the backend even while the database is not ready.
     let backend_held = !database.is_ready() && quiesced_by.is_none();
     if backend_held {
-        applied.backend = existing.backend.as_deref().map(Workload::from_deployment);
+        applied.backend = existing.backend.as_ref().map(|backend| backend.workload.clone());
     } else {
         Box::pin(apply::backend(scope, &desired, &existing, &mut applied)).await;
     }

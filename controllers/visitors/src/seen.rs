@@ -70,7 +70,7 @@ fn metadata_fingerprint<K: Resource>(object: &K) -> u64 {
 /// What the app's status reads of a workload ([`Workload`]), or of that its readiness
 /// ([`Workload::readiness`]). A status update that moves none of it (a condition's timestamp,
 /// say) is no news.
-fn hash_of(part: &impl Hash) -> u64 {
+pub(crate) fn hash_of(part: &impl Hash) -> u64 {
     let mut hasher = DefaultHasher::new();
     part.hash(&mut hasher);
     hasher.finish()
@@ -204,35 +204,59 @@ struct Applied {
     at: Instant,
 }
 
+/// Everything remembered of one object, in one entry: with ten thousand apps (seven objects
+/// each) a map per kind of record, each with its own copy of the key, was several KiB per app.
+#[derive(Default)]
+struct Record {
+    state: Option<State>,
+    applied: Option<Applied>,
+    /// Moves whenever a watch reports news of the object or its deletion: an apply answered
+    /// before that must not record its older state over the news.
+    epoch: u64,
+    /// An apply on its way, and what a watch reported of the object meanwhile: decided when the
+    /// answer comes ([`Seen::record_apply`]). Boxed: seldom there, and every object has a record.
+    in_flight: Option<Box<(Instant, Option<State>)>>,
+    /// An app's: what its reconciles last read of its Secrets.
+    reads: Option<Box<Reads>>,
+}
+
+/// What the reconciles of an app last read of its Secrets, for which fingerprint of the app (a
+/// spec change can name other Secrets or switch TLS), and when.
+#[derive(Default)]
+struct Reads {
+    /// The credentials, as their Secret held them when found usable.
+    credentials: Option<(u64, Instant, Credentials)>,
+    /// The TLS the app's MySQL serves.
+    tls: Option<(u64, Instant, Option<ServingTls>)>,
+}
+
 #[derive(Default)]
 struct Records {
-    states: HashMap<Key, State>,
-    applied: HashMap<Key, Applied>,
-    /// Moves whenever a watch reports news of an object or its deletion: an apply answered
-    /// before that must not record its older state over the news.
-    epochs: HashMap<Key, u64>,
-    /// Children with an apply on its way, and what a watch reported of each meanwhile: decided
-    /// when the answer comes ([`Seen::record_apply`]).
-    in_flight: HashMap<Key, (Instant, Option<State>)>,
-    /// Each app's credentials as its Secret held them when last read and found usable, when,
-    /// and for which fingerprint of the app (a spec change can name another Secret).
-    credentials_checked: HashMap<Key, (u64, Instant, Credentials)>,
-    /// The TLS each app's MySQL serves, when it was last read, and for which fingerprint of
-    /// the app (a spec change can switch TLS or name another Secret).
-    tls_checked: HashMap<Key, (u64, Instant, Option<ServingTls>)>,
+    objects: HashMap<Key, Record>,
 }
 
 /// Taken before an apply: what the watches had reported of the object then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket(u64);
 
+impl Record {
+    /// What [`Seen::forget`] leaves of an object while an apply of it is on its way.
+    fn is_tombstone(&self) -> bool {
+        self.state.is_none() && self.applied.is_none() && self.in_flight.is_none() && self.reads.is_none()
+    }
+}
+
 impl Records {
-    fn epoch(&self, key: &Key) -> u64 {
-        self.epochs.get(key).copied().unwrap_or(0)
+    fn get(&self, key: &Key) -> Option<&Record> {
+        self.objects.get(key)
     }
 
-    fn bump(&mut self, key: &Key) {
-        *self.epochs.entry(key.clone()).or_insert(0) += 1;
+    fn entry(&mut self, key: Key) -> &mut Record {
+        self.objects.entry(key).or_default()
+    }
+
+    fn reads(&mut self, key: Key) -> &mut Reads {
+        self.entry(key).reads.get_or_insert_default()
     }
 }
 
@@ -266,23 +290,25 @@ fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
 impl Seen {
     /// A reconcile has seen `object` in this state (it read it, or an apply returned it).
     pub fn record<K: Fingerprint>(&self, object: &K) {
-        self.lock().states.insert(key(object), state(object));
+        self.lock().entry(key(object)).state = Some(state(object));
     }
 
     /// To take before applying `desired`, for [`Seen::record_apply`] (or [`Seen::abandon`] when
     /// the apply fails). Until then, what a watch reports of the child wakes nothing: under load
     /// the echo of the apply often comes before its answer.
     pub fn ticket<K: Fingerprint>(&self, desired: &K) -> Ticket {
-        let key = key(desired);
         let mut records = self.lock();
-        records.in_flight.insert(key.clone(), (Instant::now(), None));
-        Ticket(records.epoch(&key))
+        let record = records.entry(key(desired));
+        record.in_flight = Some(Box::new((Instant::now(), None)));
+        Ticket(record.epoch)
     }
 
     /// The apply of `desired` failed: what a watch reports of the child is news again (the
     /// failed reconcile is retried anyway).
     pub fn abandon<K: Fingerprint>(&self, desired: &K) {
-        self.lock().in_flight.remove(&key(desired));
+        if let Some(record) = self.lock().objects.get_mut(&key(desired)) {
+            record.in_flight = None;
+        }
     }
 
     /// The controller applied `desired` and the API server answered `response`. What a watch
@@ -293,28 +319,30 @@ impl Seen {
     /// and the next reconcile applies again). A deletion reported meanwhile already woke the app:
     /// nothing is recorded.
     pub fn record_apply<K: Fingerprint + Serialize>(&self, desired: &K, response: &K, ticket: Ticket) -> News {
-        let key = key(response);
-        let response_state = state(response);
+        let (key, response_state) = (key(response), state(response));
         let mut records = self.lock();
-        let reported = records.in_flight.remove(&key).and_then(|(_, reported)| reported);
-        if records.epoch(&key) != ticket.0 && records.states.get(&key) != Some(&response_state) {
+        let record = records.entry(key.clone());
+        let reported = record.in_flight.take().and_then(|in_flight| in_flight.1);
+        if record.epoch != ticket.0 && record.state != Some(response_state) {
+            if record.is_tombstone() {
+                records.objects.remove(&key);
+            }
             return News::Nothing;
         }
         let news = reported.map_or(News::Nothing, |reported| response_state.news(reported));
         if news == News::Change {
-            records.bump(&key);
+            record.epoch += 1;
             return news;
         }
-        let applied = Applied {
+        if news == News::Nothing {
+            record.state = Some(response_state);
+        }
+        record.applied = Some(Applied {
             desired: desired_hash(desired),
             settled: None,
             fingerprint: response.fingerprint(),
             at: Instant::now(),
-        };
-        if news == News::Nothing {
-            records.states.insert(key.clone(), response_state);
-        }
-        records.applied.insert(key, applied);
+        });
         news
     }
 
@@ -325,7 +353,9 @@ impl Seen {
     pub fn record_settled_form<K: Fingerprint + Serialize>(&self, sent: &K, settled: &K) {
         let key = key(sent);
         let sent = desired_hash(sent);
-        if let Some(applied) = self.lock().applied.get_mut(&key).filter(|applied| applied.desired == sent) {
+        let mut records = self.lock();
+        let applied = records.objects.get_mut(&key).and_then(|record| record.applied.as_mut());
+        if let Some(applied) = applied.filter(|applied| applied.desired == sent) {
             applied.settled = Some(desired_hash(settled));
         }
     }
@@ -335,7 +365,7 @@ impl Seen {
     pub fn unchanged_since_applied<K: Fingerprint + Serialize>(&self, desired: &K, max_age: Duration) -> bool {
         let key = key(desired);
         let records = self.lock();
-        let (Some(applied), Some(seen)) = (records.applied.get(&key), records.states.get(&key)) else {
+        let Some(Record { applied: Some(applied), state: Some(seen), .. }) = records.get(&key) else {
             return false;
         };
         let desired = desired_hash(desired);
@@ -353,9 +383,10 @@ impl Seen {
     /// What a watch reporting `object` brings (see [`Seen::is_news`]), telling a change of what
     /// the app's status reads (and of that, what its readiness depends on) from any other.
     pub fn news<K: Fingerprint>(&self, object: &K) -> News {
-        let (key, state) = (key(object), state(object));
+        let state = state(object);
         let mut records = self.lock();
-        let news = match records.states.insert(key.clone(), state) {
+        let record = records.entry(key(object));
+        let news = match record.state.replace(state) {
             Some(previous) => previous.news(state),
             None => News::Change,
         };
@@ -363,19 +394,19 @@ impl Seen {
             return news;
         }
         // A bound, in case an apply's future was dropped without an answer (at shut-down).
-        if let Some((since, reported)) = records.in_flight.get_mut(&key)
-            && since.elapsed() < IN_FLIGHT_AT_MOST
+        if let Some(in_flight) = record.in_flight.as_mut()
+            && in_flight.0.elapsed() < IN_FLIGHT_AT_MOST
         {
-            *reported = Some(state);
+            in_flight.1 = Some(state);
             return News::Nothing;
         }
-        records.bump(&key);
+        record.epoch += 1;
         news
     }
 
     /// The reconcile of `app` read its credentials Secret and found these usable.
     pub fn record_credentials(&self, app: &VisitorsApp, credentials: Credentials) {
-        self.lock().credentials_checked.insert(key(app), (spec_fingerprint(app), Instant::now(), credentials));
+        self.lock().reads(key(app)).credentials = Some((spec_fingerprint(app), Instant::now(), credentials));
     }
 
     /// The credentials of `app` (as it is now) when they were found usable less than `max_age`
@@ -384,13 +415,13 @@ impl Seen {
     /// the same delay after which a converged app notices a deleted Secret.
     pub fn credentials_within(&self, app: &VisitorsApp, max_age: Duration) -> Option<Credentials> {
         let records = self.lock();
-        let (fingerprint, at, credentials) = records.credentials_checked.get(&key(app))?;
+        let (fingerprint, at, credentials) = records.get(&key(app))?.reads.as_ref()?.credentials.as_ref()?;
         (*fingerprint == spec_fingerprint(app) && at.elapsed() < max_age).then(|| credentials.clone())
     }
 
     /// The reconcile of `app` found (or made) the TLS its MySQL serves: `None` for plain text.
     pub fn record_tls(&self, app: &VisitorsApp, tls: Option<ServingTls>) {
-        self.lock().tls_checked.insert(key(app), (spec_fingerprint(app), Instant::now(), tls));
+        self.lock().reads(key(app)).tls = Some((spec_fingerprint(app), Instant::now(), tls));
     }
 
     /// The TLS of `app` (as it is now) as a reconcile found it less than `max_age` ago: like
@@ -398,7 +429,7 @@ impl Seen {
     /// [`Self::credentials_within`]).
     pub fn tls_checked_within(&self, app: &VisitorsApp, max_age: Duration) -> Option<Option<ServingTls>> {
         let records = self.lock();
-        let (fingerprint, at, tls) = records.tls_checked.get(&key(app))?;
+        let (fingerprint, at, tls) = records.get(&key(app))?.reads.as_ref()?.tls.as_ref()?;
         (*fingerprint == spec_fingerprint(app) && at.elapsed() < max_age).then(|| tls.clone())
     }
 
@@ -406,17 +437,19 @@ impl Seen {
     pub fn forget<K: Fingerprint>(&self, object: &K) {
         let key = key(object);
         let mut records = self.lock();
-        records.states.remove(&key);
-        records.applied.remove(&key);
-        records.in_flight.remove(&key);
-        records.credentials_checked.remove(&key);
-        records.tls_checked.remove(&key);
-        records.bump(&key);
+        let Some(record) = records.objects.get_mut(&key) else { return };
+        if record.in_flight.is_some() {
+            // The answer of that apply must not record the object as it was: the record stays,
+            // emptied, with its epoch moved (see `record_apply`).
+            *record = Record { epoch: record.epoch + 1, ..Record::default() };
+        } else {
+            records.objects.remove(&key);
+        }
     }
 
     /// Objects remembered.
     pub fn len(&self) -> usize {
-        self.lock().states.len()
+        self.lock().objects.values().filter(|record| record.state.is_some()).count()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -556,6 +589,28 @@ mod tests {
         seen.abandon(&desired);
         let _ = ticket;
         assert_eq!(seen.news(&edited), News::Change, "no apply on its way: news as usual");
+    }
+
+    /// With apps made and deleted all day, a deleted object must not leave a record behind
+    /// (it used to leave its epoch).
+    #[test]
+    fn a_forgotten_object_leaves_nothing_behind_unless_an_apply_is_on_its_way() {
+        let seen = Seen::default();
+        let app = book_app();
+        let sts = created_statefulset();
+        seen.record(&sts);
+        seen.record_credentials(&app, Credentials::generate());
+        seen.forget(&sts);
+        seen.forget(&app);
+        assert_eq!(seen.lock().objects.len(), 0);
+
+        let desired =
+            build::mysql::statefulset(&book_app(), "ex-mysql-credentials", crate::build::mysql::Kept::default(), None);
+        let ticket = seen.ticket(&desired);
+        seen.forget(&sts);
+        assert_eq!(seen.lock().objects.len(), 1, "kept for the answer of the apply on its way");
+        assert_eq!(seen.record_apply(&desired, &sts, ticket), News::Nothing);
+        assert_eq!(seen.lock().objects.len(), 0, "and that answer records nothing, and ends it");
     }
 
     #[test]

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use controller_common::certificates::{KeyedCertificate, service_names};
 use controller_common::mysql_server;
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Secret, Volume, VolumeMount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use visitors_api::VisitorsApp;
 use visitors_api::labels::{Component, names};
@@ -54,12 +54,12 @@ impl std::fmt::Debug for ServingTls {
 
 /// The mode in effect: the spec's; otherwise the one the MySQL StatefulSet was built with;
 /// for a new app, `Required`.
-pub fn effective_mode(app: &VisitorsApp, existing: Option<&StatefulSet>) -> TlsMode {
+pub fn effective_mode(app: &VisitorsApp, existing: Option<&ObjectMeta>) -> TlsMode {
     if let Some(mode) = app.spec.tls_mode() {
         return mode;
     }
     let Some(existing) = existing else { return TlsMode::Required };
-    match existing.annotations().get(MODE_ANNOTATION).map(String::as_str) {
+    match existing.annotations.as_ref().and_then(|a| a.get(MODE_ANNOTATION)).map(String::as_str) {
         Some("Required") => TlsMode::Required,
         _ => TlsMode::Disabled,
     }
@@ -136,21 +136,22 @@ pub(crate) mod tests {
     use super::*;
     use crate::build::fixtures::book_app;
 
-    fn statefulset_with(annotation: Option<&str>) -> StatefulSet {
+    /// The metadata of a StatefulSet in the cluster with the TLS mode `annotation`.
+    fn statefulset_with_meta(annotation: Option<&str>) -> ObjectMeta {
         let annotations = annotation.map(|mode| BTreeMap::from([(MODE_ANNOTATION.to_string(), mode.to_string())]));
-        StatefulSet { metadata: ObjectMeta { annotations, ..ObjectMeta::default() }, ..StatefulSet::default() }
+        ObjectMeta { annotations, ..ObjectMeta::default() }
     }
 
     #[test]
     fn a_new_app_requires_tls_and_an_app_from_before_keeps_plain_text_until_asked() {
         let app = book_app();
         assert_eq!(effective_mode(&app, None), TlsMode::Required);
-        assert_eq!(effective_mode(&app, Some(&statefulset_with(None))), TlsMode::Disabled);
-        assert_eq!(effective_mode(&app, Some(&statefulset_with(Some("Required")))), TlsMode::Required);
-        assert_eq!(effective_mode(&app, Some(&statefulset_with(Some("Disabled")))), TlsMode::Disabled);
+        assert_eq!(effective_mode(&app, Some(&statefulset_with_meta(None))), TlsMode::Disabled);
+        assert_eq!(effective_mode(&app, Some(&statefulset_with_meta(Some("Required")))), TlsMode::Required);
+        assert_eq!(effective_mode(&app, Some(&statefulset_with_meta(Some("Disabled")))), TlsMode::Disabled);
         let mut asked = book_app();
         asked.spec.tls = Some(TlsSpec { mode: Some(TlsMode::Required), secret_name: None });
-        assert_eq!(effective_mode(&asked, Some(&statefulset_with(None))), TlsMode::Required);
+        assert_eq!(effective_mode(&asked, Some(&statefulset_with_meta(None))), TlsMode::Required);
         asked.spec.tls = Some(TlsSpec { mode: Some(TlsMode::Disabled), secret_name: None });
         assert_eq!(effective_mode(&asked, None), TlsMode::Disabled);
     }

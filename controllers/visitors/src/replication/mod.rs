@@ -215,9 +215,7 @@ async fn look(scope: &AppScope<'_>, targets: &BTreeMap<String, Target>) -> Vec<M
 /// the latest spec.
 fn update_revision(scope: &AppScope<'_>) -> Option<String> {
     let sts = scope.cached(&scope.ctx.stores.statefulsets, &names::mysql(&scope.name))?;
-    let status = sts.status.as_ref()?;
-    let seen = status.observed_generation? >= sts.metadata.generation?;
-    status.update_revision.clone().filter(|_| seen)
+    sts.mysql().update_revision.clone()
 }
 
 /// Whether `pod` runs another template than the StatefulSet's `revision`.

@@ -30,6 +30,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use visitors_api::{MySQLRestore, VisitorsApp, VisitorsAppSpec};
+use visitors_controller::cache::{CachedDeployment, CachedStatefulSet};
 use visitors_controller::context::{self, Context, Stores};
 use visitors_controller::controller;
 use visitors_controller::db::{DatabaseProbe, Target};
@@ -581,8 +582,8 @@ pub struct Harness {
     pub api: FakeApi,
     pub probe: Arc<FakeProbe>,
     pub ctx: Arc<Context>,
-    statefulsets: Mutex<Writer<StatefulSet>>,
-    deployments: Mutex<Writer<Deployment>>,
+    statefulsets: Mutex<Writer<CachedStatefulSet>>,
+    deployments: Mutex<Writer<CachedDeployment>>,
     restores: Mutex<Writer<MySQLRestore>>,
     pods: Mutex<Writer<k8s_openapi::api::core::v1::Pod>>,
 }
@@ -662,18 +663,12 @@ impl Harness {
     pub fn sync_caches(&self) {
         self.watch_children();
         // Trimmed as the controller's watches trim them.
-        let statefulset = self.api.get::<StatefulSet>("ex-mysql").map(|mut sts| {
-            controller::trim_statefulset(&mut sts);
-            sts
-        });
+        let statefulset = self.api.get::<StatefulSet>("ex-mysql").map(|sts| CachedStatefulSet::from(&sts));
         fill(&mut self.statefulsets.lock().unwrap(), statefulset);
-        let deployments: Vec<Deployment> = ["ex-backend", "ex-frontend"]
+        let deployments: Vec<CachedDeployment> = ["ex-backend", "ex-frontend"]
             .into_iter()
-            .filter_map(|n| self.api.get(n))
-            .map(|mut deployment| {
-                controller::trim_deployment(&mut deployment);
-                deployment
-            })
+            .filter_map(|n| self.api.get::<Deployment>(n))
+            .map(|deployment| CachedDeployment::from(&deployment))
             .collect();
         let mut writer = self.deployments.lock().unwrap();
         writer.apply_watcher_event(&watcher::Event::Init);
