@@ -13,6 +13,7 @@ pub mod finalizer;
 pub mod kind;
 pub mod leader;
 pub mod lock;
+pub mod memory;
 pub mod metrics;
 pub mod mysql_server;
 pub mod operation;
