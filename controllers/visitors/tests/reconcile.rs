@@ -98,10 +98,7 @@ async fn a_new_app_over_a_kept_volume_uses_the_secret_kept_with_it() {
     h.reconcile().await.unwrap();
     let kept: Secret = h.api.get("ex-mysql-credentials").unwrap();
     delete_app(&h).await;
-    h.api.put(&PersistentVolumeClaim {
-        metadata: kube::api::ObjectMeta { name: Some("data-ex-mysql-0".into()), ..Default::default() },
-        ..Default::default()
-    });
+    put_database_volume(&h);
 
     h.create_app(book_spec());
     h.reconcile().await.unwrap();
@@ -537,13 +534,18 @@ async fn user_secret_missing_a_key_is_named_and_retried_with_backoff() {
     assert!(h.api.get::<Secret>("ex-mysql-credentials").is_none(), "a user Secret is used, none generated");
 }
 
-#[tokio::test]
-async fn lost_credentials_are_never_regenerated_over_existing_data() {
-    let h = Harness::new();
+/// The claim of the app's database volume, as a MySQL pod left it (or `deletionPolicy: Retain`).
+fn put_database_volume(h: &Harness) {
     h.api.put(&PersistentVolumeClaim {
         metadata: kube::api::ObjectMeta { name: Some("data-ex-mysql-0".into()), ..Default::default() },
         ..Default::default()
     });
+}
+
+#[tokio::test]
+async fn lost_credentials_are_never_regenerated_over_existing_data() {
+    let h = Harness::new();
+    put_database_volume(&h);
     h.create_app(book_spec());
     h.reconcile().await.unwrap();
     assert_eq!(ready_condition(&h).1, "CredentialsLost");
