@@ -23,7 +23,7 @@ use crate::seen::Fingerprint;
 use crate::status::Workload;
 
 /// A workload of kind `K` as its cache keeps it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Cached<K> {
     /// Name, namespace, UID, resource version, generation, owners, deletion, and the TLS mode
     /// annotation; not labels (in the fingerprint) nor other annotations.
@@ -50,18 +50,6 @@ pub struct MysqlKept {
     /// The pod template revision the pods should run, once the StatefulSet controller has seen
     /// the latest spec.
     pub update_revision: Option<String>,
-}
-
-impl<K> Clone for Cached<K> {
-    fn clone(&self) -> Self {
-        Cached {
-            metadata: self.metadata.clone(),
-            fingerprint: self.fingerprint,
-            workload: self.workload.clone(),
-            mysql: self.mysql.clone(),
-            kind: PhantomData,
-        }
-    }
 }
 
 /// The metadata a cached workload keeps.
