@@ -123,7 +123,7 @@ impl DatabaseLock {
         let Some(mut lease) = leases.get_opt(&name).await? else {
             return match leases.create(&params, &self.lease(me, owner)).await {
                 Ok(_) => Ok(Acquired::Held),
-                Err(kube::Error::Api(status)) if status.code == 409 => Ok(Acquired::Busy("another run".into())),
+                Err(kube::Error::Api(status)) if status.code == 409 => self.race_lost(&leases, me).await,
                 Err(error) => Err(error),
             };
         };
@@ -145,9 +145,22 @@ impl DatabaseLock {
         lease.metadata.managed_fields = None;
         match leases.replace(&name, &params, &lease).await {
             Ok(_) => Ok(Acquired::Held),
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Acquired::Busy("another run".into())),
+            Err(kube::Error::Api(status)) if status.code == 409 => self.race_lost(&leases, me).await,
             Err(error) => Err(error),
         }
+    }
+
+    /// After a create or replace lost to another writer: reads who won, so the waiting run's
+    /// condition and Event name the run it waits for. The winner has just taken the lock, so
+    /// it is not asked whether it is still active.
+    async fn race_lost(&self, leases: &Api<Lease>, me: &Holder) -> Result<Acquired, kube::Error> {
+        let lease = leases.get_opt(&self.name()).await?;
+        let winner = lease.and_then(|lease| lease.spec?.holder_identity).and_then(|identity| Holder::parse(&identity));
+        Ok(match winner {
+            Some(winner) if winner == *me => Acquired::Held,
+            Some(winner) => Acquired::Busy(winner.describe()),
+            None => Acquired::Busy("another run".into()),
+        })
     }
 
     /// Gives the lock up if `me` holds it; deleting only the version it read, so a lock taken
@@ -320,7 +333,30 @@ mod tests {
             )
             .await;
         server.expect(Method::PUT, LEASE, StatusCode::CONFLICT, status_error(409, "Conflict", "")).await;
-        assert!(matches!(task.await.unwrap().unwrap(), Acquired::Busy(_)));
+        server.expect(Method::GET, LEASE, StatusCode::OK, lease_held_by("MySQLBackup/b3/u-3")).await;
+        assert_eq!(task.await.unwrap().unwrap(), Acquired::Busy("MySQLBackup b3".into()), "names the winner");
+    }
+
+    #[tokio::test]
+    async fn two_runs_creating_the_lock_at_once_the_loser_names_the_winner() {
+        let (client, mut server) = mock_client();
+        let lock = DatabaseLock::new(client, "shop", "ex");
+        let task = tokio::spawn(async move { lock.acquire(&me(), owner(), "backup-controller").await });
+        server.expect(Method::GET, LEASE, StatusCode::NOT_FOUND, status_error(404, "NotFound", "")).await;
+        server.expect(Method::POST, LEASES, StatusCode::CONFLICT, status_error(409, "AlreadyExists", "")).await;
+        server.expect(Method::GET, LEASE, StatusCode::OK, lease_held_by("MySQLBackup/b1/u-1")).await;
+        assert_eq!(task.await.unwrap().unwrap(), Acquired::Busy("MySQLBackup b1".into()));
+    }
+
+    #[tokio::test]
+    async fn a_winner_gone_before_the_reread_leaves_the_run_waiting_for_another_run() {
+        let (client, mut server) = mock_client();
+        let lock = DatabaseLock::new(client, "shop", "ex");
+        let task = tokio::spawn(async move { lock.acquire(&me(), owner(), "backup-controller").await });
+        server.expect(Method::GET, LEASE, StatusCode::NOT_FOUND, status_error(404, "NotFound", "")).await;
+        server.expect(Method::POST, LEASES, StatusCode::CONFLICT, status_error(409, "AlreadyExists", "")).await;
+        server.expect(Method::GET, LEASE, StatusCode::NOT_FOUND, status_error(404, "NotFound", "")).await;
+        assert_eq!(task.await.unwrap().unwrap(), Acquired::Busy("another run".into()));
     }
 
     #[tokio::test]
