@@ -159,13 +159,13 @@ pub struct VisitorsAppSpec {
     pub title: Option<String>,
     /// The MySQL tier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mysql: Option<MysqlSpec>,
+    pub mysql: Option<Box<MysqlSpec>>,
     /// The backend tier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backend: Option<TierSpec>,
+    pub backend: Option<Box<TierSpec>>,
     /// The frontend tier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub frontend: Option<TierSpec>,
+    pub frontend: Option<Box<TierSpec>>,
     /// How the backend and frontend Services are exposed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceSpec>,
@@ -369,7 +369,7 @@ pub struct VisitorsAppStatus {
     /// The MySQL servers of a replicated app (`spec.mysql.replicas` of 2 or more): which one is
     /// the primary, how each replica is doing, and the last failover and switchover.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replication: Option<ReplicationStatus>,
+    pub replication: Option<Box<ReplicationStatus>>,
 }
 
 /// The MySQL servers of a replicated app.
@@ -640,12 +640,12 @@ mod tests {
     fn reports_each_invalid_field() {
         let spec = VisitorsAppSpec {
             size: 51,
-            mysql: Some(MysqlSpec {
+            mysql: Some(Box::new(MysqlSpec {
                 image: Some("MySQL:8".into()),
                 storage: Some(StorageSpec { size: Some("lots".into()), storage_class_name: None }),
                 replicas: Some(0),
                 ..Default::default()
-            }),
+            })),
             service: Some(ServiceSpec {
                 type_: Some(ServiceType::NodePort),
                 backend_node_port: Some(30000),
@@ -669,10 +669,10 @@ mod tests {
     #[test]
     fn zero_storage_is_rejected() {
         let spec = VisitorsAppSpec {
-            mysql: Some(MysqlSpec {
+            mysql: Some(Box::new(MysqlSpec {
                 storage: Some(StorageSpec { size: Some("0".into()), ..Default::default() }),
                 ..Default::default()
-            }),
+            })),
             ..book_spec()
         };
         assert_eq!(spec.validate().unwrap_err().first_field(), "spec.mysql.storage.size");

@@ -52,7 +52,7 @@ pub async fn replicating(apps: &Api<VisitorsApp>, name: &str, replicas: i32) -> 
         && conditions::is_true(&status.conditions, REPLICATING)
         && conditions::is_true(&status.conditions, READY)
     {
-        Ok(replication)
+        Ok(*replication)
     } else {
         Err(format!("{replication:?}; {}", conditions_text(&status.conditions)))
     }
@@ -61,7 +61,7 @@ pub async fn replicating(apps: &Api<VisitorsApp>, name: &str, replicas: i32) -> 
 /// The app's replication status as it is.
 pub async fn replication_of(apps: &Api<VisitorsApp>, name: &str) -> ReplicationStatus {
     let app = apps.get(name).await.expect("read the app");
-    app.status.and_then(|s| s.replication).unwrap_or_default()
+    *app.status.and_then(|s| s.replication).unwrap_or_default()
 }
 
 /// The stable host name of MySQL pod `pod` of app `app`.

@@ -287,7 +287,7 @@ pub fn app_status(snapshot: &AppSnapshot, now: Timestamp) -> AppStatus {
             app.spec.size,
             status.endpoints.as_ref().and_then(|e| e.frontend.clone()),
         ),
-        replication: status.replication.as_ref().filter(|r| !r.members.is_empty()).map(replication),
+        replication: status.replication.as_deref().filter(|r| !r.members.is_empty()).map(replication),
         schedules: schedules.iter().map(|s| schedule(s, &runs)).collect(),
         last_on_demand: newest(runs.iter().copied().filter(|r| schedule_of(r).is_none())).map(run),
         last_verified: newest_verified(runs.iter().copied()),

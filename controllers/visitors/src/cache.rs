@@ -18,15 +18,15 @@ use kube::Resource;
 use kube::runtime::watcher;
 
 use crate::build::mysql::{Kept, data_claim_template};
-use crate::build::tls::MODE_ANNOTATION;
+use crate::build::tls::recorded_mode;
 use crate::seen::Fingerprint;
 use crate::status::Workload;
 
 /// A workload of kind `K` as its cache keeps it.
 #[derive(Debug, Clone)]
 pub struct Cached<K> {
-    /// Name, namespace, UID, resource version, generation, owners, deletion, and the TLS mode
-    /// annotation; not labels (in the fingerprint) nor other annotations.
+    /// Name, namespace, UID, resource version, generation, owners and deletion; not labels (in
+    /// the fingerprint) nor annotations (a map of one entry costs more than half a KiB).
     metadata: ObjectMeta,
     /// [`Fingerprint::fingerprint`] of the whole object.
     fingerprint: u64,
@@ -50,14 +50,12 @@ pub struct MysqlKept {
     /// The pod template revision the pods should run, once the StatefulSet controller has seen
     /// the latest spec.
     pub update_revision: Option<String>,
+    /// The TLS mode it was built with ([`recorded_mode`]).
+    pub tls_mode: Option<String>,
 }
 
 /// The metadata a cached workload keeps.
 fn kept_metadata(meta: &ObjectMeta) -> ObjectMeta {
-    let annotations = meta.annotations.as_ref().and_then(|all| {
-        let mode = all.get(MODE_ANNOTATION)?;
-        Some([(MODE_ANNOTATION.to_string(), mode.clone())].into())
-    });
     ObjectMeta {
         name: meta.name.clone(),
         namespace: meta.namespace.clone(),
@@ -66,7 +64,6 @@ fn kept_metadata(meta: &ObjectMeta) -> ObjectMeta {
         generation: meta.generation,
         owner_references: meta.owner_references.clone(),
         deletion_timestamp: meta.deletion_timestamp.clone(),
-        annotations,
         ..ObjectMeta::default()
     }
 }
@@ -85,6 +82,7 @@ impl From<&StatefulSet> for CachedStatefulSet {
             }),
             policy: sts.spec.as_ref().and_then(|spec| spec.pod_management_policy.clone()),
             update_revision: status.and_then(|s| s.update_revision.clone()).filter(|_| observed),
+            tls_mode: recorded_mode(&sts.metadata).map(str::to_string),
         };
         Cached {
             metadata: kept_metadata(&sts.metadata),
@@ -111,7 +109,7 @@ impl From<&Deployment> for CachedDeployment {
 impl<K> Cached<K> {
     /// The MySQL StatefulSet's kept parts (empty for a Deployment).
     pub fn mysql(&self) -> &MysqlKept {
-        static NONE: MysqlKept = MysqlKept { claim: None, policy: None, update_revision: None };
+        static NONE: MysqlKept = MysqlKept { claim: None, policy: None, update_revision: None, tls_mode: None };
         self.mysql.as_deref().unwrap_or(&NONE)
     }
 
@@ -234,12 +232,13 @@ mod tests {
     }
 
     #[test]
-    fn the_tls_mode_annotation_is_kept_and_no_other() {
+    fn the_tls_mode_annotation_is_kept_apart_and_no_annotation_in_the_metadata() {
         let mut sts = created_statefulset();
         let annotations = sts.metadata.annotations.get_or_insert_default();
-        annotations.insert(MODE_ANNOTATION.into(), "Required".into());
+        annotations.insert(crate::build::tls::MODE_ANNOTATION.into(), "Required".into());
         annotations.insert("deployment.kubernetes.io/revision".into(), "3".into());
         let cached = CachedStatefulSet::from(&sts);
-        assert_eq!(cached.meta().annotations, Some([(MODE_ANNOTATION.to_string(), "Required".to_string())].into()));
+        assert_eq!(cached.mysql().tls_mode.as_deref(), Some("Required"));
+        assert_eq!(cached.meta().annotations, None);
     }
 }

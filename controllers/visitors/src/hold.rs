@@ -155,8 +155,14 @@ impl State {
     }
 }
 
+/// The app's name and namespace: not its UID nor resource version, which `ObjectRef::from_obj`
+/// would copy into every key of the maps above, and which no lookup compares.
 fn app_ref(app: &VisitorsApp) -> ObjectRef<VisitorsApp> {
-    ObjectRef::from_obj(app)
+    let reference = ObjectRef::new(&app.name_any());
+    match app.namespace() {
+        Some(namespace) => reference.within(&namespace),
+        None => reference,
+    }
 }
 
 /// The VisitorsApp that owns `child`, if any.

@@ -204,14 +204,14 @@ fn replication_status(app: &VisitorsApp, status: &mut VisitorsAppStatus, report:
         return;
     };
     let previous = status.replication.take().unwrap_or_default();
-    status.replication = Some(ReplicationStatus {
+    status.replication = Some(Box::new(ReplicationStatus {
         primary: report.primary.clone(),
         ready_replicas: Some(report.ready_replicas),
         members: report.members.clone(),
         last_failover: report.failover.clone().or(previous.last_failover),
         last_switchover: report.switchover.clone().or(previous.last_switchover),
         answered_switchover_request: report.answered_request.clone().or(previous.answered_switchover_request),
-    });
+    }));
     let primary = report.primary.as_deref().unwrap_or("none yet");
     let replicating = match &report.problem {
         Some((reason, message)) => {
@@ -639,7 +639,7 @@ mod tests {
         use k8s_openapi::api::apps::v1::StatefulSetStatus;
         use visitors_api::visitors_app::MysqlSpec;
         let mut app = book_app();
-        app.spec.mysql = Some(MysqlSpec { replicas: Some(3), ..MysqlSpec::default() });
+        app.spec.mysql = Some(Box::new(MysqlSpec { replicas: Some(3), ..MysqlSpec::default() }));
         let mut sts = crate::build::mysql::statefulset(&app, "c", Default::default(), None);
         sts.metadata.generation = Some(2);
         let status = |updated| StatefulSetStatus {

@@ -10,7 +10,7 @@ use controller_common::error::api_err;
 use controller_common::ready;
 use controller_common::step::Step;
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 use visitors_api::VisitorsApp;
 use visitors_api::labels::names;
 use visitors_api::visitors_app::{TlsMode, reason, tls_keys};
@@ -51,7 +51,9 @@ pub fn recheck(app: &VisitorsApp, resync: Duration) -> Duration {
 
 async fn read(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<Option<ServingTls>>, Error> {
     let existing = scope.cached(&scope.ctx.stores.statefulsets, &names::mysql(&scope.name));
-    if build::tls::effective_mode(scope.app, existing.as_ref().map(|sts| sts.meta())) == TlsMode::Disabled {
+    if build::tls::effective_mode(scope.app, existing.as_ref().map(|sts| sts.mysql().tls_mode.as_deref()))
+        == TlsMode::Disabled
+    {
         return Ok(Step::Ready(None));
     }
     if valid.tls.generated

@@ -286,7 +286,7 @@ mod tests {
         use crate::build::mysql::verified_hosts;
         use visitors_api::visitors_app::MysqlSpec;
         let mut app = crate::build::fixtures::book_app();
-        app.spec.mysql = Some(MysqlSpec { replicas: Some(2), ..MysqlSpec::default() });
+        app.spec.mysql = Some(Box::new(MysqlSpec { replicas: Some(2), ..MysqlSpec::default() }));
         let hosts = verified_hosts(&app);
         assert_eq!(
             hosts,

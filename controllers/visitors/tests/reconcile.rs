@@ -559,10 +559,10 @@ async fn storage_growth_is_requested_on_the_claim() {
     h.reconcile().await.unwrap();
     h.api.put(&claim_requesting("1Gi"));
     h.edit_spec(|spec| {
-        spec.mysql = Some(MysqlSpec {
+        spec.mysql = Some(Box::new(MysqlSpec {
             storage: Some(StorageSpec { size: Some("5Gi".into()), ..Default::default() }),
             ..Default::default()
-        })
+        }))
     });
     h.reconcile().await.unwrap();
 
@@ -608,10 +608,10 @@ async fn a_refused_volume_resize_is_reported_and_the_rest_still_converges() {
     );
     h.edit_spec(|spec| {
         spec.size = 2;
-        spec.mysql = Some(MysqlSpec {
+        spec.mysql = Some(Box::new(MysqlSpec {
             storage: Some(StorageSpec { size: Some("5Gi".into()), ..Default::default() }),
             ..Default::default()
-        });
+        }));
     });
     h.reconcile().await.unwrap();
 

@@ -144,7 +144,8 @@ mod tests {
     fn image_and_resources_follow_the_spec() {
         let mut app = book_app();
         assert_eq!(container(&deployment(&app, "c", None)).image.as_deref(), Some("jdob/visitors-service:1.0.0"));
-        app.spec.backend = Some(TierSpec { image: Some("me/svc:2".into()), resources: Some(Default::default()) });
+        app.spec.backend =
+            Some(Box::new(TierSpec { image: Some("me/svc:2".into()), resources: Some(Default::default()) }));
         let deployment = deployment(&app, "c", None);
         assert_eq!(container(&deployment).image.as_deref(), Some("me/svc:2"));
         assert!(container(&deployment).resources.is_some());

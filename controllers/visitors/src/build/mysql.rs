@@ -488,7 +488,7 @@ mod tests {
     fn replicated(replicas: i32, image: &str) -> VisitorsApp {
         let mut app = book_app();
         app.spec.mysql =
-            Some(MysqlSpec { replicas: Some(replicas), image: Some(image.into()), ..MysqlSpec::default() });
+            Some(Box::new(MysqlSpec { replicas: Some(replicas), image: Some(image.into()), ..MysqlSpec::default() }));
         app
     }
 
@@ -582,11 +582,11 @@ mod tests {
     #[test]
     fn storage_and_resources_follow_the_spec() {
         let mut app = book_app();
-        app.spec.mysql = Some(MysqlSpec {
+        app.spec.mysql = Some(Box::new(MysqlSpec {
             storage: Some(StorageSpec { size: Some("5Gi".into()), storage_class_name: Some("fast".into()) }),
             resources: Some(Default::default()),
             ..MysqlSpec::default()
-        });
+        }));
         let sts = statefulset(&app, "creds", Kept::default(), None);
         let claim = &sts.spec.as_ref().unwrap().volume_claim_templates.as_ref().unwrap()[0];
         assert_eq!(requested_size(claim), Some("5Gi"));
@@ -599,10 +599,10 @@ mod tests {
         let original = statefulset(&book_app(), "creds", Kept::default(), None);
         let claim = data_claim_template(&original).expect("a data claim template").clone();
         let mut app = book_app();
-        app.spec.mysql = Some(MysqlSpec {
+        app.spec.mysql = Some(Box::new(MysqlSpec {
             storage: Some(StorageSpec { size: Some("5Gi".into()), storage_class_name: Some("other".into()) }),
             ..MysqlSpec::default()
-        });
+        }));
         let sts = statefulset(&app, "creds", Kept { claim: Some(&claim), ..Kept::default() }, None);
         assert_eq!(
             sts.spec.unwrap().volume_claim_templates.unwrap(),

@@ -52,17 +52,22 @@ impl std::fmt::Debug for ServingTls {
     }
 }
 
-/// The mode in effect: the spec's; otherwise the one the MySQL StatefulSet was built with;
-/// for a new app, `Required`.
-pub fn effective_mode(app: &VisitorsApp, existing: Option<&ObjectMeta>) -> TlsMode {
+/// The mode in effect: the spec's; otherwise the one the MySQL StatefulSet was built with
+/// (`existing`: `Some` of its [`MODE_ANNOTATION`], absent on one built before TLS); for a new
+/// app (no StatefulSet), `Required`.
+pub fn effective_mode(app: &VisitorsApp, existing: Option<Option<&str>>) -> TlsMode {
     if let Some(mode) = app.spec.tls_mode() {
         return mode;
     }
-    let Some(existing) = existing else { return TlsMode::Required };
-    match existing.annotations.as_ref().and_then(|a| a.get(MODE_ANNOTATION)).map(String::as_str) {
-        Some("Required") => TlsMode::Required,
-        _ => TlsMode::Disabled,
+    match existing {
+        None | Some(Some("Required")) => TlsMode::Required,
+        Some(_) => TlsMode::Disabled,
     }
+}
+
+/// The mode a StatefulSet records it was built with ([`MODE_ANNOTATION`]).
+pub fn recorded_mode(statefulset: &ObjectMeta) -> Option<&str> {
+    statefulset.annotations.as_ref()?.get(MODE_ANNOTATION).map(String::as_str)
 }
 
 /// The Secret MySQL's certificate is read from: the user's or the generated one.
@@ -130,28 +135,21 @@ pub fn mount(path: &str) -> VolumeMount {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use visitors_api::visitors_app::TlsSpec;
 
     use super::*;
     use crate::build::fixtures::book_app;
 
-    /// The metadata of a StatefulSet in the cluster with the TLS mode `annotation`.
-    fn statefulset_with_meta(annotation: Option<&str>) -> ObjectMeta {
-        let annotations = annotation.map(|mode| BTreeMap::from([(MODE_ANNOTATION.to_string(), mode.to_string())]));
-        ObjectMeta { annotations, ..ObjectMeta::default() }
-    }
-
     #[test]
     fn a_new_app_requires_tls_and_an_app_from_before_keeps_plain_text_until_asked() {
         let app = book_app();
         assert_eq!(effective_mode(&app, None), TlsMode::Required);
-        assert_eq!(effective_mode(&app, Some(&statefulset_with_meta(None))), TlsMode::Disabled);
-        assert_eq!(effective_mode(&app, Some(&statefulset_with_meta(Some("Required")))), TlsMode::Required);
-        assert_eq!(effective_mode(&app, Some(&statefulset_with_meta(Some("Disabled")))), TlsMode::Disabled);
+        assert_eq!(effective_mode(&app, Some(None)), TlsMode::Disabled);
+        assert_eq!(effective_mode(&app, Some(Some("Required"))), TlsMode::Required);
+        assert_eq!(effective_mode(&app, Some(Some("Disabled"))), TlsMode::Disabled);
         let mut asked = book_app();
         asked.spec.tls = Some(TlsSpec { mode: Some(TlsMode::Required), secret_name: None });
-        assert_eq!(effective_mode(&asked, Some(&statefulset_with_meta(None))), TlsMode::Required);
+        assert_eq!(effective_mode(&asked, Some(None)), TlsMode::Required);
         asked.spec.tls = Some(TlsSpec { mode: Some(TlsMode::Disabled), secret_name: None });
         assert_eq!(effective_mode(&asked, None), TlsMode::Disabled);
     }

@@ -124,7 +124,8 @@ mod tests {
             last_switchover,
             ..ReplicationStatus::default()
         };
-        app.status = Some(VisitorsAppStatus { replication: Some(replication), ..VisitorsAppStatus::default() });
+        app.status =
+            Some(VisitorsAppStatus { replication: Some(Box::new(replication)), ..VisitorsAppStatus::default() });
         app
     }
 
