@@ -97,13 +97,17 @@ pub fn primary_stream<K>(api: Api<K>, writer: Writer<K>) -> impl Stream<Item = R
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(trim_for_cache)
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(spec_or_lifecycle_changed(), PredicateConfig::default())
-        .boxed()
+    reflected_primary(api, writer).predicate_filter(spec_or_lifecycle_changed(), PredicateConfig::default()).boxed()
+}
+
+/// Every object of a controller's own kind as its watch reports it, trimmed and reflected into
+/// `writer`'s store: for a controller that filters the changes itself. [`primary_stream`]'s
+/// filter keeps a copy of every object's name, namespace and UID.
+pub fn reflected_primary<K>(api: Api<K>, writer: Writer<K>) -> impl Stream<Item = Result<K, watcher::Error>> + Send
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    watcher(api, watcher::Config::default()).default_backoff().modify(trim_for_cache).reflect(writer).applied_objects()
 }
 
 /// The objects of a controller's own kind in `namespace` (or all), as [`primary_stream`]

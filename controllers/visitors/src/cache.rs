@@ -25,8 +25,9 @@ use crate::status::Workload;
 /// A workload of kind `K` as its cache keeps it.
 #[derive(Debug, Clone)]
 pub struct Cached<K> {
-    /// Name, namespace, UID, resource version, generation, owners and deletion; not labels (in
-    /// the fingerprint) nor annotations (a map of one entry costs more than half a KiB).
+    /// Name, namespace, UID, generation, owners and deletion; not labels (in the fingerprint),
+    /// annotations (a map of one entry costs more than half a KiB) nor the resource version
+    /// (no reconcile reads it, and the cache's key would keep a second copy).
     metadata: ObjectMeta,
     /// [`Fingerprint::fingerprint`] of the whole object.
     fingerprint: u64,
@@ -60,7 +61,6 @@ fn kept_metadata(meta: &ObjectMeta) -> ObjectMeta {
         name: meta.name.clone(),
         namespace: meta.namespace.clone(),
         uid: meta.uid.clone(),
-        resource_version: meta.resource_version.clone(),
         generation: meta.generation,
         owner_references: meta.owner_references.clone(),
         deletion_timestamp: meta.deletion_timestamp.clone(),

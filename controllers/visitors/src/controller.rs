@@ -9,10 +9,11 @@ use clap::ValueEnum;
 use controller_common::Runtime;
 use controller_common::operation::AgentSettings;
 use controller_common::process::{Identity, Reconciling};
-use controller_common::watch::{api_in, controller_config, drive, primary_stream, trim_for_cache};
+use controller_common::watch::{api_in, controller_config, drive, reflected_primary, trim_for_cache};
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodStatus, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Controller;
@@ -133,14 +134,16 @@ impl Watches {
         let children = watcher::Config::default().labels_from(&children_selector());
         let (app_reader, app_writer) = reflector::store::store();
         let (app_news, app_hold) = (seen.clone(), hold.clone());
-        let apps =
-            primary_stream(api_in::<VisitorsApp>(client.clone(), namespace), app_writer).try_filter(move |app| {
+        // The seen-records decide what is news of an app (see `Fingerprint for VisitorsApp`).
+        let apps = reflected_primary(api_in::<VisitorsApp>(client.clone(), namespace), app_writer)
+            .try_filter(move |app| {
                 let news = app_news.is_news(app);
                 if news {
                     app_hold.news_of(app);
                 }
                 std::future::ready(news)
-            });
+            })
+            .map_ok(as_trigger);
         let statefulsets = owned(
             watcher(api_in::<StatefulSet>(client.clone(), namespace), children.clone())
                 .map_ok(cached_event)
@@ -207,6 +210,15 @@ impl Default for Watches {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// What the controller's queue needs of an app that is news: its name and namespace. kube's
+/// trigger copies the UID and resource version of the object it is given into each queued
+/// request, which no lookup compares; the reconcile reads the app from the cache.
+pub fn as_trigger(mut app: VisitorsApp) -> VisitorsApp {
+    let (name, namespace) = (app.metadata.name.take(), app.metadata.namespace.take());
+    app.metadata = ObjectMeta { name, namespace, ..ObjectMeta::default() };
+    app
 }
 
 /// The app a MySQL pod belongs to (its `instance` label).
@@ -491,5 +503,16 @@ mod tests {
         assert!(times.contains(&150), "the database pod became ready: at once: {times:?}");
         let after = times.iter().find(|t| **t > 150).copied();
         assert!(after.is_some_and(|t| t <= 151 + 5), "the backoff starts again from a few seconds: {times:?}");
+    }
+
+    #[test]
+    fn a_trigger_names_the_app_it_wakes_and_keeps_no_copy_of_its_uid_or_version() {
+        let mut app = book_app();
+        app.metadata.uid = Some("u-1".into());
+        app.metadata.resource_version = Some("42".into());
+        let trigger = as_trigger(app.clone());
+        assert_eq!(ObjectRef::from_obj(&trigger), ObjectRef::from_obj(&app), "the same store lookup");
+        let extra = ObjectRef::from_obj(&trigger).extra;
+        assert_eq!((extra.uid, extra.resource_version), (None, None));
     }
 }

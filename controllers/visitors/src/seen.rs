@@ -167,8 +167,9 @@ pub enum News {
 /// An object's `(kind, namespace, name)` as a 128-bit hash: a Service and its metadata-only
 /// watch share one entry. A hash, not the names: with ten thousand apps the names' copies were
 /// half the records' memory. That two of a million objects collide is less likely than 10^-26.
+/// Two halves rather than a `u128`: aligned to 8 bytes, not 16, a record's map entry is smaller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Key(u128);
+struct Key([u64; 2]);
 
 impl Key {
     fn of(kind: &str, namespace: &str, name: &str) -> Self {
@@ -178,7 +179,7 @@ impl Key {
             (tag, kind, namespace, name).hash(&mut hasher);
             hasher.finish()
         };
-        Key((u128::from(half(0)) << 64) | u128::from(half(1)))
+        Key([half(0), half(1)])
     }
 }
 
@@ -210,11 +211,11 @@ impl State {
 }
 
 /// The controller's last apply of a child: a hash of what it sent (and of the same desired form
-/// as rebuilt from the response, see [`Seen::record_settled_form`]), the fingerprint of what the
-/// API server answered, and when.
+/// as rebuilt from the response, see [`Seen::record_settled_form`]; until then the same hash),
+/// the fingerprint of what the API server answered, and when.
 struct Applied {
     desired: u64,
-    settled: Option<u64>,
+    settled: u64,
     fingerprint: u64,
     at: Instant,
 }
@@ -226,8 +227,9 @@ struct Record {
     state: Option<State>,
     applied: Option<Applied>,
     /// Moves whenever a watch reports news of the object or its deletion: an apply answered
-    /// before that must not record its older state over the news.
-    epoch: u64,
+    /// before that must not record its older state over the news. It only needs to differ from
+    /// the ticket's: wrapping after four billion changes of one object is harmless.
+    epoch: u32,
     /// An apply on its way, and what a watch reported of the object meanwhile: decided when the
     /// answer comes ([`Seen::record_apply`]). Boxed: seldom there, and every object has a record.
     in_flight: Option<Box<(Instant, Option<State>)>>,
@@ -252,7 +254,7 @@ struct Records {
 
 /// Taken before an apply: what the watches had reported of the object then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ticket(u64);
+pub struct Ticket(u32);
 
 impl Record {
     /// What [`Seen::forget`] leaves of an object while an apply of it is on its way.
@@ -337,18 +339,15 @@ impl Seen {
         }
         let news = reported.map_or(News::Nothing, |reported| response_state.news(reported));
         if news == News::Change {
-            record.epoch += 1;
+            record.epoch = record.epoch.wrapping_add(1);
             return news;
         }
         if news == News::Nothing {
             record.state = Some(response_state);
         }
-        record.applied = Some(Applied {
-            desired: desired_hash(desired),
-            settled: None,
-            fingerprint: response.fingerprint(),
-            at: Instant::now(),
-        });
+        let desired = desired_hash(desired);
+        record.applied =
+            Some(Applied { desired, settled: desired, fingerprint: response.fingerprint(), at: Instant::now() });
         news
     }
 
@@ -362,7 +361,7 @@ impl Seen {
         let mut records = self.lock();
         let applied = records.objects.get_mut(&key).and_then(|record| record.applied.as_mut());
         if let Some(applied) = applied.filter(|applied| applied.desired == sent) {
-            applied.settled = Some(desired_hash(settled));
+            applied.settled = desired_hash(settled);
         }
     }
 
@@ -377,7 +376,7 @@ impl Seen {
         let desired = desired_hash(desired);
         applied.at.elapsed() < max_age
             && applied.fingerprint == seen.fingerprint
-            && (applied.desired == desired || applied.settled == Some(desired))
+            && (applied.desired == desired || applied.settled == desired)
     }
 
     /// Whether a watch reporting `object` brings news: a state no reconcile has seen nor been
@@ -406,7 +405,7 @@ impl Seen {
             in_flight.1 = Some(state);
             return News::Nothing;
         }
-        record.epoch += 1;
+        record.epoch = record.epoch.wrapping_add(1);
         news
     }
 
@@ -447,7 +446,7 @@ impl Seen {
         if record.in_flight.is_some() {
             // The answer of that apply must not record the object as it was: the record stays,
             // emptied, with its epoch moved (see `record_apply`).
-            *record = Record { epoch: record.epoch + 1, ..Record::default() };
+            *record = Record { epoch: record.epoch.wrapping_add(1), ..Record::default() };
         } else {
             records.objects.remove(&key);
         }
