@@ -17,7 +17,8 @@
 # APISERVER_PROFILE=FILE: also a Go CPU profile of kube-apiserver during the burst, taken from
 # APISERVER_PROFILE_AFTER seconds (default 20) after the apps' creation starts, for
 # APISERVER_PROFILE_SECONDS (default 35); with several counts, FILE.N for each. Read it with
-# `go tool pprof -top FILE`.
+# `go tool pprof -top FILE`. KCM_PROFILE=FILE: the same of kube-controller-manager, at the same
+# times.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$(pwd)
@@ -38,22 +39,31 @@ else
     bin=${CARGO_TARGET_DIR:-target}/release
 fi
 
-controller_pid= profile_pid=
+controller_pid= profile_pids=()
 stop_all() {
     [ -z "$controller_pid" ] || kill "$controller_pid" 2>/dev/null || true
-    [ -z "$profile_pid" ] || kill "$profile_pid" 2>/dev/null || true
+    [ ${#profile_pids[@]} -eq 0 ] || kill "${profile_pids[@]}" 2>/dev/null || true
     "$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true
 }
 trap stop_all EXIT
 
-# The API server serves Go's pprof (--profiling, on by default) to its admin. The wait counts
-# from about when scale-bench starts creating apps (its watches start within a second).
-start_apiserver_profile() {
-    local file=$APISERVER_PROFILE
-    [ ${#counts[@]} -eq 1 ] || file=$APISERVER_PROFILE.$1
-    (sleep "${APISERVER_PROFILE_AFTER:-20}"
-     kubectl get --raw "/debug/pprof/profile?seconds=${APISERVER_PROFILE_SECONDS:-35}" > "$file") &
-    profile_pid=$!
+# The API server and kube-controller-manager serve Go's pprof (--profiling, on by default) to
+# the cluster's admin. The wait counts from about when scale-bench starts creating apps (its
+# watches start within a second).
+start_profiles() {
+    local suffix= query="/debug/pprof/profile?seconds=${APISERVER_PROFILE_SECONDS:-35}"
+    local pki=$TEST_CLUSTER_STATE/run/pki
+    [ ${#counts[@]} -eq 1 ] || suffix=.$1
+    if [ -n "${APISERVER_PROFILE:-}" ]; then
+        (sleep "${APISERVER_PROFILE_AFTER:-20}"; kubectl get --raw "$query" > "$APISERVER_PROFILE$suffix") &
+        profile_pids+=($!)
+    fi
+    if [ -n "${KCM_PROFILE:-}" ]; then
+        (sleep "${APISERVER_PROFILE_AFTER:-20}"
+         curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
+             "https://127.0.0.1:$TEST_CLUSTER_KCM_PORT$query" -o "$KCM_PROFILE$suffix") &
+        profile_pids+=($!)
+    fi
 }
 
 for n in "${counts[@]}"; do
@@ -69,10 +79,11 @@ for n in "${counts[@]}"; do
     for part in etcd kube-apiserver kube-controller-manager; do
         pids+=(--pid "$part=$(cat "$TEST_CLUSTER_STATE/run/$part.pid")")
     done
-    [ -z "${APISERVER_PROFILE:-}" ] || start_apiserver_profile "$n"
+    start_profiles "$n"
     report=$("$bin/scale-bench" --apps "$n" --namespace "scale-$n" --metrics "http://$METRICS/metrics" \
         --idle-seconds "$IDLE_SECONDS" "${pids[@]}")
-    [ -z "$profile_pid" ] || { wait "$profile_pid" || echo "the API server's profile failed" >&2; profile_pid=; }
+    for pid in "${profile_pids[@]}"; do wait "$pid" || echo "a control plane profile failed" >&2; done
+    profile_pids=()
     peak_rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$controller_pid/status")
     kill "$controller_pid"; wait "$controller_pid" 2>/dev/null || true; controller_pid=
     echo "$report" | python3 -c "import json,sys; r=json.load(sys.stdin); r['controller_peak_rss_mib']=round($peak_rss_kib/1024,1); print(json.dumps(r, indent=1))"
