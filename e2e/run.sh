@@ -92,7 +92,7 @@ start_local_cluster() {
     refuse_a_bin_dir_under_tmp "$bin_dir"
     step "building the binaries the node runs, and the kubectl plugin ($bin_dir)"
     cargo build --locked --profile "$([ "$profile" = debug ] && echo dev || echo "$profile")" --bin visitors-controller --bin backup-controller --bin restore-controller --bin visitors-agent --bin kubectl-visitors \
-        --bin visitors-archiver
+        --bin visitors-archiver --bin pooled-writer
     step "starting the test cluster (state: $TEST_CLUSTER_STATE)"
     # A cluster left by an interrupted run would hold other pods and volumes: start afresh.
     "$CLUSTER_SH" stop --reset >/dev/null 2>&1 || true
@@ -167,7 +167,7 @@ step "building the scenarios"
 # those of SIDE_BY_SIDE in the background, their scenarios in parallel, while the others run
 # one file after another. Apps of every scenario take turns to initialise their database
 # (visitors_e2e::AppInitLock), which is what kept the suite sequential.
-SIDE_BY_SIDE=" point_in_time drill security high_availability backup_schedule plugin examples "
+SIDE_BY_SIDE=" point_in_time drill security high_availability replication_under_load backup_schedule plugin examples "
 # Files that measure a controller's own counters (reconciles of the whole controller) run
 # last, alone: another file's apps reconciling meanwhile would count as theirs.
 ALONE=" bad_input "

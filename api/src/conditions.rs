@@ -14,6 +14,20 @@ pub const REPLICATING: &str = "Replicating";
 /// A replicated app's primary waits for a replica's acknowledgement of each commit, and one
 /// gives it.
 pub const WRITES_ACKNOWLEDGED: &str = "WritesAcknowledged";
+/// A replicated app's replica falls further behind its primary for minutes: True names it (it
+/// applies fewer transactions than the primary commits); False while every replica keeps up.
+pub const REPLICA_FALLING_BEHIND: &str = "ReplicaFallingBehind";
+/// Condition types whose True status is the problem (the others' is False).
+pub const TRUE_WHEN_WRONG: [&str; 1] = [REPLICA_FALLING_BEHIND];
+
+/// Whether `condition` tells of a problem: False, or True for the types of [`TRUE_WHEN_WRONG`].
+pub fn tells_a_problem(condition: &Condition) -> bool {
+    match TRUE_WHEN_WRONG.contains(&condition.type_.as_str()) {
+        true => condition.status == "True",
+        false => condition.status == "False",
+    }
+}
+
 /// An operation (a backup run, a restore): True while it waits to start (the reason names what
 /// for), False once its Job runs.
 pub const PENDING: &str = "Pending";
@@ -161,5 +175,21 @@ mod tests {
         assert_eq!(conditions[0].last_transition_time, at(30));
         assert!(is_true(&conditions, READY));
         assert!(!is_true(&conditions, DATABASE_READY));
+    }
+
+    /// Each case: a condition's type and status, and whether it tells of a problem.
+    #[test]
+    fn a_problem_is_false_but_for_the_conditions_that_are_true_when_wrong() {
+        let cases = [
+            (READY, Status::False, true),
+            (READY, Status::True, false),
+            (REPLICA_FALLING_BEHIND, Status::True, true),
+            (REPLICA_FALLING_BEHIND, Status::False, false),
+        ];
+        for (type_, status, problem) in cases {
+            let mut conditions = Vec::new();
+            set(&mut conditions, Desired { type_, status, reason: "Test", message: String::new() }, None, at(1));
+            assert_eq!(tells_a_problem(&conditions[0]), problem, "{type_} {status:?}");
+        }
     }
 }

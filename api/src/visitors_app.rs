@@ -77,6 +77,10 @@ pub mod reason {
     // Replication.
     /// `WritesAcknowledged` True: a replica acknowledges every commit.
     pub const ACKNOWLEDGED: &str = "Acknowledged";
+    /// `ReplicaFallingBehind` False: every replica applies what the primary commits.
+    pub const KEEPING_UP: &str = "KeepingUp";
+    /// `ReplicaFallingBehind` True: a replica falls further behind the primary for minutes.
+    pub const FALLING_BEHIND: &str = "FallingBehind";
     /// `WritesAcknowledged` False: the durability asks for no acknowledgement.
     pub const ASYNCHRONOUS: &str = "Asynchronous";
 }
@@ -258,7 +262,19 @@ pub struct ReplicationSpec {
     /// old primary then holds alone (they are extracted and reported, never discarded silently).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub durability: Option<Durability>,
+    /// How many threads each replica applies its source's transactions with (parallel
+    /// replication: MariaDB's `slave_parallel_threads` in optimistic mode, MySQL's
+    /// `replica_parallel_workers`), always committing them in the source's order, so that what a
+    /// replica applied is a prefix of the primary's history. Defaults to 8, measured
+    /// (docs/benchmarks.md); 1 applies one transaction at a time. Changing it restarts the
+    /// servers one at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub applier_threads: Option<i32>,
 }
+
+/// Threads each replica applies with unless `spec.mysql.replication.applierThreads` says.
+pub const DEFAULT_APPLIER_THREADS: i32 = 8;
 
 /// When a commit on a replicated MySQL returns to the client.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -396,6 +412,17 @@ pub struct ReplicationStatus {
     /// switchover done or refused): a request is carried out once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered_switchover_request: Option<String>,
+    /// Transactions the primary committed a second, over the last 30 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_rate: Option<f64>,
+    /// The seconds a failover now would wait for its new primary to apply what it received: the
+    /// backlog of the replica it would promote, at that replica's apply rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_failover_wait_seconds: Option<f64>,
+    /// When the positions and rates of this status were read; they are refreshed at most every
+    /// 10 s while nothing else changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pace_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// One MySQL server of a replicated app.
@@ -413,6 +440,28 @@ pub struct ReplicationMember {
     /// What is wrong, when something is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The GTID position of what it received from its source, applied or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received: Option<String>,
+    /// The GTID position of what it applied (its binary log holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<String>,
+    /// Transactions it received and has not applied yet: what its promotion would wait for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<i64>,
+    /// Transactions the primary committed that it has not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind_primary: Option<i64>,
+    /// Transactions it applied a second, over the last 30 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_rate: Option<f64>,
+    /// While it is behind the primary: the seconds until it holds what the primary holds, at the
+    /// rates measured; absent while it does not gain on the primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up_seconds: Option<f64>,
+    /// It has fallen further behind the primary for minutes (condition `ReplicaFallingBehind`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub falling_behind: bool,
 }
 
 /// The role of one MySQL server.
@@ -449,6 +498,10 @@ pub struct RoleChange {
     /// the new one accepted them: the longest a client could wait for a commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_gap_seconds: Option<f64>,
+    /// Seconds the promotion waited for the new primary to apply what it had received (the
+    /// message says how much that was, and why that server was chosen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_wait_seconds: Option<f64>,
     /// The switchover request (the value of the `example.com/switchover-requested-at`
     /// annotation) this answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -552,6 +605,15 @@ impl VisitorsAppSpec {
     /// How a replicated MySQL acknowledges commits.
     pub fn durability(&self) -> Durability {
         self.mysql.as_ref().and_then(|m| m.replication.as_ref()).and_then(|r| r.durability).unwrap_or_default()
+    }
+
+    /// Threads each replica applies with (`spec.mysql.replication.applierThreads`).
+    pub fn applier_threads(&self) -> i32 {
+        self.mysql
+            .as_ref()
+            .and_then(|m| m.replication.as_ref())
+            .and_then(|r| r.applier_threads)
+            .unwrap_or(DEFAULT_APPLIER_THREADS)
     }
 
     /// The TLS mode the spec asks for, when it says.

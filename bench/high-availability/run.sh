@@ -4,12 +4,17 @@
 # as the e2e suite does (e2e/run.sh --local --keep, with only the quick CRD scenarios), runs one
 # benchmark, then stops and wipes the cluster.
 #
-#   bench/high-availability/run.sh failover [DELETIONS] [FREEZES] [SWITCHOVERS] [TRY_SECONDS]
-#       write gaps of failovers and switchovers (e2e/src/bin/failover-bench.rs); default 5 5 3 5
+#   bench/high-availability/run.sh failover [DELETIONS] [FREEZES] [SWITCHOVERS] [TRY_SECONDS] [WRITERS] [CHAINED]
+#       write gaps of failovers and switchovers under the pooled writer's load, CHAINED being a
+#       replica frozen 15 s then the primary (e2e/src/bin/failover-bench.rs); default 5 5 3 2 4 5
 #   bench/high-availability/run.sh lag [RATE] [SECONDS]
 #       replication lag under load (e2e/src/bin/replication-bench.rs); default 500 60
-#   bench/high-availability/run.sh seed [MIB]
-#       seeding a replica whose volume was lost (e2e/src/bin/replication-bench.rs); default 1024
+#   bench/high-availability/run.sh load [WRITERS] [SECONDS] [APPLIER_THREADS]
+#       each replica's apply rate against the primary's commit rate, WRITERS pooled sessions at
+#       full speed (e2e/src/bin/replication-bench.rs, e2e/src/bin/pooled-writer.rs); default 4 60
+#   bench/high-availability/run.sh seed [MIB] [WRITERS]
+#       seeding a replica whose volume was lost, while WRITERS pooled sessions write at full
+#       speed (e2e/src/bin/replication-bench.rs); default 1024 0
 #   bench/high-availability/run.sh seed-backup [MIB]
 #       the same with every binary log purged: seeded from a drilled backup run; default 1024
 #   bench/high-availability/run.sh controller [APPS] [SECONDS]
@@ -23,8 +28,8 @@ bench=${1:-failover}
 shift || true
 case "$bench" in
     failover) binary=failover-bench; args=("$@") ;;
-    lag | seed | seed-backup | controller) binary=replication-bench; args=("$bench" "$@") ;;
-    *) echo "usage: $0 failover|lag|seed|seed-backup|controller [ARGS...]" >&2; exit 2 ;;
+    lag | load | seed | seed-backup | controller) binary=replication-bench; args=("$bench" "$@") ;;
+    *) echo "usage: $0 failover|lag|load|seed|seed-backup|controller [ARGS...]" >&2; exit 2 ;;
 esac
 export TEST_CLUSTER_STATE=${TEST_CLUSTER_STATE:-${XDG_CACHE_HOME:-$HOME/.cache}/visitors-operator/test-cluster}
 e2e/run.sh --local --keep --test crds

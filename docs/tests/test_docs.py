@@ -46,7 +46,7 @@ NOT_REASONS = {
                     "a kind or a Rust type name"),
     # condition types that are never a reason (Ready and Quiesced are both)
     **dict.fromkeys(["BackendReady", "DatabaseReady", "FrontendReady", "LastBackupSucceeded", "ScheduleValid",
-                     "Pending", "Deleting", "WritesAcknowledged"], "a condition type or a phase"),
+                     "Pending", "Deleting", "WritesAcknowledged", "ReplicaFallingBehind"], "a condition type or a phase"),
     **dict.fromkeys(["True", "False", "Unknown"], "a condition status"),
     # printer column names (CRD attributes)
     **dict.fromkeys(["Active", "Age", "App", "Backend", "Duration", "Error", "Last", "LastBackup", "LastSuccessful", "Next",

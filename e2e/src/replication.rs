@@ -27,9 +27,19 @@ pub const MARIADB_IMAGE: &str = "mariadb:10.11";
 /// Creates VisitorsApp `name` with `replicas` MySQL servers and waits until it is Ready, a
 /// primary is recorded and every replica replicates from it.
 pub async fn create_replicated_app(apps: &Api<VisitorsApp>, name: &str, replicas: i32) -> VisitorsApp {
+    create_replicated_app_with(apps, name, replicas, json!({})).await
+}
+
+/// [`create_replicated_app`] with `replication` as its `spec.mysql.replication`.
+pub async fn create_replicated_app_with(
+    apps: &Api<VisitorsApp>,
+    name: &str,
+    replicas: i32,
+    replication: serde_json::Value,
+) -> VisitorsApp {
     let app: VisitorsApp = serde_json::from_value(json!({
         "apiVersion": "example.com/v1", "kind": "VisitorsApp", "metadata": {"name": name},
-        "spec": {"size": 1, "mysql": {"replicas": replicas, "image": MARIADB_IMAGE}},
+        "spec": {"size": 1, "mysql": {"replicas": replicas, "image": MARIADB_IMAGE, "replication": replication}},
     }))
     .unwrap();
     {
@@ -154,6 +164,124 @@ impl Written {
         }
         let gaps = field("gaps").split(',').filter_map(|g| g.parse().ok()).collect();
         Written { acked, tries: field("tries").parse().unwrap_or(0), gap: field("gap").parse().unwrap_or(0.0), gaps }
+    }
+}
+
+/// The image of the Jobs that run the suite's own test programs (the pooled writer): on the
+/// test cluster any name does (the node runs `target/debug`); elsewhere an image that carries
+/// them at `/usr/local/bin`.
+pub fn tools_image() -> String {
+    std::env::var("E2E_TOOLS_IMAGE").unwrap_or_else(|_| "localhost/visitors-operator:dev".into())
+}
+
+/// What the pooled writer is asked to do (see `src/bin/pooled-writer.rs`).
+#[derive(Debug, Clone)]
+pub struct Load {
+    /// Sessions, each holding one connection open.
+    pub writers: u32,
+    /// The longest it runs (it stops earlier once `ha_stop` exists).
+    pub seconds: u32,
+    /// A statement's timeout: a try that outlives it counts as not acknowledged.
+    pub try_seconds: u32,
+    /// Servers whose GTID positions it follows (each server's own address): their apply rates
+    /// and how soon they catch up once the load stops.
+    pub watch: Vec<String>,
+}
+
+/// The table the pooled writer Job `name` writes its rows to (one per run: each run is
+/// checked on its own), and the table whose creation stops it.
+pub fn pooled_tables(name: &str) -> (String, String) {
+    let table = format!("pooled_{}", name.replace('-', "_"));
+    let stop = format!("{table}_stop");
+    (table, stop)
+}
+
+/// The pooled writer's Job: `load.writers` sessions committing rows through the client Service as
+/// fast as they are acknowledged, as the app's user, over TLS, to its own table
+/// ([`pooled_tables`]).
+pub fn pooled_writer_job(app: &str, namespace: &str, name: &str, load: &Load) -> serde_json::Value {
+    let (volume, mount) = ca_volume(app);
+    let mut env = app_user_env(app);
+    let (table, stop) = pooled_tables(name);
+    let settings = [
+        ("HOST", format!("{app}-mysql.{namespace}.svc")),
+        ("TABLE", table),
+        ("STOP_TABLE", stop),
+        ("WRITERS", load.writers.to_string()),
+        ("SECONDS", load.seconds.to_string()),
+        ("TRY_SECONDS", load.try_seconds.to_string()),
+        ("WATCH_HOSTS", load.watch.iter().map(|pod| pod_host(app, namespace, pod)).collect::<Vec<_>>().join(" ")),
+    ];
+    env.extend(settings.iter().map(|(name, value)| json!({"name": name, "value": value})));
+    json!({
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "writer", "image": tools_image(), "command": ["/usr/local/bin/pooled-writer"],
+                            "env": env, "volumeMounts": [mount]}],
+            "volumes": [volume],
+        }}},
+    })
+}
+
+/// What the pooled writer reports.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Pooled {
+    pub acked: u64,
+    pub tries: u64,
+    /// Acknowledged rows the client Service's server lacks at the end.
+    pub missing: u64,
+    /// Acknowledgements a second.
+    pub rate: f64,
+    /// The longest wait between two acknowledgements of any session, in seconds.
+    pub gap: f64,
+    /// Every wait over a second: `(seconds, unix time it ended)`.
+    pub gaps: Vec<(f64, f64)>,
+    /// Statements a read-only server refused, and when the last was.
+    pub read_only: u64,
+    pub last_read_only: f64,
+    pub reconnects: u64,
+    pub errors: u64,
+    /// The most advanced watched server's transactions a second.
+    pub commits: f64,
+    /// Per watched server: `(host, transactions applied a second, most behind in the last half
+    /// of the load, seconds to catch up once it stopped or -1)`.
+    pub watched: Vec<(String, f64, u64, f64)>,
+}
+
+impl Pooled {
+    pub fn parse(output: &str) -> Self {
+        let field = |key: &str| {
+            output.split_whitespace().find_map(|w| w.strip_prefix(&format!("{key}="))).unwrap_or_default().to_string()
+        };
+        let number = |key: &str| field(key).parse::<f64>().unwrap_or(0.0);
+        let gaps = field("gaps")
+            .split(',')
+            .filter_map(|g| g.split_once('@'))
+            .filter_map(|(wait, at)| Some((wait.parse().ok()?, at.parse().ok()?)))
+            .collect();
+        let watched = field("watch")
+            .split(',')
+            .filter_map(|entry| {
+                let parts: Vec<&str> = entry.rsplitn(4, ':').collect();
+                let [caught_up, behind, applied, host] = parts.as_slice() else { return None };
+                Some((host.to_string(), applied.parse().ok()?, behind.parse().ok()?, caught_up.parse().ok()?))
+            })
+            .collect();
+        Pooled {
+            acked: number("acked") as u64,
+            tries: number("tries") as u64,
+            missing: number("missing") as u64,
+            rate: number("rate"),
+            gap: number("gap"),
+            gaps,
+            read_only: number("read_only") as u64,
+            last_read_only: number("last_read_only"),
+            reconnects: number("reconnects") as u64,
+            errors: number("errors") as u64,
+            commits: number("commits"),
+            watched,
+        }
     }
 }
 
@@ -347,6 +475,46 @@ impl Site {
             }
         };
         wait_for("the writer to write", &mut written).await;
+    }
+
+    /// Starts the pooled writer Job `name` and waits until it has committed rows.
+    pub async fn start_pooled_writer(&mut self, writer: &str, load: &Load) {
+        let jobs: Api<Job> = Api::namespaced(self.client.clone(), &self.namespace);
+        let job = pooled_writer_job(&self.app, &self.namespace, writer, load);
+        jobs.create(&Default::default(), &serde_json::from_value(job).unwrap()).await.expect("start the pooled writer");
+        let primary = self.primary().await;
+        wait_for("the pooled writer to write", || {
+            let name = self.job("pooled");
+            let (client, namespace) = (self.client.clone(), self.namespace.clone());
+            let sql = format!("SELECT COUNT(*) >= 100 FROM {}", pooled_tables(writer).0);
+            let job = pod_sql_job(&self.app, &namespace, &name, &primary, &sql);
+            async move {
+                match job_completes(&client, &namespace, &name, job).await
+                    && job_output(&client, &namespace, &name).await == "1"
+                {
+                    true => Ok(()),
+                    false => Err(format!("the pooled writer {writer} has committed fewer than 100 rows")),
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Stops the pooled writer Job `writer` and reads its report.
+    pub async fn stop_pooled_writer(&mut self, writer: &str) -> Pooled {
+        let name = self.job("stop");
+        let sql = format!("CREATE TABLE IF NOT EXISTS {} (id INT)", pooled_tables(writer).1);
+        let stop = crate::mariadb_job(&self.app, &self.namespace, &name, &sql);
+        run_job(&self.client, &self.namespace, &name, stop).await;
+        let output =
+            wait_for("the pooled writer to stop", || job_output_when_ended(&self.client, &self.namespace, writer))
+                .await;
+        Pooled::parse(&output)
+    }
+
+    /// The pods of every server, by ordinal.
+    pub fn server_pods(&self) -> Vec<String> {
+        (0..self.servers).map(|i| format!("{}-mysql-{i}", self.app)).collect()
     }
 
     /// The app's MySQL pods, by ordinal (those that exist).

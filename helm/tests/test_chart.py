@@ -627,9 +627,10 @@ def test_the_alerts_of_the_issue_are_in_the_rules_file():
     failing its reconciles or without a leader (issue 12); a point-in-time archive lagging, with
     a gap, or without its archiver (issue 21); a failed restore drill, and no verified backup for
     too long (issue 22); writes not acknowledged, replication broken or lagging, a failover
-    (issue 29); docs link to these names."""
+    (issue 29); a replica falling behind for good (issue 40); docs link to these names."""
     assert sorted(rule_file_alerts()) == sorted(
         [
+            "VisitorsMySQLReplicaFallingBehind",
             "VisitorsMySQLWritesNotAcknowledged",
             "VisitorsMySQLReplicationBroken",
             "VisitorsMySQLReplicationLagging",

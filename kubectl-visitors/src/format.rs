@@ -31,6 +31,19 @@ pub fn duration(seconds: f64) -> String {
     }
 }
 
+/// `1234567` as `1,234,567`.
+pub fn thousands(value: i64) -> String {
+    let digits = value.unsigned_abs().to_string();
+    let mut grouped = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    if value < 0 { format!("-{grouped}") } else { grouped }
+}
+
 /// How long before `now` (`3h ago`) or after it (`in 21h`), one unit.
 pub fn age(at: Timestamp, now: Timestamp) -> String {
     let seconds = now.duration_since(at).as_secs();
@@ -55,6 +68,14 @@ pub fn time(at: Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        let cases = [(0, "0"), (999, "999"), (1000, "1,000"), (1234567, "1,234,567"), (-45000, "-45,000")];
+        for (value, text) in cases {
+            assert_eq!(thousands(value), text);
+        }
+    }
 
     #[test]
     fn figures_read_the_way_people_say_them() {

@@ -92,9 +92,9 @@ fn app_problems(snapshot: &AppSnapshot, now: Timestamp) -> Vec<Problem> {
     problems
 }
 
-/// Conditions that are False (or Unknown for a while), but not of the types in `skip`.
+/// Conditions that tell of a problem (see `conditions::tells_a_problem`), but not of the types in `skip`.
 fn failing<'a>(all: &'a [Condition], skip: &'a [&str]) -> impl Iterator<Item = &'a Condition> {
-    all.iter().filter(move |c| c.status == "False" && !skip.contains(&c.type_.as_str()))
+    all.iter().filter(move |c| conditions::tells_a_problem(c) && !skip.contains(&c.type_.as_str()))
 }
 
 fn schedule_problems(schedule: &MySQLBackup, runs: &[&MySQLBackup], now: Timestamp) -> Vec<Problem> {

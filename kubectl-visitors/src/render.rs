@@ -4,7 +4,7 @@
 use console::Style;
 use jiff::Timestamp;
 
-use crate::format::{age, bytes, duration, time};
+use crate::format::{age, bytes, duration, thousands, time};
 use crate::problems::Problem;
 use crate::view::{Activity, ActivityKind, AppLine, AppStatus, Run, Schedule, Verification, Verified, Window};
 
@@ -223,17 +223,41 @@ fn components(status: &AppStatus, screen: &Screen) -> Vec<String> {
 }
 
 fn replication_lines(replication: &crate::view::Replication, now: Timestamp, screen: &Screen) -> Vec<String> {
-    let mut table = Table::new(2, &[("SERVER", 0), ("ROLE", 0), ("LAG", 1), ("", 2)]);
+    let paced = replication.members.iter().any(|m| m.apply_rate.is_some() || m.behind_primary.is_some());
+    let mut columns = vec![("SERVER", 0), ("ROLE", 0), ("LAG", 1)];
+    if paced {
+        columns.extend([("BEHIND", 1), ("APPLIES", 1)]);
+    }
+    columns.push(("", 2));
+    let mut table = Table::new(2, &columns);
     for member in &replication.members {
         let tone = if member.healthy { Tone::Good } else { Tone::Bad };
-        table.row(vec![
+        let mut row = vec![
             cell(member.name.clone()),
             toned(member.role.clone(), tone),
             cell(member.lag_seconds.map(|l| format!("{l} s")).unwrap_or_default()),
-            cell(member.message.clone().unwrap_or_default()),
-        ]);
+        ];
+        if paced {
+            let behind_tone = if member.falling_behind { Tone::Bad } else { Tone::Plain };
+            row.push(toned(
+                member.behind_primary.map(|b| format!("{} tx", thousands(b))).unwrap_or_default(),
+                behind_tone,
+            ));
+            row.push(cell(member.apply_rate.map(|r| format!("{}/s", thousands(r.round() as i64))).unwrap_or_default()));
+        }
+        row.push(cell(pace_note(member)));
+        table.row(row);
     }
     let mut lines = table.render(screen);
+    if let Some(commits) = replication.commit_rate {
+        let wait = match replication.expected_failover_wait_seconds {
+            Some(wait) => {
+                format!("a failover would wait about {} for its new primary to apply what it received", duration(wait))
+            }
+            None => "a failover would wait for a backlog whose apply rate is not measured yet".to_string(),
+        };
+        lines.push(format!("  primary commits {}/s; {wait}", thousands(commits.round() as i64)));
+    }
     for (what, change) in [("failover", &replication.last_failover), ("switchover", &replication.last_switchover)] {
         if let Some(change) = change {
             let gap = change.write_gap_seconds.map(|g| format!(", writes paused {}", duration(g))).unwrap_or_default();
@@ -247,6 +271,23 @@ fn replication_lines(replication: &crate::view::Replication, now: Timestamp, scr
         }
     }
     lines
+}
+
+/// A member's message, with how soon it catches up or that it falls behind.
+fn pace_note(member: &crate::view::Member) -> String {
+    let mut note = member.message.clone().unwrap_or_default();
+    let pace = match (member.falling_behind, member.catch_up_seconds) {
+        (true, _) => Some("falling further behind the primary".to_string()),
+        (false, Some(seconds)) => Some(format!("caught up in about {}", duration(seconds))),
+        (false, None) => None,
+    };
+    if let Some(pace) = pace {
+        if !note.is_empty() {
+            note.push_str("; ");
+        }
+        note.push_str(&pace);
+    }
+    note
 }
 
 fn backup_lines(status: &AppStatus, screen: &Screen) -> Vec<String> {

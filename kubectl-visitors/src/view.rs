@@ -95,6 +95,12 @@ pub struct Replication {
     pub last_failover: Option<Handover>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_switchover: Option<Handover>,
+    /// The primary's commits a second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_rate: Option<f64>,
+    /// What a failover now would wait for its new primary to apply, in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_failover_wait_seconds: Option<f64>,
 }
 
 #[derive(Serialize, Debug, Clone, PartialEq)]
@@ -105,6 +111,19 @@ pub struct Member {
     pub healthy: bool,
     pub lag_seconds: Option<i64>,
     pub message: Option<String>,
+    /// Transactions the primary committed that it has not applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub behind_primary: Option<i64>,
+    /// Transactions it received and has not applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<i64>,
+    /// Transactions it applies a second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub apply_rate: Option<f64>,
+    /// Seconds until it holds what the primary holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catch_up_seconds: Option<f64>,
+    pub falling_behind: bool,
 }
 
 #[derive(Serialize, Debug, Clone, PartialEq)]
@@ -374,10 +393,17 @@ fn replication(status: &visitors_api::visitors_app::ReplicationStatus) -> Replic
                 healthy: matches!(m.role, MemberRole::Primary | MemberRole::Replica),
                 lag_seconds: m.lag_seconds,
                 message: m.message.clone(),
+                behind_primary: m.behind_primary,
+                backlog: m.backlog,
+                apply_rate: m.apply_rate,
+                catch_up_seconds: m.catch_up_seconds,
+                falling_behind: m.falling_behind,
             })
             .collect(),
         last_failover: status.last_failover.as_ref().map(handover),
         last_switchover: status.last_switchover.as_ref().map(handover),
+        commit_rate: status.commit_rate,
+        expected_failover_wait_seconds: status.expected_failover_wait_seconds,
     }
 }
 

@@ -7,6 +7,10 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use std::sync::atomic::AtomicU64;
+
+/// A gauge of a rate or a duration.
+type FloatGauge = Gauge<f64, AtomicU64>;
 use visitors_api::visitors_app::MemberRole;
 
 use crate::replication::report::Report;
@@ -31,6 +35,11 @@ pub struct ReplicationMetrics {
     acknowledged: Family<AppLabels, Gauge>,
     failovers: Family<AppLabels, Counter>,
     lag: Family<ServerLabels, Gauge>,
+    commit_rate: Family<AppLabels, FloatGauge>,
+    expected_failover_wait: Family<AppLabels, FloatGauge>,
+    apply_rate: Family<ServerLabels, FloatGauge>,
+    behind: Family<ServerLabels, Gauge>,
+    falling_behind: Family<ServerLabels, Gauge>,
 }
 
 impl ReplicationMetrics {
@@ -61,6 +70,31 @@ impl ReplicationMetrics {
             "How far a replica's applied transactions are behind its source",
             self.lag.clone(),
         );
+        metrics.register(
+            "mysql_commit_rate",
+            "Transactions a replicated VisitorsApp's primary commits a second, over the last 30 s",
+            self.commit_rate.clone(),
+        );
+        metrics.register(
+            "mysql_expected_failover_wait_seconds",
+            "Seconds a failover now would wait for its new primary to apply what it received (the backlog of the replica it would promote, at that replica's apply rate)",
+            self.expected_failover_wait.clone(),
+        );
+        metrics.register(
+            "mysql_replica_apply_rate",
+            "Transactions a replica (or a server being seeded) applies a second, over the last 30 s",
+            self.apply_rate.clone(),
+        );
+        metrics.register(
+            "mysql_replica_behind_transactions",
+            "Transactions the primary committed that a replica (or a server being seeded) has not applied",
+            self.behind.clone(),
+        );
+        metrics.register(
+            "mysql_replica_falling_behind",
+            "1 while a replica has fallen further behind the primary for minutes (condition ReplicaFallingBehind), else 0",
+            self.falling_behind.clone(),
+        );
     }
 
     /// Records how the servers of app `app` stand after a look.
@@ -79,18 +113,32 @@ impl ReplicationMetrics {
         if report.failover.is_some() {
             failovers.inc();
         }
+        set_or_remove(&self.commit_rate, app, report.commit_rate);
+        set_or_remove(&self.expected_failover_wait, app, report.expected_failover_wait);
         for member in &report.members {
             let server = ServerLabels {
                 namespace: app.namespace.clone(),
                 visitors_app: app.visitors_app.clone(),
                 pod: member.name.clone(),
             };
-            match (member.role, member.lag_seconds) {
-                (MemberRole::Replica | MemberRole::Seeding, Some(lag)) => {
+            let following = matches!(member.role, MemberRole::Replica | MemberRole::Seeding);
+            match (following, member.lag_seconds) {
+                (true, Some(lag)) => {
                     self.lag.get_or_create(&server).set(lag);
                 }
                 _ => {
                     self.lag.remove(&server);
+                }
+            }
+            set_or_remove(&self.apply_rate, &server, member.apply_rate.filter(|_| following));
+            match member.behind_primary.filter(|_| following) {
+                Some(behind) => {
+                    self.behind.get_or_create(&server).set(behind);
+                    self.falling_behind.get_or_create(&server).set(i64::from(member.falling_behind));
+                }
+                None => {
+                    self.behind.remove(&server);
+                    self.falling_behind.remove(&server);
                 }
             }
         }
@@ -102,12 +150,33 @@ impl ReplicationMetrics {
         self.replicating.remove(app);
         self.acknowledged.remove(app);
         self.failovers.remove(app);
+        self.commit_rate.remove(app);
+        self.expected_failover_wait.remove(app);
         for ordinal in 0..servers.max(visitors_api::visitors_app::MAX_MYSQL_REPLICAS) {
-            self.lag.remove(&ServerLabels {
+            let server = ServerLabels {
                 namespace: app.namespace.clone(),
                 visitors_app: app.visitors_app.clone(),
                 pod: visitors_api::labels::names::mysql_pod(&app.visitors_app, ordinal),
-            });
+            };
+            self.lag.remove(&server);
+            self.apply_rate.remove(&server);
+            self.behind.remove(&server);
+            self.falling_behind.remove(&server);
+        }
+    }
+}
+
+/// Sets `labels`' series of `family` to `value`, or removes it when there is none.
+fn set_or_remove<L>(family: &Family<L, FloatGauge>, labels: &L, value: Option<f64>)
+where
+    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
+{
+    match value {
+        Some(value) => {
+            family.get_or_create(labels).set(value);
+        }
+        None => {
+            family.remove(labels);
         }
     }
 }
@@ -123,15 +192,27 @@ mod tests {
         let replication = ReplicationMetrics::default();
         replication.register(&metrics);
         let app = AppLabels { namespace: "shop".into(), visitors_app: "ex".into() };
-        let member =
-            |name: &str, role, lag| ReplicationMember { name: name.into(), role, lag_seconds: lag, message: None };
+        let member = |name: &str, role, lag| ReplicationMember {
+            name: name.into(),
+            role,
+            lag_seconds: lag,
+            message: None,
+            ..Default::default()
+        };
         let report = Report {
             ready_replicas: 1,
             acknowledged: true,
             members: vec![
                 member("ex-mysql-0", MemberRole::Primary, None),
-                member("ex-mysql-1", MemberRole::Replica, Some(3)),
+                ReplicationMember {
+                    apply_rate: Some(1520.5),
+                    behind_primary: Some(40_000),
+                    falling_behind: true,
+                    ..member("ex-mysql-1", MemberRole::Replica, Some(3))
+                },
             ],
+            commit_rate: Some(1600.0),
+            expected_failover_wait: Some(2.5),
             ..Report::default()
         };
         replication.observe(&app, 2, &report, true);
@@ -146,6 +227,19 @@ mod tests {
         assert!(text.contains(
             r#"visitors_operator_mysql_replication_lag_seconds{namespace="shop",visitors_app="ex",pod="ex-mysql-1"} 3"#
         ));
+        for series in [
+            r#"visitors_operator_mysql_commit_rate{namespace="shop",visitors_app="ex"} 1600.0"#,
+            r#"visitors_operator_mysql_expected_failover_wait_seconds{namespace="shop",visitors_app="ex"} 2.5"#,
+            r#"visitors_operator_mysql_replica_apply_rate{namespace="shop",visitors_app="ex",pod="ex-mysql-1"} 1520.5"#,
+            r#"visitors_operator_mysql_replica_behind_transactions{namespace="shop",visitors_app="ex",pod="ex-mysql-1"} 40000"#,
+            r#"visitors_operator_mysql_replica_falling_behind{namespace="shop",visitors_app="ex",pod="ex-mysql-1"} 1"#,
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
+        assert!(
+            !text.contains(r#"apply_rate{namespace="shop",visitors_app="ex",pod="ex-mysql-0"}"#),
+            "not of the primary"
+        );
         replication.forget(&app, 2);
         assert!(!metrics.encode().contains(r#"visitors_app="ex""#), "gone with the app");
     }

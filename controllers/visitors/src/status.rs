@@ -9,13 +9,13 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use visitors_api::conditions::{
-    self, BACKEND_READY, DATABASE_READY, Desired, FRONTEND_READY, READY, REASON_INVALID_SPEC, REPLICATING, Status,
-    WRITES_ACKNOWLEDGED,
+    self, BACKEND_READY, DATABASE_READY, Desired, FRONTEND_READY, READY, REASON_INVALID_SPEC, REPLICA_FALLING_BEHIND,
+    REPLICATING, Status, WRITES_ACKNOWLEDGED,
 };
 use visitors_api::labels::names;
 use visitors_api::visitors_app::{
-    BACKEND_PORT, DATABASE_USER, Durability, Endpoints, FRONTEND_PORT, MYSQL_PORT, ReplicationStatus, TlsMode,
-    TlsStatus, reason,
+    BACKEND_PORT, DATABASE_USER, Durability, Endpoints, FRONTEND_PORT, MYSQL_PORT, ReplicationMember,
+    ReplicationStatus, TlsMode, TlsStatus, reason,
 };
 use visitors_api::{VisitorsApp, VisitorsAppStatus};
 
@@ -196,22 +196,40 @@ pub fn compute(app: &VisitorsApp, observed: &Observed, now: Time) -> VisitorsApp
     status
 }
 
-/// The replication part of the status, and its two conditions; none for a single server.
+/// The positions and rates of a replicated app's status are refreshed at most this often while
+/// nothing else of it changes: under writes they change at every look, and a status write every
+/// 2 s per app is load on the API server that tells nobody anything.
+const PACE_REFRESH_SECONDS: f64 = 10.0;
+
+/// The replication part of the status, and its three conditions; none for a single server.
 fn replication_status(app: &VisitorsApp, status: &mut VisitorsAppStatus, report: Option<&Report>, now: Time) {
     let Some(report) = report else {
         status.replication = None;
-        status.conditions.retain(|c| c.type_ != REPLICATING && c.type_ != WRITES_ACKNOWLEDGED);
+        status
+            .conditions
+            .retain(|c| ![REPLICATING, WRITES_ACKNOWLEDGED, REPLICA_FALLING_BEHIND].contains(&c.type_.as_str()));
         return;
     };
     let previous = status.replication.take().unwrap_or_default();
-    status.replication = Some(Box::new(ReplicationStatus {
+    let mut replication = ReplicationStatus {
         primary: report.primary.clone(),
         ready_replicas: Some(report.ready_replicas),
         members: report.members.clone(),
-        last_failover: report.failover.clone().or(previous.last_failover),
-        last_switchover: report.switchover.clone().or(previous.last_switchover),
-        answered_switchover_request: report.answered_request.clone().or(previous.answered_switchover_request),
-    }));
+        last_failover: report.failover.clone().or(previous.last_failover.clone()),
+        last_switchover: report.switchover.clone().or(previous.last_switchover.clone()),
+        answered_switchover_request: report.answered_request.clone().or(previous.answered_switchover_request.clone()),
+        commit_rate: report.commit_rate,
+        expected_failover_wait_seconds: report.expected_failover_wait,
+        pace_time: Some(now.clone()),
+    };
+    let due = previous
+        .pace_time
+        .as_ref()
+        .is_none_or(|read| now.0.duration_since(read.0).as_secs_f64() >= PACE_REFRESH_SECONDS);
+    if !due {
+        keep_the_pace(&mut replication, &previous);
+    }
+    status.replication = Some(Box::new(replication));
     let primary = report.primary.as_deref().unwrap_or("none yet");
     let replicating = match &report.problem {
         Some((reason, message)) => {
@@ -244,8 +262,50 @@ fn replication_status(app: &VisitorsApp, status: &mut VisitorsAppStatus, report:
             message: format!("no replica acknowledges the commits of primary {primary}: writes wait until one does"),
         },
     };
-    for desired in [replicating, acknowledged] {
+    let falling_behind = match report.falling_behind.as_slice() {
+        [] => Desired {
+            type_: REPLICA_FALLING_BEHIND,
+            status: Status::False,
+            reason: reason::KEEPING_UP,
+            message: format!("every replica applies what primary {primary} commits"),
+        },
+        behind => Desired {
+            type_: REPLICA_FALLING_BEHIND,
+            status: Status::True,
+            reason: reason::FALLING_BEHIND,
+            message: format!(
+                "{} {} applied fewer transactions than primary {primary} committed, falling further behind for minutes: a failover to {} would wait for {} backlog (status.replication.members says how far and how fast)",
+                if behind.len() == 1 { "replica" } else { "replicas" },
+                behind.join(", "),
+                if behind.len() == 1 { "it" } else { "them" },
+                if behind.len() == 1 { "its" } else { "their" },
+            ),
+        },
+    };
+    for desired in [replicating, acknowledged, falling_behind] {
         conditions::set(&mut status.conditions, desired, app.metadata.generation, now.clone());
+    }
+}
+
+/// Keeps the positions and rates `previous` showed, and when they were read, for the members
+/// still in the same role: they are not due for a refresh yet.
+fn keep_the_pace(replication: &mut ReplicationStatus, previous: &ReplicationStatus) {
+    replication.commit_rate = previous.commit_rate;
+    replication.expected_failover_wait_seconds = previous.expected_failover_wait_seconds;
+    replication.pace_time = previous.pace_time.clone();
+    for member in &mut replication.members {
+        let before = previous.members.iter().find(|m| m.name == member.name && m.role == member.role);
+        let kept = before.cloned().unwrap_or_default();
+        *member = ReplicationMember {
+            received: kept.received,
+            applied: kept.applied,
+            backlog: kept.backlog,
+            behind_primary: kept.behind_primary,
+            apply_rate: kept.apply_rate,
+            catch_up_seconds: kept.catch_up_seconds,
+            lag_seconds: if before.is_some() { kept.lag_seconds } else { member.lag_seconds },
+            ..member.clone()
+        };
     }
 }
 
@@ -557,6 +617,63 @@ mod tests {
         app.status = Some(compute(&app, &converged(), at(1)));
         let again = compute(&app, &converged(), at(500));
         assert_eq!(Some(again), app.status, "same observations must give the same status, times included");
+    }
+
+    /// A replicated app whose replica `ex-mysql-1` is `behind` transactions behind, applying
+    /// `rate` a second, falling behind or not.
+    fn replicated(behind: i64, rate: f64, falling_behind: bool) -> (VisitorsApp, Observed) {
+        let mut app = book_app();
+        app.spec.mysql =
+            Some(Box::new(visitors_api::visitors_app::MysqlSpec { replicas: Some(2), ..Default::default() }));
+        let member = |name: &str, role| ReplicationMember { name: name.into(), role, ..ReplicationMember::default() };
+        let report = Report {
+            primary: Some("ex-mysql-0".into()),
+            members: vec![
+                member("ex-mysql-0", visitors_api::visitors_app::MemberRole::Primary),
+                ReplicationMember {
+                    behind_primary: Some(behind),
+                    apply_rate: Some(rate),
+                    falling_behind,
+                    lag_seconds: Some(behind / 1000),
+                    ..member("ex-mysql-1", visitors_api::visitors_app::MemberRole::Replica)
+                },
+            ],
+            ready_replicas: 1,
+            acknowledged: true,
+            commit_rate: Some(rate),
+            falling_behind: if falling_behind { vec!["ex-mysql-1".into()] } else { Vec::new() },
+            ..Report::default()
+        };
+        (app, Observed { replication: Some(report), ..converged() })
+    }
+
+    /// Positions and rates change at every look under writes: they are written at most every
+    /// 10 s while nothing else changes, and a replica falling behind is a condition at once.
+    #[test]
+    fn the_pace_is_refreshed_every_ten_seconds_and_a_replica_falling_behind_is_a_condition() {
+        let (mut app, observed) = replicated(40, 1500.0, false);
+        app.status = Some(compute(&app, &observed, at(100)));
+        let falling = find(&app.status.as_ref().unwrap().conditions, REPLICA_FALLING_BEHIND).cloned().unwrap();
+        assert_eq!((falling.status.as_str(), falling.reason.as_str()), ("False", reason::KEEPING_UP));
+
+        let (_, moved) = replicated(90, 1520.0, false);
+        let soon = compute(&app, &moved, at(105));
+        assert_eq!(Some(&soon), app.status.as_ref(), "5 s later the same status: nothing to write");
+        let later = compute(&app, &moved, at(110));
+        let replica = &later.replication.as_ref().unwrap().members[1];
+        assert_eq!((replica.behind_primary, replica.apply_rate), (Some(90), Some(1520.0)), "10 s later, refreshed");
+        assert_eq!(later.replication.as_ref().unwrap().pace_time, Some(at(110)));
+
+        let (_, behind) = replicated(120_000, 900.0, true);
+        let status = compute(&app, &behind, at(103));
+        let falling = find(&status.conditions, REPLICA_FALLING_BEHIND).cloned().unwrap();
+        assert_eq!((falling.status.as_str(), falling.reason.as_str()), ("True", reason::FALLING_BEHIND));
+        assert!(
+            falling.message.contains("ex-mysql-1") && !falling.message.contains("120"),
+            "no counter: {}",
+            falling.message
+        );
+        assert!(status.replication.as_ref().unwrap().members[1].falling_behind, "the member says so at once");
     }
 
     #[test]

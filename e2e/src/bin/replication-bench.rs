@@ -9,7 +9,19 @@
 //! it is applied; a row's lag is that stamp minus the time the primary wrote it (one machine,
 //! one clock). Prints p50, p99 and max per replica.
 //!
-//!     replication-bench seed [MIB]               default: 1024
+//!     replication-bench load [WRITERS] [SECONDS] [APPLIER_THREADS]   default: 4 60 (the app's default)
+//!
+//! The pooled writer (src/bin/pooled-writer.rs): WRITERS sessions commit single-row inserts
+//! through the client Service as fast as they are acknowledged, for SECONDS; it follows every
+//! server's GTID position each second. Prints the primary's commit rate, each replica's apply
+//! rate against it, the most each replica was behind during the last half of the load, and how
+//! long each took to catch up once the load stopped. APPLIER_THREADS sets the app's
+//! `spec.mysql.replication.applierThreads` (1: one transaction at a time, as before issue 40).
+//!
+//!     replication-bench seed [MIB] [WRITERS]     default: 1024 0
+//!
+//! With WRITERS, the pooled writer runs from before the volume is lost until the server is
+//! seeded: seeding while the app writes at its peak.
 //!
 //! Loads MIB MiB of rows through the primary, then loses a replica's volume (its claim and pod
 //! deleted; on the test cluster its folder moved away) and times how long the new empty server
@@ -31,7 +43,7 @@
 
 use std::time::Instant;
 
-use visitors_e2e::replication::{Site, create_replicated_app, pod_sql_job};
+use visitors_e2e::replication::{Load, Site, create_replicated_app_with, pod_sql_job};
 use visitors_e2e::{TestNamespace, cluster, create_backup_claim, mariadb_job, run_job};
 
 const APP: &str = "bench";
@@ -48,12 +60,19 @@ async fn main() {
         return;
     }
     let mut site = Site::new(&client, &namespace.name, APP, 3);
-    create_replicated_app(&site.apps, APP, 3).await;
+    let replication = match (args.first().map(String::as_str), args.get(3)) {
+        (Some("load"), Some(threads)) => {
+            serde_json::json!({"applierThreads": threads.parse::<i32>().expect("a number of threads")})
+        }
+        _ => serde_json::json!({}),
+    };
+    create_replicated_app_with(&site.apps, APP, 3, replication).await;
     site.healthy().await;
     match args.first().map(String::as_str) {
         Some("lag") => lag(&mut site, number(1, 500), number(2, 60)).await,
-        Some("seed") => seed(&mut site, number(1, 1024), false).await,
-        Some("seed-backup") => seed(&mut site, number(1, 1024), true).await,
+        Some("load") => load_at_full_speed(&mut site, number(1, 4) as u32, number(2, 60)).await,
+        Some("seed") => seed(&mut site, number(1, 1024), false, number(2, 0) as u32).await,
+        Some("seed-backup") => seed(&mut site, number(1, 1024), true, 0).await,
         other => panic!(
             "replication-bench lag [RATE] [SECONDS] | seed [MIB] | seed-backup [MIB] | controller [APPS] [SECONDS], not {other:?}"
         ),
@@ -127,7 +146,33 @@ fn load(session: u64, sessions: u64, total: u64, rate: u64) -> String {
     )
 }
 
-async fn seed(site: &mut Site, mib: u64, from_backup: bool) {
+async fn load_at_full_speed(site: &mut Site, writers: u32, seconds: u64) {
+    let primary = site.primary().await;
+    let load = Load { writers, seconds: 3600, try_seconds: 5, watch: site.server_pods() };
+    let writer = site.job("writer");
+    site.start_pooled_writer(&writer, &load).await;
+    tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+    let report = site.stop_pooled_writer(&writer).await;
+    println!(
+        "{writers} writers for {seconds} s: {} commits acknowledged ({:.0} a second), {} missing, longest wait {:.2} s",
+        report.acked, report.rate, report.missing, report.gap
+    );
+    println!(
+        "| server | applied a second | against the primary's commits | most behind (last half) | caught up after the load |"
+    );
+    println!("|---|---|---|---|---|");
+    for (host, applied, behind, caught_up) in &report.watched {
+        let server = host.split('.').next().unwrap_or(host);
+        let role = if server == primary { " (primary)" } else { "" };
+        let caught = if *caught_up < 0.0 { "not within 120 s".to_string() } else { format!("{caught_up:.0} s") };
+        println!(
+            "| {server}{role} | {applied:.0} | {:.2}x | {behind} transactions | {caught} |",
+            applied / report.commits.max(1.0)
+        );
+    }
+}
+
+async fn seed(site: &mut Site, mib: u64, from_backup: bool, writers: u32) {
     let table = "CREATE TABLE visitors.bulk (id INT PRIMARY KEY, v VARCHAR(1000) NOT NULL)";
     run_job(&site.client, &site.namespace, "bulk-table", mariadb_job(APP, &site.namespace, "bulk-table", table)).await;
     // About 1 KiB a row, in transactions of 50,000 rows.
@@ -149,11 +194,23 @@ async fn seed(site: &mut Site, mib: u64, from_backup: bool) {
         purge_and_back_up(site).await;
     }
     let lost = (0..3).rev().map(|i| format!("{APP}-mysql-{i}")).find(|pod| *pod != primary).unwrap();
+    let writer = site.job("writer");
+    if writers > 0 {
+        let load = Load { writers, seconds: 7200, try_seconds: 5, watch: Vec::new() };
+        site.start_pooled_writer(&writer, &load).await;
+    }
     let started = Instant::now();
     site.lose_volume(&lost).await;
     let back = started.elapsed().as_secs_f64();
     site.healthy().await;
     let replicating = started.elapsed().as_secs_f64();
+    if writers > 0 {
+        let written = site.stop_pooled_writer(&writer).await;
+        println!(
+            "the writers meanwhile: {writers} sessions, {} rows acknowledged ({:.0} a second), {} missing, longest wait {:.2} s",
+            written.acked, written.rate, written.missing, written.gap
+        );
+    }
     site.replicas_hold_what_the_primary_holds("bulk").await;
     let equal = started.elapsed().as_secs_f64();
     if from_backup {
@@ -178,7 +235,7 @@ async fn controller(client: &kube::Client, namespace: &str, apps: u64, seconds: 
     let started = Instant::now();
     let sites: Vec<Site> = (0..apps).map(|i| Site::new(client, namespace, &format!("{APP}{i}"), 3)).collect();
     for site in &sites {
-        create_replicated_app(&site.apps, &site.app, 3).await;
+        create_replicated_app_with(&site.apps, &site.app, 3, serde_json::json!({})).await;
     }
     for site in &sites {
         site.healthy().await;

@@ -83,6 +83,25 @@ pub const REPLICATION_ARGS: [&str; 11] = [
     "--loose-rpl-semi-sync-slave-enabled=ON",
 ];
 
+/// mysqld flags of a replicated app's servers for applying their source's transactions with
+/// `threads` threads (`spec.mysql.replication.applierThreads`), committing them in the source's
+/// order, so that a replica's applied transactions are always a prefix of its source's history
+/// (election and seeding compare positions: docs/high-availability.md). MariaDB's optimistic
+/// mode applies any transactions side by side and retries one that conflicts with an earlier
+/// one; MySQL's workers follow the source's commit groups (`LOGICAL_CLOCK`). One thread applies
+/// one transaction at a time, as MySQL and MariaDB do by default (MariaDB: no worker threads).
+pub fn parallel_apply_args(threads: i32) -> Vec<String> {
+    let threads = threads.max(1);
+    let mariadb_threads = if threads == 1 { 0 } else { threads };
+    vec![
+        format!("--loose-slave-parallel-threads={mariadb_threads}"),
+        "--loose-slave-parallel-mode=optimistic".to_string(),
+        format!("--loose-replica-parallel-workers={threads}"),
+        "--loose-replica-parallel-type=LOGICAL_CLOCK".to_string(),
+        "--loose-replica-preserve-commit-order=ON".to_string(),
+    ]
+}
+
 /// MySQL's semi-synchronous replication is a pair of plugins, loaded at every start (MariaDB's is
 /// built in and ignores these, logging that it has no such library).
 pub const MYSQL_SEMI_SYNC_ARGS: [&str; 3] = [
@@ -229,6 +248,7 @@ fn container(app: &VisitorsApp, secret: &str, tls: bool, replicated: bool) -> Co
     let mut args: Vec<String> = MYSQLD_ARGS.iter().map(ToString::to_string).collect();
     if replicated {
         args.extend(REPLICATION_ARGS.iter().map(ToString::to_string));
+        args.extend(parallel_apply_args(app.spec.applier_threads()));
         if !app.spec.mysql_image().contains("mariadb") {
             args.extend(MYSQL_SEMI_SYNC_ARGS.iter().map(ToString::to_string));
         }
@@ -492,6 +512,19 @@ mod tests {
         app
     }
 
+    /// Each case: the threads asked for, MariaDB's and MySQL's flags.
+    #[test]
+    fn replicas_apply_with_the_threads_asked_for_in_the_sources_commit_order() {
+        let cases = [(1, "0", "1"), (2, "2", "2"), (16, "16", "16")];
+        for (threads, mariadb, mysql) in cases {
+            let args = parallel_apply_args(threads);
+            assert!(args.contains(&format!("--loose-slave-parallel-threads={mariadb}")), "{args:?}");
+            assert!(args.contains(&format!("--loose-replica-parallel-workers={mysql}")), "{args:?}");
+            assert!(args.contains(&"--loose-replica-preserve-commit-order=ON".to_string()));
+            assert!(args.contains(&"--loose-slave-parallel-mode=optimistic".to_string()));
+        }
+    }
+
     #[test]
     fn a_replicated_app_runs_its_servers_read_only_side_by_side_and_its_pods_are_watched() {
         let sts = statefulset(&replicated(3, "mariadb:10.11"), "creds", Kept::default(), None);
@@ -502,6 +535,13 @@ mod tests {
         let args = only_container(&sts).args.clone().unwrap();
         for arg in REPLICATION_ARGS {
             assert!(args.contains(&arg.to_string()), "{arg}");
+        }
+        for arg in [
+            "--loose-slave-parallel-threads=8",
+            "--loose-replica-parallel-workers=8",
+            "--loose-replica-preserve-commit-order=ON",
+        ] {
+            assert!(args.contains(&arg.to_string()), "parallel apply by default: {arg} in {args:?}");
         }
         assert!(!args.iter().any(|a| a.contains("plugin-load")), "MariaDB's semi-sync is built in");
         let mysql = statefulset(&replicated(3, "mysql:8.4"), "creds", Kept::default(), None);

@@ -47,9 +47,10 @@ pub struct ActError {
     pub problem: String,
 }
 
-/// Runs the SQL of `operations` in order (those on pods and Jobs are the caller's).
+/// Runs the SQL of `operations` in order (those on pods and Jobs are the caller's, and those
+/// that wait for the labels are [`act_after_labels`]').
 pub async fn act(operations: &[Operation], access: &Access) -> Result<Outcome, ActError> {
-    for operation in operations.iter().filter(|op| op.is_sql()) {
+    for operation in operations.iter().filter(|op| op.is_sql() && !op.after_labels()) {
         let (member, action) = describe(operation);
         let failed = |problem: String| ActError { member: member.to_string(), action, problem };
         let flavor = access.servers.get(member).map_or(Flavor::MariaDb, |(flavor, _)| *flavor);
@@ -66,6 +67,51 @@ pub async fn act(operations: &[Operation], access: &Access) -> Result<Outcome, A
     }
     Ok(Outcome::Done)
 }
+
+/// Carries out the operations that wait until the pods' role labels moved: each demoted
+/// server's client sessions closed. A server that does not answer is skipped (its sessions are
+/// closed at the next look that reaches it, as long as it is told to).
+pub async fn act_after_labels(operations: &[Operation], access: &Access) -> Vec<ActError> {
+    let mut failures = Vec::new();
+    for operation in operations.iter().filter(|op| op.after_labels()) {
+        let (member, action) = describe(operation);
+        let Some(target) = access.targets.get(member) else { continue };
+        let flavor = access.servers.get(member).map_or(Flavor::MariaDb, |(flavor, _)| *flavor);
+        tracing::info!(member, action, "replication");
+        match tokio::time::timeout(OPERATION_TIMEOUT, disconnect_clients(target, flavor)).await {
+            Ok(Ok(closed)) => tracing::info!(member, closed, "closed client sessions"),
+            Ok(Err(error)) => {
+                failures.push(ActError { member: member.to_string(), action, problem: error.to_string() })
+            }
+            Err(_) => failures.push(ActError {
+                member: member.to_string(),
+                action,
+                problem: format!("no answer within {} s", OPERATION_TIMEOUT.as_secs()),
+            }),
+        }
+    }
+    failures
+}
+
+/// Closes every client session on the server but the operator's own (see
+/// [`Flavor::client_sessions`]); how many it closed. A session that ended meanwhile is no error.
+async fn disconnect_clients(target: &Target, flavor: Flavor) -> Result<usize, mysql_async::Error> {
+    let mut conn = connect(target, None).await?;
+    let sessions: Vec<u64> = conn.query(flavor.client_sessions()).await?;
+    let mut closed = 0;
+    for id in sessions {
+        match conn.query_drop(format!("KILL CONNECTION {id}")).await {
+            Ok(()) => closed += 1,
+            Err(mysql_async::Error::Server(error)) if error.code == UNKNOWN_THREAD => {}
+            Err(error) => return Err(error),
+        }
+    }
+    let _ = conn.disconnect().await;
+    Ok(closed)
+}
+
+/// MySQL's and MariaDB's answer to `KILL` of a session that is gone.
+const UNKNOWN_THREAD: u16 = 1094;
 
 /// Runs `statements` on one connection; a wait answers whether it is over (its query returns 0).
 async fn run(target: &Target, statements: &[String], wait: bool) -> Result<bool, mysql_async::Error> {
@@ -95,6 +141,9 @@ fn statements(operation: &Operation, flavor: Flavor, access: &Access) -> Result<
         Operation::DisarmSemiSync { .. } => flavor.disarm_semi_sync(),
         Operation::OpenWrites { .. } => flavor.open_writes(),
         Operation::AdoptPosition { position, .. } => flavor.adopt_position(position),
+        Operation::DisconnectClients { .. } => {
+            return Err("closing client sessions is not a list of statements (see disconnect_clients)".into());
+        }
         Operation::Restart { .. }
         | Operation::Update { .. }
         | Operation::Extract { .. }
@@ -139,6 +188,7 @@ pub fn describe(operation: &Operation) -> (&str, &'static str) {
         Operation::SeedFromBackup { member, .. } => (member, "loading a backup run into it"),
         Operation::AdoptPosition { member, .. } => (member, "starting its binary log at the loaded backup's position"),
         Operation::ClearSeed { member } => (member, "spending its seeding token"),
+        Operation::DisconnectClients { member } => (member, "closing its client sessions"),
     }
 }
 
@@ -149,6 +199,12 @@ impl Operation {
             Operation::Update { member } => Some(member),
             _ => None,
         }
+    }
+
+    /// Whether it waits until the pods' role labels moved: closing a demoted server's client
+    /// sessions before the client Service leads elsewhere would only bring them back to it.
+    pub fn after_labels(&self) -> bool {
+        matches!(self, Operation::DisconnectClients { .. })
     }
 
     /// Whether it runs SQL on its server (the others act on its pod or a Job).

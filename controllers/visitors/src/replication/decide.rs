@@ -135,6 +135,10 @@ pub struct Cluster {
     /// The run an empty server is loaded from when replication cannot seed it; `None`: the app
     /// has no verified run (or none was looked for: no server needs one).
     pub seed_backup: Option<SeedBackup>,
+    /// A server that stopped being the primary moments ago: its client sessions are closed at
+    /// each look for a while, so that a client that reconnected to it through a name not yet
+    /// moved on is moved on too.
+    pub demoted: Option<String>,
 }
 
 /// One step, on one member.
@@ -215,6 +219,13 @@ pub enum Operation {
     ClearSeed {
         member: String,
     },
+    /// Closes the client sessions on it (every account's but the operator's own), so that
+    /// connection pools holding connections to a server that no longer takes writes connect
+    /// again, through the client Service, to the primary. Done once the pods' role labels
+    /// moved.
+    DisconnectClients {
+        member: String,
+    },
 }
 
 /// Why a server starts again empty.
@@ -243,6 +254,11 @@ pub struct Change {
     pub reason: &'static str,
     /// The switchover request it answers.
     pub request: Option<String>,
+    /// Why this server: what it held and had left to apply against the other candidates.
+    pub election: String,
+    /// Transactions it had received and not applied when it was chosen: what the promotion
+    /// waits for.
+    pub backlog: u64,
 }
 
 /// A switchover that will not happen.
@@ -399,6 +415,9 @@ fn steady(cluster: &Cluster, primary: &str, decision: &mut Decision) {
         }
         if !server.read_only {
             decision.operations.push(Operation::Fence { member: member.name.clone() });
+        }
+        if !server.read_only || cluster.demoted.as_deref() == Some(member.name.as_str()) {
+            decision.operations.push(Operation::DisconnectClients { member: member.name.clone() });
         }
         if member.reseeding && server.position.is_empty() {
             decision.operations.push(Operation::ClearSeed { member: member.name.clone() });
@@ -668,6 +687,9 @@ fn failover(cluster: &Cluster, primary: &str, why: &'static str, decision: &mut 
     if server(cluster, primary).is_some_and(|s| !s.read_only) {
         decision.operations.push(Operation::Fence { member: primary.into() });
     }
+    if server(cluster, primary).is_some() {
+        decision.operations.push(Operation::DisconnectClients { member: primary.into() });
+    }
     let replicas: Vec<&Member> = cluster.members.iter().filter(|m| m.name != primary).collect();
     let standings = |decision: &mut Decision| {
         decision.standings = cluster.members.iter().map(|m| standing(m, primary, false)).collect();
@@ -691,6 +713,8 @@ fn failover(cluster: &Cluster, primary: &str, why: &'static str, decision: &mut 
         to: to.into(),
         reason: why,
         request: None,
+        election: String::new(),
+        backlog: 0,
     };
     promote_the_most_advanced(cluster, &replicas, Some(primary), change, decision);
 }
@@ -718,6 +742,8 @@ fn elect(cluster: &Cluster, previous: Option<&str>, decision: &mut Decision) {
         to: to.into(),
         reason: reason::PRIMARY_RESTARTED,
         request: None,
+        election: String::new(),
+        backlog: 0,
     };
     promote_the_most_advanced(cluster, &all, previous, change, decision);
     if decision.change.as_ref().is_some_and(|c| previous.is_none() || c.from.as_deref() == Some(c.to.as_str())) {
@@ -764,6 +790,8 @@ fn promote_the_most_advanced(
     };
     let server = chosen.server.as_ref().expect("a member with a position answered");
     let name = chosen.name.clone();
+    let backlog = position.count_beyond(&server.position);
+    let election = election(&received, &name, &position);
     if !server.position.includes(&position) {
         decision.operations.push(Operation::WaitApplied { member: name.clone(), position: position.to_string() });
     }
@@ -785,7 +813,7 @@ fn promote_the_most_advanced(
     }
     decision.operations.push(Operation::OpenWrites { member: name.clone() });
     decision.primary = Some(name.clone());
-    decision.change = Some(change(&name));
+    decision.change = Some(Change { election, backlog, ..change(&name) });
     decision.standings = cluster
         .members
         .iter()
@@ -810,13 +838,46 @@ fn received_by<'a>(members: &[&'a Member]) -> Vec<(&'a Member, Position)> {
     members.iter().filter_map(|m| Some((*m, m.server.as_ref()?.received()))).collect()
 }
 
-/// The member that holds or received every transaction any other did: `preferred` first among
-/// equals, then the lowest ordinal. `None` when no one does (their histories diverged).
+/// The member to promote: of those that hold or received every transaction any other did, the
+/// one with the least left to apply (the shortest wait before it can take writes), `preferred`
+/// first among equals, then the lowest ordinal. `None` when no one holds everything (their
+/// histories diverged).
 fn most_advanced<'a>(received: &[(&'a Member, Position)], preferred: Option<&str>) -> Option<(&'a Member, Position)> {
     let holds_all = |position: &Position| received.iter().all(|(_, other)| position.includes(other));
     let mut best: Vec<&(&Member, Position)> = received.iter().filter(|(_, position)| holds_all(position)).collect();
-    best.sort_by_key(|(member, _)| Some(member.name.as_str()) != preferred);
+    best.sort_by_key(|(member, position)| (left_to_apply(member, position), Some(member.name.as_str()) != preferred));
     best.first().map(|(member, position)| (*member, position.clone()))
+}
+
+/// The replica of `replicas` a failover now would promote, and what it has left to apply.
+pub fn failover_candidate<'a>(replicas: &[&'a Member]) -> Option<(&'a Member, u64)> {
+    let (member, position) = most_advanced(&received_by(replicas), None)?;
+    Some((member, left_to_apply(member, &position)))
+}
+
+/// Transactions `member` received (of `received`) and has not applied yet.
+fn left_to_apply(member: &Member, received: &Position) -> u64 {
+    member.server.as_ref().map_or(0, |server| received.count_beyond(&server.position))
+}
+
+/// Why `chosen` was promoted, in words: what each candidate had received and had left to apply.
+fn election(received: &[(&Member, Position)], chosen: &str, position: &Position) -> String {
+    let others: Vec<String> = received
+        .iter()
+        .filter(|(member, _)| member.name != chosen)
+        .map(|(member, theirs)| match theirs.includes(position) {
+            true => format!("{} had {} left to apply", member.name, left_to_apply(member, theirs)),
+            false => format!("{} lacked {} of them", member.name, position.count_beyond(theirs)),
+        })
+        .collect();
+    let chosen_left = received.iter().find(|(m, _)| m.name == chosen).map_or(0, |(m, p)| left_to_apply(m, p));
+    let mut note = format!(
+        "{chosen} had received every transaction any server had ({position}) and had the least left to apply ({chosen_left})"
+    );
+    if !others.is_empty() {
+        note.push_str(&format!("; {}", others.join(", ")));
+    }
+    note
 }
 
 /// A switchover was asked for while the primary is writable: fence it, or refuse.
@@ -898,6 +959,8 @@ fn finish_switchover(cluster: &Cluster, primary: &str, switching: &Switchover, d
         decision.operations.push(Operation::ArmSemiSync { member: target.clone() });
     }
     decision.operations.push(Operation::OpenWrites { member: target.clone() });
+    decision.operations.push(Operation::DisconnectClients { member: primary.into() });
+    let backlog = old.position.count_beyond(&target_server.position);
     decision.primary = Some(target.clone());
     decision.switching = None;
     decision.change = Some(Change {
@@ -906,6 +969,10 @@ fn finish_switchover(cluster: &Cluster, primary: &str, switching: &Switchover, d
         to: target.clone(),
         reason: switching.reason,
         request: Some(switching.request.clone()),
+        election: format!(
+            "{target} was the switchover's target; it had {backlog} of {primary}'s transactions left to apply"
+        ),
+        backlog,
     });
     decision.standings = cluster
         .members
@@ -1073,6 +1140,7 @@ mod tests {
             switching: None,
             updating: None,
             seed_backup: None,
+            demoted: None,
         }
     }
 
@@ -1097,6 +1165,9 @@ mod tests {
 
     fn fence(m: String) -> Operation {
         Fence { member: m }
+    }
+    fn disconnect(m: String) -> Operation {
+        DisconnectClients { member: m }
     }
     fn stop(m: String) -> Operation {
         StopReceiving { member: m }
@@ -1136,7 +1207,12 @@ mod tests {
         errant_old_primary.server.as_mut().unwrap().history = History::parse(Flavor::MariaDb, "0-100-10").unwrap();
         let cases: Vec<(Member, Vec<Operation>, MemberRole, Option<&str>)> = vec![
             (member(2, Some(server(102, "", ""))), vec![replicate(2, 1)], Seeding, Some(reason::SEEDING)),
-            (writable_old_primary, vec![op(fence, 2), replicate(2, 0)], Seeding, Some(reason::SEEDING)),
+            (
+                writable_old_primary,
+                vec![op(fence, 2), op(disconnect, 2), replicate(2, 0)],
+                Seeding,
+                Some(reason::SEEDING),
+            ),
             (replica(2, 1, "0-100-9", "0-100-9", true), vec![replicate(2, 0)], Seeding, Some(reason::SEEDING)),
             (member(2, None), vec![], Unavailable, Some(reason::REPLICA_NOT_REPLICATING)),
         ];
@@ -1480,13 +1556,95 @@ mod tests {
         let d = decide(&switching);
         assert_eq!(
             d.operations,
-            [wait(2, "0-100-9"), op(promote, 2), replicate(0, 2), replicate(1, 2), op(arm, 2), op(open, 2)]
+            [
+                wait(2, "0-100-9"),
+                op(promote, 2),
+                replicate(0, 2),
+                replicate(1, 2),
+                op(arm, 2),
+                op(open, 2),
+                op(disconnect, 0)
+            ],
+            "the old primary's client sessions are closed, once the labels moved"
         );
         let change = d.change.unwrap();
         assert_eq!(
-            (change.kind, change.to.as_str(), change.request.as_deref()),
-            (ChangeKind::Switchover, "ex-mysql-2", Some("r1"))
+            (change.kind, change.to.as_str(), change.request.as_deref(), change.backlog),
+            (ChangeKind::Switchover, "ex-mysql-2", Some("r1"), 1)
         );
+    }
+
+    /// Each case: what the two replicas received and applied when the primary went away; the
+    /// one promoted, whether the promotion waits for it to apply, and what it had left.
+    #[test]
+    fn a_failover_promotes_of_the_replicas_holding_everything_the_one_with_the_least_left_to_apply() {
+        type Case = (&'static str, [(&'static str, &'static str); 2], u32, bool, u64);
+        let cases: [Case; 6] = [
+            ("the other one applied more", [("0-100-12", "0-100-10"), ("0-100-12", "0-100-12")], 2, false, 0),
+            ("the first one applied more", [("0-100-12", "0-100-12"), ("0-100-12", "0-100-3")], 1, false, 0),
+            ("both behind, the second less", [("0-100-12", "0-100-8"), ("0-100-12", "0-100-9")], 2, true, 3),
+            ("equal: the lowest ordinal", [("0-100-12", "0-100-12"), ("0-100-12", "0-100-12")], 1, false, 0),
+            ("only the first received everything", [("0-100-12", "0-100-5"), ("0-100-11", "0-100-11")], 1, true, 7),
+            ("only the second received everything", [("0-100-11", "0-100-11"), ("0-100-12", "0-100-2")], 2, true, 10),
+        ];
+        for (case, [(r1, a1), (r2, a2)], chosen, waits, backlog) in cases {
+            let mut gone = primary(0, "0-100-12");
+            gone.pod = PodState::Missing;
+            gone.server = None;
+            let c = cluster(vec![gone, replica(1, 0, r1, a1, false), replica(2, 0, r2, a2, false)], Some("ex-mysql-0"));
+            let d = decide(&c);
+            let name = format!("ex-mysql-{chosen}");
+            assert_eq!(d.primary.as_deref(), Some(name.as_str()), "{case}");
+            let waiting = d.operations.iter().any(|op| matches!(op, WaitApplied { member, .. } if *member == name));
+            assert_eq!(waiting, waits, "{case}: {:?}", d.operations);
+            let change = d.change.expect("a failover");
+            assert_eq!(change.backlog, backlog, "{case}");
+            assert!(
+                change.election.starts_with(&format!("{name} had received every transaction")),
+                "{}",
+                change.election
+            );
+            let other = format!("ex-mysql-{}", 3 - chosen);
+            assert!(change.election.contains(&other), "{case}: the other candidate is named: {}", change.election);
+            assert_eq!(
+                failover_candidate(&c.members[1..].iter().collect::<Vec<_>>()).map(|(m, b)| (m.name.clone(), b)),
+                Some((name.clone(), backlog)),
+                "{case}: the expected failover wait reads the same candidate"
+            );
+        }
+    }
+
+    /// A server that took writes and no longer is the primary has its client sessions closed:
+    /// when it is fenced (a former primary that answers again), after a failover that could
+    /// fence it, and at each look while it was demoted moments ago.
+    #[test]
+    fn a_demoted_primarys_client_sessions_are_closed() {
+        let mut answering_old = primary(0, "0-100-12");
+        answering_old.pod = PodState::NotReady;
+        let c = cluster(
+            vec![
+                answering_old,
+                replica(1, 0, "0-100-12", "0-100-12", false),
+                replica(2, 0, "0-100-12", "0-100-12", false),
+            ],
+            Some("ex-mysql-0"),
+        );
+        let d = decide(&c);
+        assert_eq!(d.operations[..2], [op(fence, 0), op(disconnect, 0)], "{:?}", d.operations);
+
+        let mut demoted = cluster(
+            vec![
+                primary(0, "0-100-9"),
+                replica(1, 0, "0-100-9", "0-100-9", true),
+                replica(2, 0, "0-100-9", "0-100-9", true),
+            ],
+            Some("ex-mysql-0"),
+        );
+        assert_eq!(decide(&demoted).operations, []);
+        demoted.demoted = Some("ex-mysql-2".into());
+        assert_eq!(decide(&demoted).operations, [op(disconnect, 2)]);
+        demoted.members[2].server = None;
+        assert_eq!(decide(&demoted).operations, [], "a server that does not answer is left for the next look");
     }
 
     #[test]

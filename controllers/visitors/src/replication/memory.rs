@@ -2,7 +2,7 @@
 //! from it alone: a silent primary counted, the member being restarted on a new pod template,
 //! the switchover an annotation asks for, the write gap of a role change.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -11,6 +11,12 @@ use visitors_api::VisitorsApp;
 use visitors_api::visitors_app::{SWITCHOVER_REQUESTED_AT_ANNOTATION, SWITCHOVER_TO_ANNOTATION};
 
 use super::decide::{self, Change, Member, PodState, Switchover};
+use super::pace::{self, Sample};
+
+/// A server that stopped being the primary has its client sessions closed at each look this
+/// long after: a client that reconnected through a name that still led to it (a DNS answer
+/// cached, the client Service not yet moved) is moved on too.
+const DISCONNECT_WINDOW: Duration = Duration::from_secs(10);
 
 /// A server restarted on a new pod template that is not seen at it within this is looked at
 /// afresh (restarted again if it still runs the old one).
@@ -35,6 +41,12 @@ pub(super) struct Remembered {
     /// The member restarted on the new pod template, since when: no other is restarted until
     /// its new pod is seen (the cache may still hold the old one at the next look).
     pub(super) updating: Option<(String, Instant)>,
+    /// Each server's recent positions against the primary's, for its pace.
+    pub(super) samples: BTreeMap<String, VecDeque<Sample>>,
+    /// A promotion waiting for its server to apply what it received: which, since when.
+    pub(super) applying: Option<(String, Instant)>,
+    /// The server that stopped being the primary last, and when.
+    pub(super) demoted: Option<(String, Instant)>,
 }
 
 impl Memory {
@@ -68,6 +80,45 @@ pub(super) fn remember_the_primary(remembered: &mut Remembered, primary: Option<
         (None, PodState::Ready) => remembered.primary_silent += 1,
         (None, _) => {}
     }
+}
+
+/// The server demoted moments ago (within [`DISCONNECT_WINDOW`]).
+pub(super) fn recently_demoted(remembered: &Remembered) -> Option<String> {
+    let (member, since) = remembered.demoted.as_ref()?;
+    (since.elapsed() < DISCONNECT_WINDOW).then(|| member.clone())
+}
+
+/// Notes a promotion that waits for `member` to apply what it received, from its first look.
+pub(super) fn note_applying(remembered: &mut Remembered, member: &str) {
+    if remembered.applying.as_ref().is_none_or(|(waiting, _)| waiting != member) {
+        remembered.applying = Some((member.to_string(), Instant::now()));
+    }
+}
+
+/// Seconds the promotion to `member` waited for it to apply what it received (0 when it did
+/// not wait), forgetting the wait.
+pub(super) fn apply_wait(remembered: &mut Remembered, member: &str) -> f64 {
+    let waited = remembered.applying.take().filter(|(waiting, _)| waiting == member);
+    waited.map_or(0.0, |(_, since)| (since.elapsed().as_secs_f64() * 10.0).round() / 10.0)
+}
+
+/// Adds this look's positions of every answering server to their samples, against the
+/// primary's; forgets servers that are no longer members.
+pub(super) fn sample(remembered: &mut Remembered, primary: Option<&str>, members: &[Member], at: f64) {
+    let primary = primary.and_then(|p| members.iter().find(|m| m.name == p)).and_then(|m| m.server.as_ref());
+    let Some(primary) = primary.filter(|s| !s.read_only) else { return };
+    let committed = primary.position.transactions();
+    for member in members {
+        let Some(server) = &member.server else { continue };
+        let sample = Sample {
+            at,
+            primary: committed,
+            applied: server.position.transactions(),
+            received: server.received().transactions(),
+        };
+        pace::record(remembered.samples.entry(member.name.clone()).or_default(), sample);
+    }
+    remembered.samples.retain(|name, _| members.iter().any(|m| &m.name == name));
 }
 
 /// Forgets the member restarted on the new pod template once its new pod runs it, or after

@@ -11,6 +11,7 @@ pub mod backup_seed;
 pub mod decide;
 pub mod memory;
 pub mod observe;
+pub mod pace;
 pub mod report;
 pub mod server;
 pub mod sql;
@@ -38,7 +39,9 @@ use act::{Access, Outcome};
 use decide::{
     BackupSeed, Change, ChangeKind, Cluster, Decision, Extraction, Member, Operation, PodState, Refusal, ReseedCause,
 };
-use memory::{forget_a_finished_update, remember_the_primary, requested, write_gap};
+use memory::{
+    apply_wait, forget_a_finished_update, note_applying, recently_demoted, remember_the_primary, requested, write_gap,
+};
 use report::{Report, changed, fill, refused};
 use server::Server;
 
@@ -64,6 +67,7 @@ pub async fn converge(
     let mut report = Report { primary: primary.clone(), ..Report::default() };
     let targets = targets(scope, credentials, tls);
     let mut last: Option<(Decision, Vec<Member>)> = None;
+    let mut after_labels: Vec<Operation> = Vec::new();
     if remembered.switching.as_ref().is_some_and(|(_, since)| since.elapsed() > SWITCHOVER_LIMIT) {
         let (switching, _) = remembered.switching.take().expect("checked");
         let refusal = Refusal {
@@ -80,6 +84,7 @@ pub async fn converge(
     }
     for _ in 0..LOOKS_PER_RECONCILE {
         let mut members = look(scope, &targets).await;
+        read_the_primary_last(primary.as_deref(), &targets, &mut members).await;
         set_aside_state(scope, primary.as_deref(), &mut members).await?;
         let seed = backup_seed::look(scope, &mut members).await?;
         remember_the_primary(&mut remembered, primary.as_deref(), &members);
@@ -93,8 +98,17 @@ pub async fn converge(
             switching: remembered.switching.as_ref().map(|(s, _)| s.clone()),
             updating: remembered.updating.as_ref().map(|(member, _)| member.clone()),
             seed_backup: seed.as_ref().map(|verified| verified.seed.clone()),
+            demoted: recently_demoted(&remembered),
         };
         let decision = decide::decide(&cluster);
+        if let Some(change) = &decision.change
+            && decision
+                .operations
+                .iter()
+                .any(|op| matches!(op, Operation::WaitApplied { member, .. } if *member == change.to))
+        {
+            note_applying(&mut remembered, &change.to);
+        }
         let access = access(&targets, &members, credentials, app, tls.is_some());
         let outcome = act::act(&decision.operations, &access).await.map_err(|e| Error::Replication {
             member: e.member,
@@ -104,6 +118,7 @@ pub async fn converge(
         let done = outcome == Outcome::Done;
         if done {
             act_on_pods(scope, &decision.operations, tls, &members, seed.as_ref()).await?;
+            after_labels.extend(decision.operations.iter().filter(|op| op.after_labels()).cloned());
             announce_seeding(scope, &decision).await;
             if let Some(member) = decision.operations.iter().find_map(Operation::updated_member) {
                 remembered.updating = Some((member.to_string(), Instant::now()));
@@ -119,18 +134,23 @@ pub async fn converge(
             }
             if let Some(change) = &decision.change {
                 let gap = write_gap(&remembered, change);
-                let record = changed(change, gap);
-                announce(scope, change, gap).await;
+                let waited = apply_wait(&mut remembered, &change.to);
+                let record = changed(change, gap, waited);
+                announce(scope, change, gap, waited).await;
                 match change.kind {
                     ChangeKind::Failover => report.failover = Some(record),
                     ChangeKind::Switchover => report.switched(record, change.reason),
                 }
                 remembered.switching = None;
                 remembered.writable = Some((change.to.clone(), jiff::Timestamp::now()));
+                remembered.demoted = change.from.clone().map(|from| (from, Instant::now()));
             }
             primary = decision.primary.clone();
         }
-        report.busy = !done || decision.look_again || under_way(&decision.problem);
+        // A server demoted moments ago is looked at soon again: a client that reconnected to it
+        // through a name not yet moved on is sent on at the next look.
+        report.busy =
+            !done || decision.look_again || under_way(&decision.problem) || recently_demoted(&remembered).is_some();
         let again = done && decision.look_again;
         last = Some((decision, members));
         if !again {
@@ -144,12 +164,28 @@ pub async fn converge(
     if let Some((decision, _)) = &last {
         announce_divergence(scope, decision).await;
     }
+    let Some((decision, members)) = last else {
+        scope.ctx.replication.put(app, remembered);
+        return Ok(report);
+    };
+    memory::sample(&mut remembered, primary.as_deref(), &members, clock());
+    let paces: BTreeMap<String, pace::Pace> =
+        remembered.samples.iter().map(|(name, samples)| (name.clone(), pace::pace(samples))).collect();
     scope.ctx.replication.put(app, remembered);
-    let Some((decision, members)) = last else { return Ok(report) };
     label_pods(scope, &decision, &members).await?;
+    let access = access(&targets, &members, credentials, app, tls.is_some());
+    for failure in act::act_after_labels(&after_labels, &access).await {
+        tracing::warn!(member = %failure.member, action = failure.action, problem = %failure.problem, "replication");
+    }
     report.primary = primary;
-    fill(&mut report, &decision, &members);
+    fill(&mut report, &decision, &members, &paces);
     Ok(report)
+}
+
+/// Seconds on a clock that only moves forward, for the pace of the servers.
+fn clock() -> f64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_secs_f64()
 }
 
 /// Whether a problem means something under way that the next look may finish.
@@ -209,6 +245,27 @@ async fn look(scope: &AppScope<'_>, targets: &BTreeMap<String, Target>) -> Vec<M
         }
     });
     futures::future::join_all(reads).await
+}
+
+/// Reads the primary again when a server seemed to hold transactions it lacks. The servers are
+/// read side by side, and a replica read a moment after the primary has applied what the
+/// primary committed since: at a thousand commits a second it would seem to hold transactions
+/// the primary lacks, and be set aside as diverged. What a server holds beyond the primary read
+/// after it is its own.
+async fn read_the_primary_last(primary: Option<&str>, targets: &BTreeMap<String, Target>, members: &mut [Member]) {
+    let Some(primary) = primary else { return };
+    let reference = members.iter().find(|m| m.name == primary).and_then(|m| m.server.as_ref());
+    let Some(reference) = reference else { return };
+    if !members.iter().any(|m| {
+        m.name != primary && m.server.as_ref().is_some_and(|s| !s.history.beyond(&reference.history).is_empty())
+    }) {
+        return;
+    }
+    let Some(target) = targets.get(primary) else { return };
+    let again = observe::read(target).await;
+    if let Some(member) = members.iter_mut().find(|m| m.name == primary) {
+        member.server = again.ok();
+    }
 }
 
 /// The pod template revision the StatefulSet's pods should run, once its controller has seen
@@ -460,15 +517,25 @@ fn access(
     Access { targets: targets.clone(), servers, replication_password: replication_password(credentials, app), tls }
 }
 
-async fn announce(scope: &AppScope<'_>, change: &Change, gap: Option<f64>) {
+async fn announce(scope: &AppScope<'_>, change: &Change, gap: Option<f64>, apply_wait: f64) {
     let from = change.from.as_deref().unwrap_or("none");
     let gap = gap.map(|g| format!("; writes paused about {g} s")).unwrap_or_default();
-    let (reason, note) = match change.kind {
-        ChangeKind::Failover => {
-            ("Failover", format!("primary {from} is gone ({}); promoted {}{gap}", change.reason, change.to))
+    let waited = match change.backlog {
+        0 => String::new(),
+        backlog => {
+            format!(", of which {apply_wait:.1} s waited for it to apply {backlog} transactions it had received")
         }
+    };
+    let (reason, note) = match change.kind {
+        ChangeKind::Failover => (
+            "Failover",
+            format!(
+                "primary {from} is gone ({}); promoted {}{gap}{waited} ({})",
+                change.reason, change.to, change.election
+            ),
+        ),
         ChangeKind::Switchover => {
-            ("Switchover", format!("switched the primary over from {from} to {}{gap}", change.to))
+            ("Switchover", format!("switched the primary over from {from} to {}{gap}{waited}", change.to))
         }
     };
     tracing::info!(%from, to = %change.to, reason = change.reason, "{}", note);

@@ -130,6 +130,54 @@ impl Position {
     pub fn is_empty(&self) -> bool {
         self.0.is_none()
     }
+
+    /// How many transactions it holds: a counter that grows by one with each commit, whose
+    /// difference between two looks is how many were committed or applied meanwhile (MariaDB:
+    /// the sum of each domain's sequence number; MySQL: the size of the set).
+    pub fn transactions(&self) -> u64 {
+        match &self.0 {
+            None => 0,
+            Some(GtidSet::MariaDb(domains)) => domains.values().map(|(_, sequence)| sequence).sum(),
+            Some(GtidSet::MySql(sources)) => {
+                sources.values().flatten().map(|(first, last)| last.saturating_sub(*first) + 1).sum()
+            }
+        }
+    }
+
+    /// How many of its transactions `other` lacks (for MariaDB, per domain, by sequence number).
+    pub fn count_beyond(&self, other: &Position) -> u64 {
+        match (&self.0, &other.0) {
+            (None, _) => 0,
+            (Some(_), None) => self.transactions(),
+            (Some(GtidSet::MariaDb(mine)), Some(GtidSet::MariaDb(theirs))) => mine
+                .iter()
+                .map(|(domain, (_, sequence))| {
+                    sequence.saturating_sub(theirs.get(domain).map_or(0, |(_, known)| *known))
+                })
+                .sum(),
+            (Some(GtidSet::MySql(mine)), Some(GtidSet::MySql(theirs))) => mine
+                .iter()
+                .map(|(source, intervals)| {
+                    let known = theirs.get(source).map_or(&[][..], Vec::as_slice);
+                    intervals.iter().map(|interval| uncovered(*interval, known)).sum::<u64>()
+                })
+                .sum(),
+            (Some(_), Some(_)) => 0,
+        }
+    }
+}
+
+/// How many numbers of the inclusive `interval` none of the sorted, merged `known` intervals
+/// holds.
+fn uncovered((first, last): (u64, u64), known: &[(u64, u64)]) -> u64 {
+    let covered: u64 = known
+        .iter()
+        .map(|(a, b)| {
+            let (from, to) = ((*a).max(first), (*b).min(last));
+            if from <= to { to - from + 1 } else { 0 }
+        })
+        .sum();
+    (last - first + 1).saturating_sub(covered)
 }
 
 impl fmt::Display for Position {
@@ -266,6 +314,30 @@ mod tests {
         assert!(History::parse(Flavor::MariaDb, "0-1").is_err());
         assert_eq!(mariadb("0-101-14").fork(&mariadb("0-101-13,0-102-20")), "0-101-13");
         assert_eq!(mariadb("0-101-13,0-104-2").fork(&mariadb("0-101-13,0-102-14")), "0-101-13");
+    }
+
+    /// Each case: a position, another, the transactions of the first the second lacks, and how
+    /// many the first holds.
+    #[test]
+    fn transactions_are_counted_and_compared_by_position() {
+        let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429561";
+        let other = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let cases: Vec<(String, String, u64, u64)> = vec![
+            ("0-101-10".into(), "0-101-7".into(), 3, 10),
+            ("0-101-10".into(), "0-101-10".into(), 0, 10),
+            ("0-101-7".into(), "0-101-10".into(), 0, 7),
+            ("0-101-10,1-102-5".into(), "0-101-10".into(), 5, 15),
+            ("0-102-12".into(), "0-101-10".into(), 2, 12),
+            ("0-101-10".into(), "".into(), 10, 10),
+            ("".into(), "0-101-10".into(), 0, 0),
+            (format!("{uuid}:1-10"), format!("{uuid}:1-4"), 6, 10),
+            (format!("{uuid}:1-10"), format!("{uuid}:1-4:8"), 5, 10),
+            (format!("{uuid}:1-10,{other}:1-2"), format!("{uuid}:1-10"), 2, 12),
+        ];
+        for (mine, theirs, beyond, held) in cases {
+            assert_eq!(position(&mine).count_beyond(&position(&theirs)), beyond, "{mine} beyond {theirs}");
+            assert_eq!(position(&mine).transactions(), held, "{mine}");
+        }
     }
 
     #[test]

@@ -124,6 +124,19 @@ impl Flavor {
         }
     }
 
+    /// The ids of the server's client sessions: every session but this one, the server's own
+    /// threads and replication's, and the operator's accounts (root: the controller, the agent
+    /// and their Jobs; the replication account).
+    pub fn client_sessions(self) -> &'static str {
+        match self {
+            Flavor::MariaDb | Flavor::MySql => {
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() \
+                 AND USER NOT IN ('root', 'visitors_repl', 'system user', 'event_scheduler', 'unauthenticated user', '') \
+                 AND COMMAND NOT IN ('Binlog Dump', 'Binlog Dump GTID', 'Daemon', 'Connect', 'Killed')"
+            }
+        }
+    }
+
     /// Writes from clients again: on the primary only.
     pub fn open_writes(self) -> Vec<String> {
         match self {
@@ -357,6 +370,16 @@ mod tests {
         assert!(armed.contains(&"SET GLOBAL rpl_semi_sync_master_wait_no_slave = ON".to_string()));
         assert_eq!(armed.last().unwrap(), "SET GLOBAL rpl_semi_sync_master_enabled = ON", "armed last");
         assert_eq!(Flavor::MariaDb.wait_applied("0-101-7", 2.0), "SELECT MASTER_GTID_WAIT('0-101-7', 2)");
+    }
+
+    #[test]
+    fn client_sessions_leave_the_operators_and_the_servers_own_alone() {
+        for flavor in [Flavor::MariaDb, Flavor::MySql] {
+            let query = flavor.client_sessions();
+            for kept in ["'root'", "'visitors_repl'", "CONNECTION_ID()", "'Binlog Dump'", "'system user'"] {
+                assert!(query.contains(kept), "{flavor:?} {query}");
+            }
+        }
     }
 
     #[test]
