@@ -419,10 +419,10 @@ pub struct ReplicationStatus {
     /// backlog of the replica it would promote, at that replica's apply rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_failover_wait_seconds: Option<f64>,
-    /// When the positions and rates of this status were read; they are refreshed at most every
-    /// 10 s while nothing else changes.
+    /// When the positions and rates of this status were measured; they are measured again at
+    /// most every 10 s while nothing else changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pace_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    pub measured_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// One MySQL server of a replicated app.

@@ -5,7 +5,7 @@
 //!
 //! 1. sixty seconds at full speed: every replica applies what the primary commits (its distance
 //!    stays within a few seconds of commits) and holds what the primary holds soon after the
-//!    load stops; the status shows each replica's pace and the expected failover wait; no server
+//!    load stops; the status shows each replica's positions and apply rate and the expected failover wait; no server
 //!    is ever taken for diverged;
 //! 2. under the same load, a replica frozen 15 s and thawed, then the primary frozen: a failover
 //!    to the replica with the least left to apply, its wait recorded;
@@ -47,7 +47,7 @@ async fn replicas_keep_up_with_writers_at_full_speed_through_freezes_reseeding_a
     // 1. Sixty seconds at full speed.
     let writer = site.job("writer");
     site.start_pooled_writer(&writer, &load(60)).await;
-    let paced = wait_for("the status to show each replica's pace", || async {
+    let measured = wait_for("the status to show each replica's apply rate", || async {
         let replication = site.replication().await;
         let replicas = replication.members.iter().filter(|m| m.applied.is_some());
         let shown = replicas.clone().count() == 2 && replicas.clone().all(|m| m.apply_rate.is_some_and(|r| r > 0.0));
@@ -58,8 +58,8 @@ async fn replicas_keep_up_with_writers_at_full_speed_through_freezes_reseeding_a
     })
     .await;
     eprintln!(
-        "pace: commits {:?}/s, expected failover wait {:?} s",
-        paced.commit_rate, paced.expected_failover_wait_seconds
+        "measured: commits {:?}/s, expected failover wait {:?} s",
+        measured.commit_rate, measured.expected_failover_wait_seconds
     );
     let full_speed = stopped_by_itself(&site, &writer).await;
     eprintln!("full speed: {full_speed:?}");

@@ -196,10 +196,10 @@ pub fn compute(app: &VisitorsApp, observed: &Observed, now: Time) -> VisitorsApp
     status
 }
 
-/// The positions and rates of a replicated app's status are refreshed at most this often while
+/// The positions and rates of a replicated app's status are measured again at most this often while
 /// nothing else of it changes: under writes they change at every look, and a status write every
 /// 2 s per app is load on the API server that tells nobody anything.
-const PACE_REFRESH_SECONDS: f64 = 10.0;
+const MEASUREMENT_REFRESH_SECONDS: f64 = 10.0;
 
 /// The replication part of the status, and its three conditions; none for a single server.
 fn replication_status(app: &VisitorsApp, status: &mut VisitorsAppStatus, report: Option<&Report>, now: Time) {
@@ -220,14 +220,14 @@ fn replication_status(app: &VisitorsApp, status: &mut VisitorsAppStatus, report:
         answered_switchover_request: report.answered_request.clone().or(previous.answered_switchover_request.clone()),
         commit_rate: report.commit_rate,
         expected_failover_wait_seconds: report.expected_failover_wait,
-        pace_time: Some(now.clone()),
+        measured_time: Some(now.clone()),
     };
     let due = previous
-        .pace_time
+        .measured_time
         .as_ref()
-        .is_none_or(|read| now.0.duration_since(read.0).as_secs_f64() >= PACE_REFRESH_SECONDS);
+        .is_none_or(|read| now.0.duration_since(read.0).as_secs_f64() >= MEASUREMENT_REFRESH_SECONDS);
     if !due {
-        keep_the_pace(&mut replication, &previous);
+        keep_the_measurements(&mut replication, &previous);
     }
     status.replication = Some(Box::new(replication));
     let primary = report.primary.as_deref().unwrap_or("none yet");
@@ -289,10 +289,10 @@ fn replication_status(app: &VisitorsApp, status: &mut VisitorsAppStatus, report:
 
 /// Keeps the positions and rates `previous` showed, and when they were read, for the members
 /// still in the same role: they are not due for a refresh yet.
-fn keep_the_pace(replication: &mut ReplicationStatus, previous: &ReplicationStatus) {
+fn keep_the_measurements(replication: &mut ReplicationStatus, previous: &ReplicationStatus) {
     replication.commit_rate = previous.commit_rate;
     replication.expected_failover_wait_seconds = previous.expected_failover_wait_seconds;
-    replication.pace_time = previous.pace_time.clone();
+    replication.measured_time = previous.measured_time.clone();
     for member in &mut replication.members {
         let before = previous.members.iter().find(|m| m.name == member.name && m.role == member.role);
         let kept = before.cloned().unwrap_or_default();
@@ -650,7 +650,7 @@ mod tests {
     /// Positions and rates change at every look under writes: they are written at most every
     /// 10 s while nothing else changes, and a replica falling behind is a condition at once.
     #[test]
-    fn the_pace_is_refreshed_every_ten_seconds_and_a_replica_falling_behind_is_a_condition() {
+    fn positions_and_rates_are_measured_again_every_ten_seconds_and_a_replica_falling_behind_is_a_condition() {
         let (mut app, observed) = replicated(40, 1500.0, false);
         app.status = Some(compute(&app, &observed, at(100)));
         let falling = find(&app.status.as_ref().unwrap().conditions, REPLICA_FALLING_BEHIND).cloned().unwrap();
@@ -662,7 +662,7 @@ mod tests {
         let later = compute(&app, &moved, at(110));
         let replica = &later.replication.as_ref().unwrap().members[1];
         assert_eq!((replica.behind_primary, replica.apply_rate), (Some(90), Some(1520.0)), "10 s later, refreshed");
-        assert_eq!(later.replication.as_ref().unwrap().pace_time, Some(at(110)));
+        assert_eq!(later.replication.as_ref().unwrap().measured_time, Some(at(110)));
 
         let (_, behind) = replicated(120_000, 900.0, true);
         let status = compute(&app, &behind, at(103));

@@ -368,6 +368,9 @@ fn watched(hosts: &[String], samples: &Samples, stopped: f64) -> String {
 
 #[tokio::main]
 async fn main() {
+    // Built with the rest of the workspace, rustls sees two providers (ring, and aws-lc-rs of
+    // the agent's object store): it is told which, as every binary of the workspace does.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let settings = Arc::new(settings());
     let first = prepare(&settings).await;
     let stop = Arc::new(AtomicBool::new(false));

@@ -11,7 +11,7 @@ use visitors_api::VisitorsApp;
 use visitors_api::visitors_app::{SWITCHOVER_REQUESTED_AT_ANNOTATION, SWITCHOVER_TO_ANNOTATION};
 
 use super::decide::{self, Change, Member, PodState, Switchover};
-use super::pace::{self, Sample};
+use super::following::{self, Sample};
 
 /// A server that stopped being the primary has its client sessions closed at each look this
 /// long after: a client that reconnected through a name that still led to it (a DNS answer
@@ -41,7 +41,7 @@ pub(super) struct Remembered {
     /// The member restarted on the new pod template, since when: no other is restarted until
     /// its new pod is seen (the cache may still hold the old one at the next look).
     pub(super) updating: Option<(String, Instant)>,
-    /// Each server's recent positions against the primary's, for its pace.
+    /// Each server's recent positions against the primary's: how it follows the primary.
     pub(super) samples: BTreeMap<String, VecDeque<Sample>>,
     /// A promotion waiting for its server to apply what it received: which, since when.
     pub(super) applying: Option<(String, Instant)>,
@@ -116,7 +116,7 @@ pub(super) fn sample(remembered: &mut Remembered, primary: Option<&str>, members
             applied: server.position.transactions(),
             received: server.received().transactions(),
         };
-        pace::record(remembered.samples.entry(member.name.clone()).or_default(), sample);
+        following::record(remembered.samples.entry(member.name.clone()).or_default(), sample);
     }
     remembered.samples.retain(|name, _| members.iter().any(|m| &m.name == name));
 }

@@ -9,9 +9,9 @@
 pub mod act;
 pub mod backup_seed;
 pub mod decide;
+pub mod following;
 pub mod memory;
 pub mod observe;
-pub mod pace;
 pub mod report;
 pub mod server;
 pub mod sql;
@@ -169,8 +169,8 @@ pub async fn converge(
         return Ok(report);
     };
     memory::sample(&mut remembered, primary.as_deref(), &members, clock());
-    let paces: BTreeMap<String, pace::Pace> =
-        remembered.samples.iter().map(|(name, samples)| (name.clone(), pace::pace(samples))).collect();
+    let followings: BTreeMap<String, following::Following> =
+        remembered.samples.iter().map(|(name, samples)| (name.clone(), following::following(samples))).collect();
     scope.ctx.replication.put(app, remembered);
     label_pods(scope, &decision, &members).await?;
     let access = access(&targets, &members, credentials, app, tls.is_some());
@@ -178,11 +178,11 @@ pub async fn converge(
         tracing::warn!(member = %failure.member, action = failure.action, problem = %failure.problem, "replication");
     }
     report.primary = primary;
-    fill(&mut report, &decision, &members, &paces);
+    fill(&mut report, &decision, &members, &followings);
     Ok(report)
 }
 
-/// Seconds on a clock that only moves forward, for the pace of the servers.
+/// Seconds on a clock that only moves forward, for how the servers follow the primary.
 fn clock() -> f64 {
     static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_secs_f64()

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use visitors_api::visitors_app::{MemberRole, ReplicationMember, RoleChange};
 
 use super::decide::{self, Change, ChangeKind, Decision, Member, Refusal};
-use super::pace::{self, Pace};
+use super::following::{self, Following};
 
 /// How the servers stand after a look, for the status.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -30,7 +30,7 @@ pub struct Report {
     pub busy: bool,
     /// The primary's commits a second.
     pub commit_rate: Option<f64>,
-    /// What a failover now would wait for (see `pace::expected_failover_wait`).
+    /// What a failover now would wait for (see `following::expected_failover_wait`).
     pub expected_failover_wait: Option<f64>,
     /// Replicas that fall further behind the primary for minutes.
     pub falling_behind: Vec<String>,
@@ -94,44 +94,52 @@ pub(super) fn refused(primary: &Option<String>, refusal: &Refusal) -> RoleChange
     }
 }
 
-/// The report's members, counts, pace and problem, from the last decision and look, and each
-/// server's pace.
-pub(super) fn fill(report: &mut Report, decision: &Decision, members: &[Member], paces: &BTreeMap<String, Pace>) {
+/// The report's members, counts and problem, from the last decision and look, and how each
+/// server follows the primary.
+pub(super) fn fill(
+    report: &mut Report,
+    decision: &Decision,
+    members: &[Member],
+    followings: &BTreeMap<String, Following>,
+) {
     let primary_name = report.primary.clone().unwrap_or_default();
     let primary = members.iter().find(|m| m.name == primary_name).and_then(|m| m.server.as_ref());
     report.acknowledged = primary.is_some_and(|s| s.semi_sync_armed && s.semi_sync_clients > 0);
-    let following = |role: MemberRole| matches!(role, MemberRole::Replica | MemberRole::Seeding);
+    let follows = |role: MemberRole| matches!(role, MemberRole::Replica | MemberRole::Seeding);
     report.members = decision
         .standings
         .iter()
         .map(|standing| {
             let server = members.iter().find(|m| m.name == standing.member).and_then(|m| m.server.as_ref());
-            let pace = paces.get(&standing.member).filter(|_| following(standing.role) && primary.is_some());
+            let follows_at = followings.get(&standing.member).filter(|_| follows(standing.role) && primary.is_some());
             ReplicationMember {
                 name: standing.member.clone(),
                 role: standing.role,
                 lag_seconds: server.and_then(|s| s.replica.as_ref()).and_then(|r| r.lag_seconds),
                 message: standing.message.clone(),
                 received: server.filter(|s| s.replica.is_some()).map(|s| s.received().to_string()),
-                applied: server.filter(|_| following(standing.role)).map(|s| s.position.to_string()),
-                backlog: pace.map(|p| p.backlog as i64),
-                behind_primary: pace.map(|p| p.behind as i64),
-                apply_rate: pace.and_then(|p| p.apply_rate).map(rounded),
-                catch_up_seconds: pace.and_then(|p| p.catch_up_seconds).filter(|s| *s > 0.0).map(rounded),
-                falling_behind: pace.is_some_and(|p| p.falling_behind),
+                applied: server.filter(|_| follows(standing.role)).map(|s| s.position.to_string()),
+                backlog: follows_at.map(|p| p.backlog as i64),
+                behind_primary: follows_at.map(|p| p.behind as i64),
+                apply_rate: follows_at.and_then(|p| p.apply_rate).map(rounded),
+                catch_up_seconds: follows_at.and_then(|p| p.catch_up_seconds).filter(|s| *s > 0.0).map(rounded),
+                falling_behind: follows_at.is_some_and(|p| p.falling_behind),
             }
         })
         .collect();
     report.ready_replicas = decision.standings.iter().filter(|s| s.role == MemberRole::Replica).count() as i32;
     report.problem = decision.problem.clone();
-    report.commit_rate = paces.get(&primary_name).and_then(|p| p.apply_rate).filter(|_| primary.is_some()).map(rounded);
+    report.commit_rate =
+        followings.get(&primary_name).and_then(|p| p.apply_rate).filter(|_| primary.is_some()).map(rounded);
     report.falling_behind = report.members.iter().filter(|m| m.falling_behind).map(|m| m.name.clone()).collect();
     let replicas: Vec<&Member> = members
         .iter()
         .filter(|m| report.members.iter().any(|r| r.name == m.name && r.role == MemberRole::Replica))
         .collect();
     report.expected_failover_wait = decide::failover_candidate(&replicas)
-        .and_then(|(member, backlog)| pace::expected_failover_wait(backlog, paces.get(&member.name)?.apply_rate))
+        .and_then(|(member, backlog)| {
+            following::expected_failover_wait(backlog, followings.get(&member.name)?.apply_rate)
+        })
         .map(rounded);
 }
 

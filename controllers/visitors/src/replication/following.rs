@@ -1,6 +1,7 @@
-//! How fast each server applies transactions against the primary's commits, from the positions
-//! the last looks read: the failover budget (docs/high-availability.md). Pure: the controller
-//! keeps a member's recent [`Sample`]s between looks and [`pace`] judges them.
+//! How each server follows the primary: how fast it applies transactions against the primary's
+//! commits, from the positions the last looks read; the failover budget
+//! (docs/high-availability.md). Pure: the controller keeps a member's recent [`Sample`]s between
+//! looks and [`following`] judges them.
 
 use std::collections::VecDeque;
 
@@ -40,9 +41,9 @@ impl Sample {
     }
 }
 
-/// How one server keeps up.
+/// How one server follows the primary.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Pace {
+pub struct Following {
     /// Transactions it applied a second over the rate window; `None` until two looks span a
     /// second.
     pub apply_rate: Option<f64>,
@@ -77,8 +78,8 @@ pub fn record(samples: &mut VecDeque<Sample>, sample: Sample) {
 }
 
 /// How the server of `samples` (oldest first) keeps up.
-pub fn pace(samples: &VecDeque<Sample>) -> Pace {
-    let Some(last) = samples.back().copied() else { return Pace::default() };
+pub fn following(samples: &VecDeque<Sample>) -> Following {
+    let Some(last) = samples.back().copied() else { return Following::default() };
     let window: Vec<&Sample> = samples.iter().filter(|s| last.at - s.at <= RATE_WINDOW_SECONDS).collect();
     let (apply_rate, commit_rate) = match window.first() {
         Some(first) if last.at - first.at >= 1.0 => {
@@ -98,7 +99,7 @@ pub fn pace(samples: &VecDeque<Sample>) -> Pace {
         (behind, Some(apply), Some(commit)) if apply > commit => Some(behind as f64 / (apply - commit)),
         _ => None,
     };
-    Pace {
+    Following {
         apply_rate,
         commit_rate,
         behind: last.behind(),
@@ -158,24 +159,24 @@ mod tests {
             ("idle primary, replica idle and even", 0, 0, 0, 180, false, true),
         ];
         for (case, commits, applies, behind, seconds, falling, catching_up) in cases {
-            let pace = pace(&steady(commits, applies, behind, seconds));
-            assert_eq!(pace.falling_behind, falling, "{case}: {pace:?}");
-            assert_eq!(pace.catch_up_seconds.is_some(), catching_up, "{case}: {pace:?}");
+            let judged = following(&steady(commits, applies, behind, seconds));
+            assert_eq!(judged.falling_behind, falling, "{case}: {judged:?}");
+            assert_eq!(judged.catch_up_seconds.is_some(), catching_up, "{case}: {judged:?}");
         }
     }
 
     #[test]
     fn rates_come_from_the_window_and_the_catch_up_from_the_difference() {
-        let pace = pace(&steady(1000, 3000, 60_000, 60));
-        assert_eq!(pace.apply_rate, Some(3000.0));
-        assert_eq!(pace.commit_rate, Some(1000.0));
+        let caught_up = following(&steady(1000, 3000, 60_000, 60));
+        assert_eq!(caught_up.apply_rate, Some(3000.0));
+        assert_eq!(caught_up.commit_rate, Some(1000.0));
         // 60,000 behind at t = 0, 120,000 gained by t = 60: caught up.
-        assert_eq!(pace.behind, 0);
-        let pace = super::pace(&steady(1000, 3000, 100_000, 20));
-        assert_eq!(pace.behind, 60_000);
-        assert_eq!(pace.catch_up_seconds, Some(30.0), "{pace:?}");
-        assert_eq!(pace.backlog, 50);
-        assert_eq!(super::pace(&VecDeque::new()), Pace::default());
+        assert_eq!(caught_up.behind, 0);
+        let behind = following(&steady(1000, 3000, 100_000, 20));
+        assert_eq!(behind.behind, 60_000);
+        assert_eq!(behind.catch_up_seconds, Some(30.0), "{behind:?}");
+        assert_eq!(behind.backlog, 50);
+        assert_eq!(following(&VecDeque::new()), Following::default());
     }
 
     #[test]
@@ -183,7 +184,7 @@ mod tests {
         let mut samples = steady(100, 100, 0, 20);
         record(&mut samples, Sample { at: 30.0, primary: 1_003_000, applied: 10, received: 10 });
         assert_eq!(samples.len(), 1);
-        assert_eq!(pace(&samples).apply_rate, None);
+        assert_eq!(following(&samples).apply_rate, None);
     }
 
     #[test]
