@@ -384,6 +384,11 @@ impl Site {
         self.replication().await.primary.expect("a primary is recorded")
     }
 
+    /// Whether every replica replicates from the primary and the app is Ready, now.
+    pub async fn replication_is_healthy(&self) -> bool {
+        replicating(&self.apps, &self.app, self.servers - 1).await.is_ok()
+    }
+
     /// Waits until every replica replicates from the primary again and the app is Ready.
     pub async fn healthy(&self) -> ReplicationStatus {
         wait_for("every replica to replicate from the primary", || replicating(&self.apps, &self.app, self.servers - 1))

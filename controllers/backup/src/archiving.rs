@@ -85,7 +85,7 @@ pub async fn reconcile(
     let prune = prune_before(runs);
     let children = archiver(schedule, &ctx.settings.inputs(), &credentials, prune.as_ref());
     let lease = apply_archiver(namespace, ctx, children).await?;
-    let observed = Observed::of(&lease);
+    let observed = ArchiverReport::of(&lease);
     let report = archive_report(schedule, &observed, runs, now);
     ctx.metrics.archive_observed(labels, &report.gauges);
     status.point_in_time = Some(report.status);
@@ -178,13 +178,13 @@ async fn remove_archiver(
 
 /// What the archiver's Lease tells.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Observed {
+pub struct ArchiverReport {
     pub status: Option<ArchiveStatus>,
     /// When the archiver last renewed the Lease.
     pub heartbeat: Option<Timestamp>,
 }
 
-impl Observed {
+impl ArchiverReport {
     pub fn of(lease: &Lease) -> Self {
         let status = lease
             .metadata
@@ -193,7 +193,7 @@ impl Observed {
             .and_then(|a| a.get(STATUS_ANNOTATION))
             .and_then(|text| serde_json::from_str(text).ok());
         let heartbeat = lease.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
-        Observed { status, heartbeat }
+        ArchiverReport { status, heartbeat }
     }
 }
 
@@ -208,7 +208,7 @@ pub struct ArchiveReport {
 /// What `observed` means for `schedule` and its `runs` at `now`.
 pub fn archive_report(
     schedule: &MySQLBackup,
-    observed: &Observed,
+    observed: &ArchiverReport,
     runs: &[MySQLBackup],
     now: Timestamp,
 ) -> ArchiveReport {
@@ -410,7 +410,7 @@ mod tests {
 
     #[test]
     fn a_reporting_archiver_is_archiving_with_its_recoverable_window() {
-        let observed = Observed {
+        let observed = ArchiverReport {
             status: Some(reporting(ArchiverState::Archiving, vec![epoch(0, -100, None)])),
             heartbeat: Some(at(95)),
         };
@@ -434,7 +434,7 @@ mod tests {
     fn the_key_an_archiver_encrypts_with_is_in_the_status_and_the_condition() {
         let mut status = reporting(ArchiverState::Archiving, vec![epoch(0, -100, None)]);
         status.encryption_key_id = Some("k2".into());
-        let observed = Observed { status: Some(status), heartbeat: Some(at(95)) };
+        let observed = ArchiverReport { status: Some(status), heartbeat: Some(at(95)) };
         let report = archive_report(&schedule(), &observed, &[], at(100));
         assert_eq!(report.status.encryption_key_id.as_deref(), Some("k2"));
         assert!(report.condition.message.contains("encrypted with key k2"), "{}", report.condition.message);
@@ -442,12 +442,13 @@ mod tests {
 
     #[test]
     fn an_archiver_that_stopped_reporting_is_down_and_its_lag_grows() {
-        let observed = Observed { status: Some(reporting(ArchiverState::Archiving, vec![])), heartbeat: Some(at(0)) };
+        let observed =
+            ArchiverReport { status: Some(reporting(ArchiverState::Archiving, vec![])), heartbeat: Some(at(0)) };
         let report = archive_report(&schedule(), &observed, &[], at(100 + 61));
         assert_eq!(report.condition.reason, reason::ARCHIVER_DOWN);
         assert!(!report.gauges.up);
         assert_eq!(report.gauges.lag_seconds, 61.0);
-        let never = archive_report(&schedule(), &Observed::default(), &[], at(0));
+        let never = archive_report(&schedule(), &ArchiverReport::default(), &[], at(0));
         assert_eq!(never.condition.reason, reason::ARCHIVER_STARTING);
         assert_eq!(never.status.archive_lag_seconds, None);
     }
@@ -455,7 +456,8 @@ mod tests {
     #[test]
     fn a_gap_holds_until_a_run_succeeds_after_it() {
         let epochs = vec![epoch(0, -1000, None), epoch(1, 50, Some("binlogPurged"))];
-        let observed = Observed { status: Some(reporting(ArchiverState::Archiving, epochs)), heartbeat: Some(at(99)) };
+        let observed =
+            ArchiverReport { status: Some(reporting(ArchiverState::Archiving, epochs)), heartbeat: Some(at(99)) };
         let before = archive_report(&schedule(), &observed, &[succeeded("n-1", Some(10))], at(100));
         assert_eq!((before.condition.status, before.condition.reason), (Status::False, reason::BINLOG_PURGED));
         assert!(before.gauges.gap);

@@ -22,7 +22,7 @@ use crate::build::backup_path;
 use crate::build::job::{backup_job, job_name, taken_from};
 use crate::context::{Context, Error};
 use crate::metrics::SourceLabels;
-use crate::source::{self, Source};
+use crate::read_from::{self, ReadFrom};
 use crate::{status, validate};
 
 /// How soon a run that succeeded looks again, to start the drill it owes.
@@ -60,17 +60,17 @@ impl BackupRun<'_> {
     /// Everything the Job needs that the run does not hold: the app, its credentials Secret,
     /// the server to read, the storage's Secret or claim, then the database lock. Returns how
     /// the Job reaches the database, and which server it reads.
-    async fn resolve(&self) -> Result<Step<(DatabaseAccess, Source)>, ApiError> {
+    async fn resolve(&self) -> Result<Step<(DatabaseAccess, ReadFrom)>, ApiError> {
         let access = ready!(self.op.serving_app_access("spec.source.visitorsApp").await?);
         let from = self.backup.spec.source.reads_from();
-        let source = ready!(source::choose(from, self.op.app, self.op.namespace, &access.servers));
+        let read_from = ready!(read_from::choose(from, self.op.app, self.op.namespace, &access.servers));
         if let Some(encryption) = &self.backup.spec.encryption {
             let field = "spec.encryption";
             ready!(self.op.encryption_keys_ready(&encryption.key_secret, Some(&encryption.key_id), field).await?);
         }
         let claim_field = "spec.storage.persistentVolumeClaim.claimName";
         ready!(self.op.storage_ready(&self.backup.spec.storage, claim_field).await?);
-        Ok(self.op.take_lock().await?.map(|()| (access, source)))
+        Ok(self.op.take_lock().await?.map(|()| (access, read_from)))
     }
 
     /// A run whose Job cannot start: it waits and says for what, or, blocked, it fails.
@@ -81,7 +81,7 @@ impl BackupRun<'_> {
             Step::Blocked(Blocked { reason, message }) => {
                 self.finish(&job_name(self.backup), JobEnd::Failed { reason, message, summary: None }).await
             }
-            Step::Invalid(invalid) => self.reject(&invalid).await,
+            Step::InvalidSpec(invalid) => self.reject(&invalid).await,
         }
     }
 
@@ -157,16 +157,16 @@ impl JobSteps for BackupRun<'_> {
     type Error = Error;
 
     async fn start(&self, job_name: &str) -> Result<Action, Error> {
-        let (access, source) = match self.resolve().await? {
+        let (access, read_from) = match self.resolve().await? {
             Step::Ready(resolved) => resolved,
             stopped => return self.stopped(stopped).await,
         };
-        let job = backup_job(self.backup, &self.ctx.settings.inputs(), &access, &source);
-        let TakenFrom { pod, role } = &source.taken_from;
+        let job = backup_job(self.backup, &self.ctx.settings.inputs(), &access, &read_from);
+        let TakenFrom { pod, role } = &read_from.taken_from;
         let note =
             format!("Job {job_name} backs up VisitorsApp {} from {pod} ({role:?}) to {}", self.op.app, self.location());
         self.op.create_job(&job, note).await?;
-        let running = status::running(self.backup, job_name, self.location(), None, Some(source.taken_from), now());
+        let running = status::running(self.backup, job_name, self.location(), None, Some(read_from.taken_from), now());
         self.publish(running).await?;
         // The Job watch wakes the run when the Job changes, ends or disappears.
         Ok(self.ctx.runtime.watching(self.backup))

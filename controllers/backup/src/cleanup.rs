@@ -76,14 +76,14 @@ type LetGo = (&'static str, String);
 /// A run being deleted.
 pub async fn reconcile_deleted(backup: &MySQLBackup, namespace: &str, ctx: &Context) -> Result<Action, Error> {
     let op = DatabaseOperation::of(backup, &ctx.runtime, namespace);
-    let finalized = DELETE_STORED.finalize(&ctx.runtime, backup, clean_up(backup, ctx, &op)).await?;
+    let finalized = DELETE_STORED.finalize(&ctx.runtime, backup, before_removal(backup, ctx, &op)).await?;
     if let Finalized::Released((reason, note)) = &finalized {
         ctx.runtime.events.normal(backup, reason, "DeleteStorage", note.clone()).await;
     }
     Ok(finalized.action())
 }
 
-async fn clean_up(
+async fn before_removal(
     backup: &MySQLBackup,
     ctx: &Context,
     agent: &DatabaseOperation<'_, MySQLBackup>,

@@ -40,7 +40,7 @@ pub async fn reconcile(run: &MySQLBackup, namespace: &str, ctx: &Context) -> Res
     let steps = DrillSteps { run, ctx, op: DatabaseOperation::of(run, &ctx.runtime, namespace) };
     match current {
         Some(drill) if !drill.has_ended() => steps.follow(drill).await.map(Some),
-        Some(drill) if drill.job_name.is_some() => steps.clean_up(drill).await.map(Some),
+        Some(drill) if drill.job_name.is_some() => steps.tear_down(drill).await.map(Some),
         _ => match run.drill_due() {
             Some(requested) => steps.start(requested).await.map(Some),
             None => Ok(None),
@@ -264,7 +264,7 @@ impl DrillSteps<'_> {
     async fn end(&self, drill: DrillStatus) -> Result<Action, Error> {
         self.publish(drill.clone()).await?;
         self.announce(&drill).await;
-        self.clean_up(drill).await
+        self.tear_down(drill).await
     }
 
     async fn announce(&self, drill: &DrillStatus) {
@@ -288,7 +288,7 @@ impl DrillSteps<'_> {
 
     /// Deletes the drill's Job, pod (its volume goes with it) and Secret, those this run owns
     /// only, then forgets the Job.
-    async fn clean_up(&self, drill: DrillStatus) -> Result<Action, Error> {
+    async fn tear_down(&self, drill: DrillStatus) -> Result<Action, Error> {
         self.delete_if_ours::<Job>("Job", &job_name(self.run)).await?;
         self.delete_if_ours::<Pod>("Pod", &build::database_name(self.run)).await?;
         self.delete_if_ours::<Secret>("Secret", &build::secret_name(self.run)).await?;

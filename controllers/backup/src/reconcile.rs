@@ -17,7 +17,7 @@ pub async fn reconcile(backup: Arc<MySQLBackup>, context: Arc<Context>) -> Resul
             let namespace = namespace_of(&*backup)?;
             let deleted = backup.metadata.deletion_timestamp.is_some();
             match (backup.spec.is_schedule(), deleted) {
-                (true, true) => Ok(crate::schedule::deleted(&backup, &namespace, &context)),
+                (true, true) => Ok(crate::schedule::reconcile_deleted(&backup, &namespace, &context)),
                 (true, false) => crate::schedule::reconcile(&backup, &namespace, &context).await,
                 (false, true) => crate::cleanup::reconcile_deleted(&backup, &namespace, &context).await,
                 (false, false) => crate::backup_run::reconcile(&backup, &namespace, &context).await,

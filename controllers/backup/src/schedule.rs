@@ -31,7 +31,7 @@ use crate::timing::{created, until};
 use crate::{status, validate};
 
 /// A schedule being deleted: its runs go with it (they are owned by it); its metrics go now.
-pub fn deleted(schedule: &MySQLBackup, namespace: &str, ctx: &Context) -> Action {
+pub fn reconcile_deleted(schedule: &MySQLBackup, namespace: &str, ctx: &Context) -> Action {
     ctx.metrics.schedule_deleted(&labels(schedule, namespace));
     ctx.runtime.forget(schedule);
     Action::await_change()

@@ -141,7 +141,7 @@ where
     };
     match start(identity, args).await {
         Ok(Some(started)) => {
-            let trimming = tokio::spawn(crate::memory::trim_periodically());
+            let trimming = tokio::spawn(crate::heap::trim_periodically());
             reconcile_until(started.runtime.clone(), started.shutdown.clone()).await;
             trimming.abort();
             started.finish().await;

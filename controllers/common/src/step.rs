@@ -19,7 +19,7 @@ pub enum Step<T> {
     /// backup is refused).
     Blocked(Blocked),
     /// The spec is invalid: nothing more happens until it changes.
-    Invalid(InvalidSpec),
+    InvalidSpec(InvalidSpec),
 }
 
 /// What a step waits for: a condition reason and a sentence a user can act on.
@@ -73,7 +73,7 @@ impl<T> Step<T> {
             Step::Ready(value) => Ok(value),
             Step::Wait(wait) => Err(Step::Wait(wait)),
             Step::Blocked(blocked) => Err(Step::Blocked(blocked)),
-            Step::Invalid(invalid) => Err(Step::Invalid(invalid)),
+            Step::InvalidSpec(invalid) => Err(Step::InvalidSpec(invalid)),
         }
     }
 
@@ -96,7 +96,7 @@ impl<T> Step<T> {
             Step::Wait(Wait { reason, message }) | Step::Blocked(Blocked { reason, message }) => {
                 Some((reason, message.clone()))
             }
-            Step::Invalid(invalid) => Some((REASON_INVALID_SPEC, invalid.to_string())),
+            Step::InvalidSpec(invalid) => Some((REASON_INVALID_SPEC, invalid.to_string())),
         }
     }
 }

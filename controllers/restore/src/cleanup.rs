@@ -23,13 +23,13 @@ pub async fn add_finalizer(restore: &MySQLRestore, runtime: &Runtime) -> Result<
 
 /// A restore being deleted.
 pub async fn reconcile_deleted(restore: &MySQLRestore, namespace: &str, ctx: &Context) -> Result<Action, Error> {
-    Ok(CLEANUP.finalize(&ctx.runtime, restore, clean_up(restore, namespace, ctx)).await?.action())
+    Ok(CLEANUP.finalize(&ctx.runtime, restore, before_removal(restore, namespace, ctx)).await?.action())
 }
 
 /// Its Job is stopped; until its pod has stopped too, the agent may still act on the database,
 /// so the lock stays held and the backend stopped (the pod watch wakes the restore when the pod
 /// stops). Then the lock is released.
-async fn clean_up(restore: &MySQLRestore, namespace: &str, ctx: &Context) -> Result<Cleanup, Error> {
+async fn before_removal(restore: &MySQLRestore, namespace: &str, ctx: &Context) -> Result<Cleanup, Error> {
     let op = DatabaseOperation::of(restore, &ctx.runtime, namespace);
     if !restore.has_ended() {
         let job = job_name(restore);

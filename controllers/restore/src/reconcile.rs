@@ -245,7 +245,7 @@ impl<'a> Restore<'a> {
                 let end = JobEnd::Failed { reason, message, summary: None };
                 self.finish(None, backup.cloned().unwrap_or_default(), end).await
             }
-            Step::Invalid(invalid) => self.reject(&invalid).await,
+            Step::InvalidSpec(invalid) => self.reject(&invalid).await,
         }
     }
 

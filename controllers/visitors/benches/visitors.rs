@@ -20,9 +20,9 @@ use kube::runtime::watcher;
 use support::{Harness, book_spec};
 use visitors_api::VisitorsApp;
 use visitors_controller::build;
-use visitors_controller::cache::{CachedDeployment, CachedStatefulSet, cached_event};
-use visitors_controller::seen::Seen;
-use visitors_controller::status::{self, Database, Observed, Workload};
+use visitors_controller::status::{self, Database, Facts, Workload};
+use visitors_controller::wake::cache::{CachedDeployment, CachedStatefulSet, cached_event};
+use visitors_controller::wake::seen::Seen;
 
 /// Counts live heap bytes, to weigh the caches exactly.
 struct Counting;
@@ -173,7 +173,7 @@ fn memory(apps: usize, as_cached: bool, label: &str) {
     println!("process RSS before / after         {} / {}", mib(rss_before as f64 * 1024.0), mib(rss as f64 * 1024.0));
 }
 
-fn converged() -> Observed {
+fn converged() -> Facts {
     let ready = |image: &str| Workload {
         desired: 1,
         ready: 1,
@@ -183,7 +183,7 @@ fn converged() -> Observed {
         current: true,
         image: Some(image.into()),
     };
-    Observed {
+    Facts {
         secret: "creds".into(),
         mysql: ready("mysql:8.4"),
         database: Database::Connected,
@@ -202,7 +202,7 @@ fn now() -> Time {
 }
 
 /// The pure part of one reconcile: validate, build every child, compute the status.
-fn pipeline(app: &VisitorsApp, observed: &Observed) -> usize {
+fn pipeline(app: &VisitorsApp, observed: &Facts) -> usize {
     let valid = visitors_controller::validate::app(app).unwrap();
     let inputs = build::Inputs { credentials_secret: &valid.credentials.name, ..build::Inputs::default() };
     let objects = build::children(app, &inputs);
@@ -267,7 +267,7 @@ async fn requests_and_latency_with_fake() {
     println!("{by_kind:?}");
 
     h.mysql_pod_ready();
-    h.probe.succeed();
+    h.check.succeed();
     h.reconcile().await.unwrap();
     h.deployment_ready("ex-backend");
     h.deployment_ready("ex-frontend");

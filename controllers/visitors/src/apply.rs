@@ -16,11 +16,11 @@ use serde::Serialize;
 use visitors_api::labels::names;
 
 use crate::build::{self, Children, Inputs};
-use crate::cache::{Cached, CachedDeployment, CachedStatefulSet};
 use crate::context::{AppScope, Error};
 use crate::repair;
-use crate::seen::{Fingerprint, News, Ticket};
 use crate::status::Workload;
+use crate::wake::cache::{Cached, CachedDeployment, CachedStatefulSet};
+use crate::wake::seen::{Fingerprint, News, Ticket};
 
 /// The workloads as the watches cached them before this reconcile: what the desired set keeps of
 /// them (the StatefulSet's claim template), and what stands in for an apply that would change
@@ -55,7 +55,7 @@ impl Existing {
 /// What applying found: what each workload's status says now (from the apply's answer, or the
 /// cache), the children that could not be applied, and the most a watch reported of a child
 /// while its apply was on its way, other than the apply's own echo (see
-/// [`crate::seen::Seen::record_apply`]).
+/// [`crate::wake::seen::Seen::record_apply`]).
 #[derive(Default)]
 pub struct Applied {
     pub mysql: Workload,
@@ -165,7 +165,7 @@ async fn grow_claim(scope: &AppScope<'_>) -> Result<(), Error> {
 }
 
 /// A workload as desired: `None` when it is cached and applying would change nothing (see
-/// [`crate::seen::Seen::unchanged_since_applied`]), else the apply response.
+/// [`crate::wake::seen::Seen::unchanged_since_applied`]), else the apply response.
 async fn ensure_workload<K>(
     scope: &AppScope<'_>,
     desired: &K,

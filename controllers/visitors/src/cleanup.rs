@@ -25,7 +25,7 @@ pub async fn add_finalizer(scope: &AppScope<'_>) -> Result<(), Error> {
 }
 
 /// The app is being deleted: say what happens to its volume, then let the deletion finish.
-pub async fn clean_up(scope: &AppScope<'_>) -> Result<Action, Error> {
+pub async fn reconcile_deleted(scope: &AppScope<'_>) -> Result<Action, Error> {
     let report = async { Ok::<_, Error>(report_volume(scope).await) };
     Ok(CLEANUP.finalize(scope.runtime(), scope.app, report).await?.action())
 }

@@ -14,17 +14,20 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use visitors_api::{MySQLRestore, VisitorsApp};
 
-use crate::cache::{CachedDeployment, CachedStatefulSet};
-use crate::db::DatabaseProbe;
-use crate::hold::Hold;
-use crate::seen::Seen;
+use crate::build::secret::Credentials;
+use crate::build::tls::ServingTls;
+use crate::database::check::DatabaseCheck;
+use crate::replication;
+use crate::wake::cache::{CachedDeployment, CachedStatefulSet};
+use crate::wake::hold::Hold;
+use crate::wake::seen::Seen;
 
 /// What every reconcile shares.
 pub struct Context {
     pub runtime: Arc<Runtime>,
     /// The controller's own `SELECT 1`; `None` trusts the pod's readiness probe alone (for a
     /// controller that cannot reach pod networks, e.g. one running outside the cluster).
-    pub probe: Option<Arc<dyn DatabaseProbe>>,
+    pub database_check: Option<Arc<dyn DatabaseCheck>>,
     /// What the Jobs that seed a replicated app's server from a backup run are started with;
     /// `None`: the controller was given no agent image.
     pub agent: Option<controller_common::operation::AgentSettings>,
@@ -35,8 +38,8 @@ pub struct Context {
     /// Status-only wake-ups wait while new apps wait for their first reconcile, and for each
     /// app's pace.
     pub hold: Hold,
-    /// What the replication step remembers of each replicated app between looks.
-    pub replication: crate::replication::memory::Memory,
+    /// What the replication manager remembers of each replicated app between looks.
+    pub replication: replication::memory::Memories,
     /// How the replicated apps' servers replicate, for `/metrics`.
     pub metrics: crate::metrics::ReplicationMetrics,
 }
@@ -95,6 +98,28 @@ impl<'a> AppScope<'a> {
 
     pub fn runtime(&self) -> &Runtime {
         &self.ctx.runtime
+    }
+
+    /// What the replication manager of the app needs: the app, the API and the cached MySQL
+    /// pods, its memory, and how to reach the servers.
+    pub fn replication<'b>(
+        &'b self,
+        credentials: &'b Credentials,
+        tls: Option<&'b ServingTls>,
+    ) -> replication::Scope<'b> {
+        let statefulset = self.cached(&self.ctx.stores.statefulsets, &visitors_api::labels::names::mysql(&self.name));
+        replication::Scope {
+            app: self.app,
+            name: &self.name,
+            namespace: &self.namespace,
+            runtime: &self.ctx.runtime,
+            pods: &self.ctx.stores.pods,
+            update_revision: statefulset.and_then(|sts| sts.mysql().update_revision.clone()),
+            agent: self.ctx.agent.as_ref(),
+            memories: &self.ctx.replication,
+            credentials,
+            tls,
+        }
     }
 
     /// The labels of the app's own metrics.
@@ -161,6 +186,17 @@ pub enum Error {
 impl From<ApiError> for Error {
     fn from(error: ApiError) -> Self {
         Error::Common(error.into())
+    }
+}
+
+impl From<replication::Error> for Error {
+    fn from(error: replication::Error) -> Self {
+        match error {
+            replication::Error::Api(error) => error.into(),
+            replication::Error::Act(act) => {
+                Error::Replication { member: act.member, action: act.action, problem: act.problem }
+            }
+        }
     }
 }
 

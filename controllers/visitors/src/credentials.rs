@@ -12,7 +12,7 @@ use visitors_api::visitors_app::secret_keys;
 
 use crate::build::{self, secret::Credentials};
 use crate::context::{AppScope, Error};
-use crate::validate::{self, Invalid, ValidApp};
+use crate::validate::{self, InvalidApp, ValidApp};
 
 /// The database credentials: as a read less than a resync period ago found them, else the
 /// user's Secret checked, or the generated one (created once).
@@ -33,7 +33,7 @@ async fn read(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<Credent
         match read_secret(scope, name).await? {
             Some(secret) => secret,
             None if source.generated => ready!(generate(scope, name, true).await?),
-            None => return Ok(Invalid::SecretMissing { name: name.clone() }.into()),
+            None => return Ok(InvalidApp::SecretMissing { name: name.clone() }.into()),
         }
     };
     if source.generated
@@ -71,7 +71,7 @@ async fn generate(scope: &AppScope<'_>, name: &str, found_absent: bool) -> Resul
         let kept = if found_absent { None } else { read_secret(scope, name).await? };
         return Ok(match kept {
             Some(secret) => Step::Ready(secret),
-            None => Invalid::CredentialsLost { secret: name.to_string(), claim }.into(),
+            None => InvalidApp::CredentialsLost { secret: name.to_string(), claim }.into(),
         });
     }
     let secret = build::secret::generated(scope.app, &Credentials::generate());

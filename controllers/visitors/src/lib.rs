@@ -10,19 +10,16 @@
 
 pub mod apply;
 pub mod build;
-pub mod cache;
 pub mod cleanup;
 pub mod context;
 pub mod controller;
 pub mod credentials;
-pub mod db;
-pub mod db_check;
-pub mod hold;
+pub mod database;
 pub mod metrics;
 pub mod reconcile;
 pub mod repair;
 pub mod replication;
-pub mod seen;
 pub mod status;
 pub mod tls;
 pub mod validate;
+pub mod wake;

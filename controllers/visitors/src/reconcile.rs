@@ -19,9 +19,9 @@ use visitors_api::{VisitorsApp, VisitorsAppStatus};
 use crate::apply::{self, Applied, Existing};
 use crate::build::{self, Inputs};
 use crate::context::{AppScope, Context, Error};
-use crate::status::{self, Announcement, Observed};
+use crate::status::{self, Announcement, Facts};
 use crate::validate::{self, ValidApp};
-use crate::{cleanup, credentials, db_check, replication, tls};
+use crate::{cleanup, credentials, database, replication, tls, wake};
 
 /// How long a reconcile waits for the caches' initial list at start-up.
 const CACHE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -43,7 +43,7 @@ async fn reconcile_app(scope: &AppScope<'_>) -> Result<Action, Error> {
     ctx.hold.reconciling(app);
     ctx.seen.record(app);
     if app.metadata.deletion_timestamp.is_some() {
-        return cleanup::clean_up(scope).await;
+        return cleanup::reconcile_deleted(scope).await;
     }
     if !ctx.stores.ready() {
         // Only right after start-up: without the caches the claim template and the existing
@@ -64,7 +64,7 @@ async fn reconcile_app(scope: &AppScope<'_>) -> Result<Action, Error> {
 }
 
 /// The steps of a live app with a valid spec, in order: what they found and applied.
-async fn converge(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<(Observed, Applied)>, Error> {
+async fn converge(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<(Facts, Applied)>, Error> {
     let (app, ctx) = (scope.app, scope.ctx);
     // Read at the first reconcile of each spec and once a resync period; side by side, as
     // neither needs the other (a new app's first reconcile waits for one round trip less).
@@ -85,7 +85,7 @@ async fn converge(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<(Ob
     let desired = Box::new(build::children(app, &inputs));
     let mut applied = Box::pin(apply::all_but_the_backend(scope, &desired, &inputs, &existing)).await;
     let replication = match app.spec.replicated() {
-        true => Some(Box::pin(replication::converge(scope, &credentials, tls.as_ref())).await?),
+        true => Some(Box::pin(replication::manage(&scope.replication(&credentials, tls.as_ref()))).await?),
         false => None,
     };
     let labels = scope.metric_labels();
@@ -99,7 +99,8 @@ async fn converge(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<(Ob
         }
         None => {}
     }
-    let database = Box::pin(db_check::check(scope, &applied.mysql, &credentials, tls.as_ref())).await;
+    let check = ctx.database_check.as_deref();
+    let database = Box::pin(database::check::check(check, app, applied.mysql.ready, &credentials, tls.as_ref())).await;
     // A restore stops the backend even while the database is not ready.
     let backend_held = !database.is_ready() && quiesced_by.is_none();
     if backend_held {
@@ -107,7 +108,7 @@ async fn converge(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<(Ob
     } else {
         Box::pin(apply::backend(scope, &desired, &existing, &mut applied)).await;
     }
-    let observed = Observed {
+    let observed = Facts {
         secret: valid.credentials.name.clone(),
         mysql: applied.mysql.clone(),
         database,
@@ -123,7 +124,7 @@ async fn converge(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<(Ob
 }
 
 /// Writes the status of what the pipeline observed, and says when to look again.
-async fn report(scope: &AppScope<'_>, observed: &Observed, applied: Applied) -> Result<Action, Error> {
+async fn report(scope: &AppScope<'_>, observed: &Facts, applied: Applied) -> Result<Action, Error> {
     let (app, ctx, runtime) = (scope.app, scope.ctx, scope.runtime());
     let status = status::compute(app, observed, now());
     let ready = conditions::is_true(&status.conditions, READY);
@@ -135,26 +136,15 @@ async fn report(scope: &AppScope<'_>, observed: &Observed, applied: Applied) -> 
         // The status names every failed child; the error policy backs off and tells.
         return Err(first);
     }
-    let action = match (ready, observed.waits_for_the_query()) {
-        // The user's certificate Secret is not watched: a replaced one is seen here.
-        (true, _) if observed.tls.is_some() && !build::tls::is_generated(app) => {
-            Action::requeue(tls::recheck(app, runtime.resync))
-        }
-        (true, _) => runtime.converged(app),
-        // No watch sees the database start answering: poll, backing off to about a minute.
-        (false, true) => runtime.waiting(app),
-        // Workloads becoming ready wake the app through the owned-object watches.
-        (false, false) => runtime.watching(app),
+    let certificate_recheck =
+        (observed.tls.is_some() && !build::tls::is_generated(app)).then(|| tls::recheck(app, runtime.resync));
+    let ended = wake::Ended {
+        ready,
+        waits_for_the_query: observed.waits_for_the_query(),
+        certificate_recheck,
+        replication_busy: observed.replication.as_ref().map(|report| report.busy),
     };
-    // A replicated app's servers are looked at again soon: no watch sees a primary stop
-    // answering.
-    let action = match &observed.replication {
-        Some(report) => {
-            let look = if report.busy { replication::BUSY_LOOK_INTERVAL } else { replication::LOOK_INTERVAL };
-            Action::requeue(look)
-        }
-        None => action,
-    };
+    let action = wake::next_look(runtime, app, ended);
     // A watch reported a child while this reconcile's apply of it was on its way, other than
     // the apply's own echo: the wake-up it did not cause comes now, or as `Hold::wake` says.
     if ctx.hold.wake(ObjectRef::from_obj(app), applied.reported) {
@@ -172,7 +162,7 @@ async fn stop<T>(scope: &AppScope<'_>, stopped: Step<T>) -> Result<Action, Error
     tracing::info!(reason, problem = %message, "not reconciling");
     publish(scope, status::stopped(scope.app, reason, message, now())).await?;
     Ok(match stopped {
-        Step::Invalid(_) | Step::Blocked(_) => runtime.until_spec_changes(scope.app),
+        Step::InvalidSpec(_) | Step::Blocked(_) => runtime.until_spec_changes(scope.app),
         Step::Wait(_) | Step::Ready(_) => runtime.waiting(scope.app),
     })
 }

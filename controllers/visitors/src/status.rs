@@ -1,11 +1,9 @@
-//! Observed state in, `VisitorsAppStatus` out. Pure: the controller gathers the observations
+//! Facts state in, `VisitorsAppStatus` out. Pure: the controller gathers the observations
 //! (workload statuses from the apply responses, the database check) and passes the clock.
 //!
 //! Messages hold no time and no counter, so an unchanged state computes an identical status and
 //! the status write is skipped or is a no-op.
 
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use visitors_api::conditions::{
@@ -21,114 +19,14 @@ use visitors_api::{VisitorsApp, VisitorsAppStatus};
 
 use crate::build::mysql::client_host;
 use crate::build::tls::ServingTls;
-use crate::replication::decide;
+pub use crate::database::check::Database;
+use crate::replication::model::reason as replication_reason;
 use crate::replication::report::Report;
+pub use crate::wake::workload::Workload;
 
-/// What a workload's own status says.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct Workload {
-    pub desired: i32,
-    pub ready: i32,
-    pub updated: i32,
-    /// Every pod of the workload, of any template revision.
-    pub total: i32,
-    /// Pods ready for at least `minReadySeconds`.
-    pub available: i32,
-    /// The workload controller has seen the latest spec (and, for a StatefulSet, every pod is
-    /// at the update revision).
-    pub current: bool,
-    /// The image of the first container of the pod template.
-    pub image: Option<String>,
-}
-
-impl Workload {
-    pub fn from_statefulset(sts: &StatefulSet) -> Self {
-        let status = sts.status.clone().unwrap_or_default();
-        let spec = sts.spec.as_ref();
-        let seen = status.observed_generation.unwrap_or(0) >= sts.metadata.generation.unwrap_or(0);
-        // Under `OnDelete` the StatefulSet controller never moves `currentRevision`: the pods
-        // at the update revision (`updatedReplicas`) say how far an update went.
-        let on_delete = spec.and_then(|s| s.update_strategy.as_ref()?.type_.as_deref()) == Some("OnDelete");
-        let one_revision =
-            on_delete || status.current_revision.is_none() || status.current_revision == status.update_revision;
-        Self {
-            desired: spec.and_then(|s| s.replicas).unwrap_or(1),
-            ready: status.ready_replicas.unwrap_or(0),
-            updated: status.updated_replicas.unwrap_or(0),
-            total: status.replicas,
-            available: status.available_replicas.unwrap_or(0),
-            current: seen && one_revision,
-            image: spec.and_then(|s| first_image(&s.template)),
-        }
-    }
-
-    pub fn from_deployment(deployment: &Deployment) -> Self {
-        let status = deployment.status.clone().unwrap_or_default();
-        let spec = deployment.spec.as_ref();
-        Self {
-            desired: spec.and_then(|s| s.replicas).unwrap_or(1),
-            ready: status.ready_replicas.unwrap_or(0),
-            updated: status.updated_replicas.unwrap_or(0),
-            total: status.replicas.unwrap_or(0),
-            available: status.available_replicas.unwrap_or(0),
-            current: status.observed_generation.unwrap_or(0) >= deployment.metadata.generation.unwrap_or(0),
-            image: spec.and_then(|s| first_image(&s.template)),
-        }
-    }
-
-    /// Every desired replica runs the latest template and is available, and no pod of an
-    /// older template is left. `readyReplicas` counts old pods too: a new template that
-    /// crash-loops while an old pod still serves must not look rolled out.
-    pub fn rolled_out(&self) -> bool {
-        self.current
-            && self.updated >= self.desired
-            && self.total <= self.updated
-            && self.ready >= self.desired
-            && self.available >= self.desired
-    }
-
-    pub fn readiness(&self) -> Readiness {
-        Readiness { a_pod_ready: self.ready >= 1, rolled_out: self.rolled_out() }
-    }
-}
-
-/// What the app's readiness and its next step depend on in a workload's status: a pod ready
-/// (for the database, the check runs and the backend follows) and the rollout done (the
-/// workload's condition turns `True`). The rest of what the status reads (pods created,
-/// updated, observed generation) only refreshes replica counts and a condition's wording.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Readiness {
-    pub a_pod_ready: bool,
-    pub rolled_out: bool,
-}
-
-fn first_image(template: &PodTemplateSpec) -> Option<String> {
-    template.spec.as_ref()?.containers.first()?.image.clone()
-}
-
-/// How far the database check got.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Database {
-    /// The MySQL pod has not passed its readiness probe.
-    PodNotReady,
-    /// The pod is ready, but the controller's `SELECT 1` failed; the text says how, in a few
-    /// stable words (never a password, never a time).
-    QueryFailed(String),
-    /// The controller's `SELECT 1` succeeded.
-    Connected,
-    /// The pod is ready and the controller's own query is switched off.
-    PodReady,
-}
-
-impl Database {
-    pub fn is_ready(&self) -> bool {
-        matches!(self, Database::Connected | Database::PodReady)
-    }
-}
-
-/// Everything one reconcile observed.
+/// Everything one reconcile found out about the app: the facts its status is computed from.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Observed {
+pub struct Facts {
     pub secret: String,
     pub mysql: Workload,
     pub database: Database,
@@ -148,7 +46,7 @@ pub struct Observed {
     pub replication: Option<Report>,
 }
 
-impl Observed {
+impl Facts {
     /// The app waits for the controller's own `SELECT 1`, which no watch reports: it has to be
     /// polled. Everything else it can wait for (pods, rollouts) shows in a workload's status.
     pub fn waits_for_the_query(&self) -> bool {
@@ -163,7 +61,7 @@ pub const QUIESCED: &str = reason::QUIESCED;
 pub const CHILD_APPLY_FAILED: &str = reason::CHILD_APPLY_FAILED;
 
 /// The status after a reconcile that applied the children.
-pub fn compute(app: &VisitorsApp, observed: &Observed, now: Time) -> VisitorsAppStatus {
+pub fn compute(app: &VisitorsApp, observed: &Facts, now: Time) -> VisitorsAppStatus {
     let mut status = app.status.clone().unwrap_or_default();
     let generation = app.metadata.generation;
     let name = app.name_any();
@@ -238,7 +136,7 @@ fn replication_status(app: &VisitorsApp, status: &mut VisitorsAppStatus, report:
         None => Desired {
             type_: REPLICATING,
             status: Status::True,
-            reason: decide::reason::REPLICATING,
+            reason: replication_reason::REPLICATING,
             message: format!("every replica replicates from primary {primary}"),
         },
     };
@@ -258,7 +156,7 @@ fn replication_status(app: &VisitorsApp, status: &mut VisitorsAppStatus, report:
         (Durability::Acknowledged, false) => Desired {
             type_: WRITES_ACKNOWLEDGED,
             status: Status::False,
-            reason: decide::reason::NO_ACKNOWLEDGING_REPLICA,
+            reason: replication_reason::NO_ACKNOWLEDGING_REPLICA,
             message: format!("no replica acknowledges the commits of primary {primary}: writes wait until one does"),
         },
     };
@@ -499,8 +397,8 @@ mod tests {
         }
     }
 
-    fn converged() -> Observed {
-        Observed {
+    fn converged() -> Facts {
+        Facts {
             secret: "ex-mysql-credentials".into(),
             mysql: ready(1, "mysql:8.4"),
             database: Database::Connected,
@@ -529,7 +427,7 @@ mod tests {
 
     #[test]
     fn waiting_for_the_pod_names_the_check() {
-        let observed = Observed {
+        let observed = Facts {
             mysql: Workload { ready: 0, ..ready(1, "mysql:8.4") },
             database: Database::PodNotReady,
             backend: None,
@@ -546,7 +444,7 @@ mod tests {
 
     #[test]
     fn waiting_for_the_query_says_why() {
-        let observed = Observed {
+        let observed = Facts {
             database: Database::QueryFailed("access denied".into()),
             backend: None,
             backend_held: true,
@@ -561,7 +459,7 @@ mod tests {
     #[test]
     fn a_child_that_cannot_be_applied_is_named_while_the_rest_is_reported() {
         let failure = "applying Service ex-mysql failed: the API server rejected it: Service \"ex-mysql\" is invalid: spec.ports[1].name: Duplicate value: \"mysql\"";
-        let observed = Observed { failed_children: vec![failure.to_string()], ..converged() };
+        let observed = Facts { failed_children: vec![failure.to_string()], ..converged() };
         let status = compute(&book_app(), &observed, at(1));
         let ready = find(&status.conditions, READY).unwrap();
         assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", CHILD_APPLY_FAILED));
@@ -573,10 +471,10 @@ mod tests {
     #[test]
     fn scaling_up_is_not_ready_until_replicas_are() {
         let observed =
-            Observed { backend: Some(Workload { desired: 3, ready: 1, updated: 3, ..ready(3, "b") }), ..converged() };
+            Facts { backend: Some(Workload { desired: 3, ready: 1, updated: 3, ..ready(3, "b") }), ..converged() };
         let status = compute(&book_app(), &observed, at(1));
         assert_eq!(find(&status.conditions, READY).unwrap().reason, "WaitingForReplicas");
-        let stale = Observed { backend: Some(Workload { current: false, ..ready(3, "b") }), ..converged() };
+        let stale = Facts { backend: Some(Workload { current: false, ..ready(3, "b") }), ..converged() };
         assert!(!stale.backend.as_ref().unwrap().rolled_out());
         // A new template that crash-loops while the old pod still serves: ready counts the
         // old pod, but one pod of the old template is left.
@@ -587,7 +485,7 @@ mod tests {
 
     #[test]
     fn a_restore_stops_the_backend_and_says_so() {
-        let stopping = Observed { quiesced_by: Some("r1".into()), ..converged() };
+        let stopping = Facts { quiesced_by: Some("r1".into()), ..converged() };
         let status = compute(&book_app(), &stopping, at(1));
         let backend = find(&status.conditions, BACKEND_READY).unwrap();
         assert_eq!((backend.status.as_str(), backend.reason.as_str()), ("False", QUIESCED));
@@ -598,14 +496,14 @@ mod tests {
         );
         assert_eq!(find(&status.conditions, READY).unwrap().reason, QUIESCED);
 
-        let stopped = Observed { backend: Some(Workload { total: 0, ..ready(0, "b") }), ..stopping };
+        let stopped = Facts { backend: Some(Workload { total: 0, ..ready(0, "b") }), ..stopping };
         let status = compute(&book_app(), &stopped, at(1));
         assert!(find(&status.conditions, BACKEND_READY).unwrap().message.contains("is stopped"));
     }
 
     #[test]
     fn size_zero_is_ready() {
-        let observed = Observed { backend: Some(ready(0, "b")), ..converged() };
+        let observed = Facts { backend: Some(ready(0, "b")), ..converged() };
         let status = compute(&book_app(), &observed, at(1));
         assert_eq!(find(&status.conditions, BACKEND_READY).unwrap().reason, "ScaledToZero");
         assert!(is_true(&status.conditions, READY));
@@ -621,7 +519,7 @@ mod tests {
 
     /// A replicated app whose replica `ex-mysql-1` is `behind` transactions behind, applying
     /// `rate` a second, falling behind or not.
-    fn replicated(behind: i64, rate: f64, falling_behind: bool) -> (VisitorsApp, Observed) {
+    fn replicated(behind: i64, rate: f64, falling_behind: bool) -> (VisitorsApp, Facts) {
         let mut app = book_app();
         app.spec.mysql =
             Some(Box::new(visitors_api::visitors_app::MysqlSpec { replicas: Some(2), ..Default::default() }));
@@ -644,7 +542,7 @@ mod tests {
             falling_behind: if falling_behind { vec!["ex-mysql-1".into()] } else { Vec::new() },
             ..Report::default()
         };
-        (app, Observed { replication: Some(report), ..converged() })
+        (app, Facts { replication: Some(report), ..converged() })
     }
 
     /// Positions and rates change at every look under writes: they are written at most every

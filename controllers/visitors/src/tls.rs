@@ -17,7 +17,7 @@ use visitors_api::visitors_app::{TlsMode, reason, tls_keys};
 
 use crate::build::{self, tls::ServingTls};
 use crate::context::{AppScope, Error};
-use crate::validate::{self, Invalid, ValidApp};
+use crate::validate::{self, InvalidApp, ValidApp};
 
 /// How often a user-supplied certificate's Secret is read again. Secrets are not watched (that
 /// needs list and watch on every Secret), so this is how a renewed certificate (cert-manager's,
@@ -71,7 +71,7 @@ async fn read(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<Option<
     }
     if let Some(secret) = &found {
         if !validate::is_generated_for(&scope.name, secret) {
-            return Ok(Invalid::ForeignTlsSecret { name: name.clone() }.into());
+            return Ok(InvalidApp::ForeignTlsSecret { name: name.clone() }.into());
         }
         if let Ok(tls) = validate::tls_secret(name, Some(secret), &hosts, now)
             && !certificates::due_for_renewal(tls.not_after, now)
@@ -83,7 +83,7 @@ async fn read(scope: &AppScope<'_>, valid: &ValidApp<'_>) -> Result<Step<Option<
 }
 
 /// A certificate checked: served, or the problem with it.
-fn checked(tls: Result<ServingTls, Invalid>) -> Step<Option<ServingTls>> {
+fn checked(tls: Result<ServingTls, InvalidApp>) -> Step<Option<ServingTls>> {
     match tls {
         Ok(tls) => Step::Ready(Some(tls)),
         Err(invalid) => invalid.into(),
@@ -131,12 +131,12 @@ async fn server_secret(scope: &AppScope<'_>, ca: CaSecret) -> Result<Step<Secret
     let now = jiff::Timestamp::now();
     Ok(match issue_server(&authority, &names::mysql(&scope.name), &names, now, SERVER_VALIDITY) {
         Ok(server) => Step::Ready(build::tls::server_secret(scope.app, &server, &authority.certificate_pem)),
-        Err(error) => Invalid::TlsGeneration { problem: error.to_string() }.into(),
+        Err(error) => InvalidApp::TlsGeneration { problem: error.to_string() }.into(),
     })
 }
 
 /// What MySQL serves from the generated Secret `secret`, as the checks of a read find it.
-fn served(scope: &AppScope<'_>, secret: &Secret) -> Result<ServingTls, Invalid> {
+fn served(scope: &AppScope<'_>, secret: &Secret) -> Result<ServingTls, InvalidApp> {
     let now = jiff::Timestamp::now();
     validate::tls_secret(&secret.name_any(), Some(secret), &build::mysql::verified_hosts(scope.app), now)
 }
@@ -164,19 +164,19 @@ async fn authority(scope: &AppScope<'_>, ca: CaSecret) -> Result<Step<KeyedCerti
         None => {
             let authority = match new_authority(&format!("{} CA", names::mysql(&scope.name)), jiff::Timestamp::now()) {
                 Ok(authority) => authority,
-                Err(error) => return Ok(Invalid::TlsGeneration { problem: error.to_string() }.into()),
+                Err(error) => return Ok(InvalidApp::TlsGeneration { problem: error.to_string() }.into()),
             };
             scope.create_or_read_secret(&build::tls::ca_secret(scope.app, &authority)).await?
         }
     };
     if !validate::is_generated_for(&scope.name, &secret) {
-        return Ok(Invalid::ForeignTlsSecret { name }.into());
+        return Ok(InvalidApp::ForeignTlsSecret { name }.into());
     }
     let text = |key: &str| validate::secret_value(&secret, key).and_then(|v| String::from_utf8(v).ok());
     Ok(match (text(tls_keys::CA), text(CA_KEY)) {
         (Some(certificate_pem), Some(private_key_pem)) => {
             Step::Ready(KeyedCertificate { certificate_pem, private_key_pem })
         }
-        _ => Invalid::TlsSecretKeys { name, missing: format!("{} or {CA_KEY}", tls_keys::CA) }.into(),
+        _ => InvalidApp::TlsSecretKeys { name, missing: format!("{} or {CA_KEY}", tls_keys::CA) }.into(),
     })
 }

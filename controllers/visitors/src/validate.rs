@@ -33,7 +33,7 @@ pub struct SecretSource {
 }
 
 /// Checks what the app alone can tell, and decides what the steps read of it.
-pub fn app(app: &VisitorsApp) -> Result<ValidApp<'_>, Invalid> {
+pub fn app(app: &VisitorsApp) -> Result<ValidApp<'_>, InvalidApp> {
     app.spec.validate()?;
     Ok(ValidApp {
         app,
@@ -47,7 +47,7 @@ pub fn app(app: &VisitorsApp) -> Result<ValidApp<'_>, Invalid> {
 
 /// Why the app cannot be reconciled as it stands.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Invalid {
+pub enum InvalidApp {
     /// The spec itself is wrong; only a spec change can fix it.
     #[error(transparent)]
     Spec(#[from] InvalidSpec),
@@ -99,51 +99,51 @@ pub enum Invalid {
     TlsGeneration { problem: String },
 }
 
-impl Invalid {
+impl InvalidApp {
     /// The condition reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            Invalid::Spec(_) => REASON_INVALID_SPEC,
-            Invalid::SecretMissing { .. } | Invalid::SecretKeys { .. } | Invalid::RootUser { .. } => {
+            InvalidApp::Spec(_) => REASON_INVALID_SPEC,
+            InvalidApp::SecretMissing { .. } | InvalidApp::SecretKeys { .. } | InvalidApp::RootUser { .. } => {
                 reason::INVALID_CREDENTIALS_SECRET
             }
-            Invalid::CredentialsLost { .. } => reason::CREDENTIALS_LOST,
-            Invalid::ForeignSecret { .. } => reason::CREDENTIALS_SECRET_CONFLICT,
-            Invalid::TlsSecretMissing { .. }
-            | Invalid::TlsSecretKeys { .. }
-            | Invalid::TlsCertificateUnreadable { .. }
-            | Invalid::TlsCertificateWrongName { .. }
-            | Invalid::TlsCertificateExpired { .. }
-            | Invalid::ForeignTlsSecret { .. }
-            | Invalid::TlsGeneration { .. } => reason::INVALID_TLS_SECRET,
+            InvalidApp::CredentialsLost { .. } => reason::CREDENTIALS_LOST,
+            InvalidApp::ForeignSecret { .. } => reason::CREDENTIALS_SECRET_CONFLICT,
+            InvalidApp::TlsSecretMissing { .. }
+            | InvalidApp::TlsSecretKeys { .. }
+            | InvalidApp::TlsCertificateUnreadable { .. }
+            | InvalidApp::TlsCertificateWrongName { .. }
+            | InvalidApp::TlsCertificateExpired { .. }
+            | InvalidApp::ForeignTlsSecret { .. }
+            | InvalidApp::TlsGeneration { .. } => reason::INVALID_TLS_SECRET,
         }
     }
 }
 
-/// A bad spec is [`Step::Invalid`]: it waits for the next spec change and is never retried.
+/// A bad spec is [`Step::InvalidSpec`]: it waits for the next spec change and is never retried.
 /// Any other problem is fixed in another object than the VisitorsApp (a Secret, a volume): the
 /// app waits for it, and as the controller does not watch those, it looks again after a backoff.
-impl<T> From<Invalid> for Step<T> {
-    fn from(invalid: Invalid) -> Self {
+impl<T> From<InvalidApp> for Step<T> {
+    fn from(invalid: InvalidApp) -> Self {
         match invalid {
-            Invalid::Spec(spec) => Step::Invalid(spec),
+            InvalidApp::Spec(spec) => Step::InvalidSpec(spec),
             elsewhere => Step::Wait(Wait::new(elsewhere.reason(), elsewhere.to_string())),
         }
     }
 }
 
 /// Checks a user-supplied credentials Secret (`None`: it does not exist).
-pub fn user_secret(name: &str, secret: Option<&Secret>) -> Result<(), Invalid> {
+pub fn user_secret(name: &str, secret: Option<&Secret>) -> Result<(), InvalidApp> {
     let Some(secret) = secret else {
-        return Err(Invalid::SecretMissing { name: name.to_string() });
+        return Err(InvalidApp::SecretMissing { name: name.to_string() });
     };
     let value = |key: &str| secret_value(secret, key).filter(|v| !v.is_empty());
     let missing: Vec<&str> = secret_keys::REQUIRED.into_iter().filter(|key| value(key).is_none()).collect();
     if !missing.is_empty() {
-        return Err(Invalid::SecretKeys { name: name.to_string(), missing: missing.join(", ") });
+        return Err(InvalidApp::SecretKeys { name: name.to_string(), missing: missing.join(", ") });
     }
     if value(secret_keys::USERNAME).as_deref() == Some(b"root".as_slice()) {
-        return Err(Invalid::RootUser { name: name.to_string() });
+        return Err(InvalidApp::RootUser { name: name.to_string() });
     }
     Ok(())
 }
@@ -156,24 +156,27 @@ pub fn tls_secret(
     secret: Option<&Secret>,
     hosts: &[String],
     now: jiff::Timestamp,
-) -> Result<ServingTls, Invalid> {
+) -> Result<ServingTls, InvalidApp> {
     let Some(secret) = secret else {
-        return Err(Invalid::TlsSecretMissing { name: name.to_string() });
+        return Err(InvalidApp::TlsSecretMissing { name: name.to_string() });
     };
     let value = |key: &str| secret_value(secret, key).filter(|v| !v.is_empty());
     let missing: Vec<&str> = tls_keys::REQUIRED.into_iter().filter(|key| value(key).is_none()).collect();
     if !missing.is_empty() {
-        return Err(Invalid::TlsSecretKeys { name: name.to_string(), missing: missing.join(", ") });
+        return Err(InvalidApp::TlsSecretKeys { name: name.to_string(), missing: missing.join(", ") });
     }
     let (certificate, ca) = (value(tls_keys::CERTIFICATE).unwrap_or_default(), value(tls_keys::CA).unwrap_or_default());
-    let unreadable = |problem: String| Invalid::TlsCertificateUnreadable { name: name.to_string(), problem };
+    let unreadable = |problem: String| InvalidApp::TlsCertificateUnreadable { name: name.to_string(), problem };
     let facts = CertificateFacts::read(&certificate).map_err(|e| unreadable(e.to_string()))?;
     CertificateFacts::read(&ca).map_err(|e| unreadable(format!("ca.crt: {e}")))?;
     if facts.not_after <= now {
-        return Err(Invalid::TlsCertificateExpired { name: name.to_string(), not_after: facts.not_after.to_string() });
+        return Err(InvalidApp::TlsCertificateExpired {
+            name: name.to_string(),
+            not_after: facts.not_after.to_string(),
+        });
     }
     if let Some(host) = hosts.iter().find(|host| !facts.serves(host)) {
-        return Err(Invalid::TlsCertificateWrongName { name: name.to_string(), host: host.to_string() });
+        return Err(InvalidApp::TlsCertificateWrongName { name: name.to_string(), host: host.to_string() });
     }
     Ok(ServingTls {
         secret_name: name.to_string(),
@@ -186,11 +189,11 @@ pub fn tls_secret(
 
 /// Checks that the Secret found under the generated name was generated for app `app` (it
 /// carries the labels the operator puts on what it generates).
-pub fn generated_secret_is_ours(app: &str, secret: &Secret) -> Result<(), Invalid> {
+pub fn generated_secret_is_ours(app: &str, secret: &Secret) -> Result<(), InvalidApp> {
     if is_generated_for(app, secret) {
         Ok(())
     } else {
-        Err(Invalid::ForeignSecret { name: secret.metadata.name.clone().unwrap_or_default() })
+        Err(InvalidApp::ForeignSecret { name: secret.metadata.name.clone().unwrap_or_default() })
     }
 }
 
@@ -260,7 +263,7 @@ mod tests {
         #[test]
         fn each_unusable_secret_gets_its_own_error() {
             let host = &["ex-mysql.shop.svc".to_string()];
-            assert!(matches!(tls_secret("m", None, host, now()), Err(Invalid::TlsSecretMissing { .. })));
+            assert!(matches!(tls_secret("m", None, host, now()), Err(InvalidApp::TlsSecretMissing { .. })));
             let partial = secret(&[("tls.crt", "x")]);
             assert_eq!(
                 tls_secret("m", Some(&partial), host, now()).unwrap_err().to_string(),
@@ -269,15 +272,18 @@ mod tests {
             let garbage = secret(&[("tls.crt", "x"), ("tls.key", "y"), ("ca.crt", "z")]);
             assert!(matches!(
                 tls_secret("m", Some(&garbage), host, now()),
-                Err(Invalid::TlsCertificateUnreadable { .. })
+                Err(InvalidApp::TlsCertificateUnreadable { .. })
             ));
             let wrong = certificate_for(&["db.example.com"]);
             let error = tls_secret("m", Some(&wrong), host, now()).unwrap_err();
-            assert!(matches!(error, Invalid::TlsCertificateWrongName { .. }));
+            assert!(matches!(error, InvalidApp::TlsCertificateWrongName { .. }));
             assert_eq!(error.reason(), "InvalidTLSSecret");
             let later = now().checked_add(SERVER_VALIDITY).unwrap();
             let right = certificate_for(&["ex-mysql.shop.svc"]);
-            assert!(matches!(tls_secret("m", Some(&right), host, later), Err(Invalid::TlsCertificateExpired { .. })));
+            assert!(matches!(
+                tls_secret("m", Some(&right), host, later),
+                Err(InvalidApp::TlsCertificateExpired { .. })
+            ));
         }
     }
 
@@ -309,14 +315,14 @@ mod tests {
     fn missing_and_empty_keys_are_named() {
         let s = secret(&[("username", "app"), ("password", "")]);
         let err = user_secret("mine", Some(&s)).unwrap_err();
-        assert_eq!(err, Invalid::SecretKeys { name: "mine".into(), missing: "password, root-password".into() });
+        assert_eq!(err, InvalidApp::SecretKeys { name: "mine".into(), missing: "password, root-password".into() });
         assert!(err.to_string().starts_with("spec.credentialsSecret:"), "{err}");
         assert!(matches!(Step::<()>::from(err), Step::Wait(Wait { reason: "InvalidCredentialsSecret", .. })));
     }
 
     #[test]
     fn absent_secret_and_root_user_are_rejected() {
-        assert_eq!(user_secret("mine", None), Err(Invalid::SecretMissing { name: "mine".into() }));
+        assert_eq!(user_secret("mine", None), Err(InvalidApp::SecretMissing { name: "mine".into() }));
         let s = secret(&[("username", "root"), ("password", "p"), ("root-password", "r")]);
         assert_eq!(user_secret("mine", Some(&s)).unwrap_err().reason(), "InvalidCredentialsSecret");
     }
@@ -337,7 +343,7 @@ mod tests {
         let err = app(&bad).unwrap_err();
         assert_eq!(err.reason(), REASON_INVALID_SPEC);
         assert!(err.to_string().contains("spec.size"), "{err}");
-        assert!(matches!(Step::<()>::from(err), Step::Invalid(_)), "waits for a spec change");
+        assert!(matches!(Step::<()>::from(err), Step::InvalidSpec(_)), "waits for a spec change");
     }
 
     #[test]

@@ -13,7 +13,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Probe;
 use visitors_api::{VisitorsApp, VisitorsAppSpec};
 use visitors_controller::build::mysql::statefulset;
-use visitors_controller::db::{DatabaseProbe, MysqlProbe, Target};
+use visitors_controller::database::Target;
+use visitors_controller::database::check::{DatabaseCheck, MysqlCheck};
 use visitors_test_support::{MariaDb, programs_or_skip};
 
 const USER: &str = "visitors";
@@ -92,16 +93,16 @@ fn target(port: u16, password: &str) -> Target {
 #[tokio::test]
 async fn controller_select_one_succeeds_and_explains_failures() {
     let Some(server) = Server::start() else { return };
-    let probe = MysqlProbe { timeout: Duration::from_secs(5) };
+    let check = MysqlCheck { timeout: Duration::from_secs(5) };
 
-    assert_eq!(probe.select_one(&target(server.port, PASSWORD)).await, Ok(()));
+    assert_eq!(check.select_one(&target(server.port, PASSWORD)).await, Ok(()));
 
-    let denied = probe.select_one(&target(server.port, "wrong")).await.unwrap_err();
+    let denied = check.select_one(&target(server.port, "wrong")).await.unwrap_err();
     assert!(denied.starts_with("access denied for user visitors"), "{denied}");
     assert!(!denied.contains("wrong") && !denied.contains(PASSWORD), "no password in the reason: {denied}");
 
     let closed = visitors_test_support::free_port();
-    assert_eq!(probe.select_one(&target(closed, PASSWORD)).await, Err("connection refused".to_string()));
+    assert_eq!(check.select_one(&target(closed, PASSWORD)).await, Err("connection refused".to_string()));
 }
 
 #[test]
@@ -134,7 +135,7 @@ async fn controller_select_one_over_tls_verifies_the_ca() {
     db.sql(&format!(
         "CREATE DATABASE visitors; CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}'; GRANT ALL ON visitors.* TO '{USER}'@'%';"
     ));
-    let probe = MysqlProbe { timeout: Duration::from_secs(5) };
+    let check = MysqlCheck { timeout: Duration::from_secs(5) };
     let ca = std::fs::read(db.ca_pem().expect("the server's CA")).unwrap();
     let target = |ca_pem: Option<Vec<u8>>| Target {
         host: "localhost".into(),
@@ -143,11 +144,11 @@ async fn controller_select_one_over_tls_verifies_the_ca() {
         password: PASSWORD.into(),
         ca_pem,
     };
-    assert_eq!(probe.select_one(&target(Some(ca))).await, Ok(()));
-    assert!(probe.select_one(&target(None)).await.is_err(), "plain text got in");
+    assert_eq!(check.select_one(&target(Some(ca))).await, Ok(()));
+    assert!(check.select_one(&target(None)).await.is_err(), "plain text got in");
     let dir = tempfile::tempdir().unwrap();
     let other = visitors_test_support::tls::write_unrelated_ca(&dir.path().join("other.pem"));
-    let refused = probe.select_one(&target(Some(std::fs::read(other).unwrap()))).await;
+    let refused = check.select_one(&target(Some(std::fs::read(other).unwrap()))).await;
     let why = refused.expect_err("a CA that signed nothing is trusted");
     assert!(why.starts_with("TLS error: MySQL's certificate is not signed by the app's CA"), "{why}");
 }

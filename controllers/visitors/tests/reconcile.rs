@@ -133,13 +133,13 @@ async fn waiting_for_mysql_then_rolling_out_the_backend() {
     h.reconcile().await.unwrap();
 
     h.mysql_pod_ready();
-    h.probe.fail_with("connection refused");
+    h.check.fail_with("connection refused");
     h.reconcile().await.unwrap();
     assert_eq!(condition_reason(&h, DATABASE_READY), "WaitingForConnection");
     assert!(ready_condition(&h).2.ends_with("connection refused"));
     assert!(h.api.get::<Deployment>("ex-backend").is_none(), "no backend before SELECT 1 succeeds");
 
-    h.probe.succeed();
+    h.check.succeed();
     h.reconcile().await.unwrap();
     assert_eq!(condition_reason(&h, DATABASE_READY), "Connected");
     assert_eq!(replicas(&h, "ex-backend"), Some(1));
@@ -164,7 +164,7 @@ async fn a_database_that_does_not_answer_is_polled_with_a_backoff_growing_to_a_m
     h.create_app(book_spec());
     h.reconcile().await.unwrap();
     h.mysql_pod_ready();
-    h.probe.fail_with("connection refused");
+    h.check.fail_with("connection refused");
 
     let delays: Vec<std::time::Duration> = {
         let mut delays = Vec::new();
@@ -176,9 +176,9 @@ async fn a_database_that_does_not_answer_is_polled_with_a_backoff_growing_to_a_m
     assert!(delays[0] < std::time::Duration::from_secs(2), "the first look comes soon: {delays:?}");
     assert!(delays.windows(2).all(|w| w[1] >= w[0]), "the delay keeps growing: {delays:?}");
     assert_eq!(delays[11], std::time::Duration::from_secs(60), "to about a minute, then stays: {delays:?}");
-    assert_eq!(h.probe.calls.load(std::sync::atomic::Ordering::SeqCst), 12);
+    assert_eq!(h.check.calls.load(std::sync::atomic::Ordering::SeqCst), 12);
 
-    h.probe.succeed();
+    h.check.succeed();
     let action = h.reconcile().await.unwrap();
     assert_eq!(action, Action::requeue(RESYNC), "waiting for the backend rollout is the watch's job");
     assert_eq!(condition_reason(&h, BACKEND_READY), "RollingOut");
@@ -299,7 +299,7 @@ async fn a_deleted_secret_is_named_at_the_next_read_of_the_credentials() {
     h.api.clear_requests();
     h.reconcile().await.unwrap();
     assert!(!h.api.requests().iter().any(|r| r.path.contains("/secrets/")), "the credentials read stands");
-    assert_eq!(h.probe.calls.load(std::sync::atomic::Ordering::SeqCst), 1, "the check ran with them");
+    assert_eq!(h.check.calls.load(std::sync::atomic::Ordering::SeqCst), 1, "the check ran with them");
 
     h.api.edit::<visitors_api::VisitorsApp>("ex", |app| app.spec.title = Some("Another Title".into()));
     h.reconcile().await.unwrap();
@@ -863,7 +863,7 @@ async fn released_within(
 async fn a_reconcile_that_finds_the_database_answering_brings_the_pace_back_to_a_few_seconds() {
     let h = Harness::new();
     h.create_app(book_spec());
-    h.probe.fail_with("connection refused");
+    h.check.fail_with("connection refused");
     h.reconcile().await.unwrap();
     h.mysql_pod_ready();
     h.reconcile().await.unwrap();
@@ -877,7 +877,7 @@ async fn a_reconcile_that_finds_the_database_answering_brings_the_pace_back_to_a
     assert!(!released_within(&mut wake_ups, 10).await, "the next one waits a minute");
 
     // The poll, which no watch sees, finds the database answering: the app made progress.
-    h.probe.succeed();
+    h.check.succeed();
     h.reconcile().await.unwrap();
     assert_eq!(condition_reason(&h, DATABASE_READY), "Connected");
     h.ctx.hold.pace(app);

@@ -84,7 +84,7 @@ async fn a_new_app_gets_a_generated_ca_and_certificate_and_requires_tls() {
     assert_eq!(tls_status.mode, TlsMode::Required);
     assert_eq!(tls_status.secret_name.as_deref(), Some("ex-mysql-tls"));
     assert!(tls_status.not_after.is_some());
-    assert_eq!(h.probe.last_ca().as_deref(), Some(data(&ca, "ca.crt").as_bytes()), "the check verifies the CA");
+    assert_eq!(h.check.last_ca().as_deref(), Some(data(&ca, "ca.crt").as_bytes()), "the check verifies the CA");
 
     let keys = [data(&ca, "ca.key"), data(&tls, "tls.key")];
     let status_json = serde_json::to_string(&status).unwrap();
@@ -142,7 +142,7 @@ async fn a_users_certificate_is_served_checked_and_a_replaced_one_rolls_mysql() 
     h.edit_spec(|spec| spec.size = 1);
     h.reconcile().await.unwrap();
     h.mysql_pod_ready();
-    h.probe.succeed();
+    h.check.succeed();
     h.reconcile().await.unwrap();
     let database = conditions::find(&h.app().status.unwrap().conditions, "DatabaseReady").unwrap().reason.clone();
     assert_eq!(database, "Connected");

@@ -37,7 +37,7 @@ async fn a_reconcile_trace_has_a_span_per_api_request_and_for_the_database_check
     h.create_app(book_spec());
     h.reconcile().await.unwrap();
     h.mysql_pod_ready();
-    h.probe.succeed();
+    h.check.succeed();
     h.api.clear_requests();
 
     let tree = SpanTree::default();

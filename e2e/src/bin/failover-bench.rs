@@ -56,11 +56,26 @@ async fn main() {
     let mut events: Vec<Event> = Vec::new();
     for _ in 0..deletions {
         let primary = site.primary().await;
+        let old_pod = site.pods.get(&primary).await.ok().and_then(|p| p.metadata.uid);
         let (before, started) = (site.last_failover().await, unix_now());
         site.pods.delete(&primary, &DeleteParams::default()).await.expect("delete the primary's pod");
-        let change = site.failover_from(&primary, before.as_ref()).await;
+        // A failover, or the deleted primary back (a new pod on its volume) and chosen again
+        // before one was done: both end the event.
+        let change = wait_for(&format!("a failover away from {primary}, or {primary} back as the primary"), || async {
+            let replication = site.replication().await;
+            if let Some(change) = replication.last_failover.clone().filter(|c| Some(c) != before.as_ref()) {
+                return Ok(Some(change));
+            }
+            let pod = site.pods.get_opt(&primary).await.ok().flatten().and_then(|p| p.metadata.uid);
+            let back = pod.is_some() && pod != old_pod && replication.primary.as_deref() == Some(primary.as_str());
+            match back && site.replication_is_healthy().await {
+                true => Ok(None),
+                false => Err(format!("last failover {:?}", replication.last_failover)),
+            }
+        })
+        .await;
         site.healthy().await;
-        events.push(Event { kind: "pod deleted", started, healthy: unix_now(), change: Some(change) });
+        events.push(Event { kind: "pod deleted", started, healthy: unix_now(), change });
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
     for _ in 0..freezes {
@@ -118,9 +133,12 @@ async fn main() {
         waits.push((event.kind, wait));
         let change = event.change.as_ref();
         let seconds = |value: Option<f64>| value.map_or("-".to_string(), |v| format!("{v:.1} s"));
+        let kind = match change {
+            None => format!("{} (back before a failover: chosen again)", event.kind),
+            Some(_) => event.kind.to_string(),
+        };
         println!(
-            "| {} | {} | {} | {} |",
-            event.kind,
+            "| {kind} | {} | {} | {} |",
             seconds(change.and_then(|c| c.write_gap_seconds)),
             seconds(change.and_then(|c| c.apply_wait_seconds)),
             if wait > 0.0 { format!("{wait:.2} s") } else { "under 1 s".into() }

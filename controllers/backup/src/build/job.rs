@@ -14,7 +14,7 @@ use visitors_api::encryption::BackupEncryption;
 use visitors_api::labels::names;
 
 use super::{backup_path, run_labels};
-use crate::source::Source;
+use crate::read_from::ReadFrom;
 
 /// The Job's name: derived from the run, so a repeated reconcile finds it instead of starting a
 /// second one.
@@ -76,11 +76,11 @@ fn compression(compression: SpecCompression) -> Compression {
 pub const TAKEN_FROM_POD: &str = "example.com/taken-from-pod";
 pub const TAKEN_FROM_ROLE: &str = "example.com/taken-from-role";
 
-/// The Job of run `backup`, reading the server `source` names, as `access` says.
-pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseAccess, source: &Source) -> Job {
+/// The Job of run `backup`, reading the server `read_from` names, as `access` says.
+pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseAccess, read_from: &ReadFrom) -> Job {
     let namespace = backup.namespace().unwrap_or_default();
     let agent = AgentJob::of(inputs, backup_command(backup))
-        .with_server(&source.host, access)
+        .with_server(&read_from.host, access)
         .with_storage(&backup.spec.storage, StorageAccess::ReadWrite);
     let agent = with_encryption_key(agent, backup.spec.encryption.as_ref(), None);
     let mut job = AgentJob {
@@ -93,12 +93,12 @@ pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseA
         ..agent
     }
     .build();
-    let role = match source.taken_from.role {
+    let role = match read_from.taken_from.role {
         ServerRole::Primary => "Primary",
         ServerRole::Replica => "Replica",
     };
     job.metadata.annotations = Some(BTreeMap::from([
-        (TAKEN_FROM_POD.to_string(), source.taken_from.pod.clone()),
+        (TAKEN_FROM_POD.to_string(), read_from.taken_from.pod.clone()),
         (TAKEN_FROM_ROLE.to_string(), role.to_string()),
     ]));
     job
@@ -152,10 +152,10 @@ mod tests {
         }
     }
 
-    /// The app's one server, as `source::choose` names it.
-    fn primary() -> Source {
+    /// The app's one server, as `read_from::choose` names it.
+    fn primary() -> ReadFrom {
         let servers = controller_common::agent_job::MysqlServers { wanted: 1, ..Default::default() };
-        crate::source::choose(Default::default(), "ex", "shop", &servers).into_ready::<()>().expect("the server")
+        crate::read_from::choose(Default::default(), "ex", "shop", &servers).into_ready::<()>().expect("the server")
     }
 
     #[test]
@@ -165,7 +165,7 @@ mod tests {
             primary: Some("ex-mysql-0".into()),
             replicas: vec![("ex-mysql-1".into(), Some(0))],
         };
-        let replica = crate::source::choose(Default::default(), "ex", "shop", &servers).into_ready::<()>().unwrap();
+        let replica = crate::read_from::choose(Default::default(), "ex", "shop", &servers).into_ready::<()>().unwrap();
         let job = backup_job(&run(), &inputs(), &credentials(), &replica);
         assert_eq!(env_value(container(&job), "MYSQL_HOST"), Some("ex-mysql-1.ex-mysql-headless.shop.svc"));
         assert_eq!(taken_from(&job), Some(TakenFrom { pod: "ex-mysql-1".into(), role: ServerRole::Replica }));

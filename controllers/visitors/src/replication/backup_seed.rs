@@ -1,29 +1,21 @@
 //! Seeding an empty server from the app's newest verified backup run, when replication cannot
-//! (the binary logs it would need were purged): which run ([`newest_verified_run`], pure), where
-//! each empty server's load stands (its Job), and starting a load. The decision
-//! ([`super::decide`]) says when.
+//! (the binary logs it would need were purged): which run ([`newest_verified_run`]), where each
+//! empty server's load stands ([`load_state`], from its Job). Pure: [`super::observe`] reads the
+//! runs and Jobs, the rules ([`super::rules`]) say when, [`super::act`] starts the load.
 
-use std::collections::BTreeMap;
-
-use controller_common::agent_job::{DatabaseAccess, JobState, ServerTls, job_state};
-use controller_common::apply::create_unless_present;
-use controller_common::error::api_err;
+use controller_common::agent_job::{JobState, job_state};
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
-use kube::api::ListParams;
 use visitors_api::MySQLBackup;
 use visitors_api::storage::agent_location_of_recorded;
 
-use super::decide::{BackupSeed, Member, SeedBackup};
+use super::model::{BackupSeed, Member, SeedBackup};
 use super::server::Position;
-use crate::build;
-use crate::build::tls::ServingTls;
-use crate::context::{AppScope, Error};
 
 /// Annotations on a load's Job: the run it loads and the run's GTID position, which the server
 /// then starts from.
-const RUN_ANNOTATION: &str = "example.com/seed-run";
-const POSITION_ANNOTATION: &str = "example.com/seed-position";
+pub const RUN_ANNOTATION: &str = "example.com/seed-run";
+pub const POSITION_ANNOTATION: &str = "example.com/seed-position";
 
 /// A run an empty server can be loaded from.
 #[derive(Debug, Clone)]
@@ -78,71 +70,6 @@ pub fn load_state(job: Option<&Job>) -> BackupSeed {
             job.name_any()
         )),
     }
-}
-
-/// Fills in where the load of each empty member behind purged logs stands, and returns the run
-/// to load when a member may need one: its source lacks the binary logs it needs next, and no
-/// load of it runs. A loading member keeps its failed replication until the load ends, so the
-/// API is read only while some member's source purged what it needs.
-pub async fn look(scope: &AppScope<'_>, members: &mut [Member]) -> Result<Option<VerifiedRun>, Error> {
-    let behind_purged_logs =
-        |m: &Member| m.server.as_ref().and_then(|s| s.replica.as_ref()).is_some_and(|r| r.source_purged());
-    let jobs = scope.api::<Job>();
-    for member in members.iter_mut().filter(|m| behind_purged_logs(m)) {
-        if member.server.as_ref().is_some_and(|s| s.position.is_empty()) {
-            let name = load_job_name(member);
-            let job = jobs.get_opt(&name).await.map_err(api_err(format!("reading Job {name}")))?;
-            member.backup_seed = load_state(job.as_ref());
-        }
-    }
-    if !members.iter().any(|m| behind_purged_logs(m) && m.backup_seed == BackupSeed::NotStarted) {
-        return Ok(None);
-    }
-    let runs = scope
-        .api::<MySQLBackup>()
-        .list(&ListParams::default())
-        .await
-        .map_err(api_err(format!("listing the MySQLBackups of namespace {}", scope.namespace)))?;
-    Ok(newest_verified_run(&scope.name, &runs.items))
-}
-
-/// Starts the Job that loads `verified` into `member`, and says so.
-pub async fn start(
-    scope: &AppScope<'_>,
-    member: &Member,
-    verified: &VerifiedRun,
-    tls: Option<&ServingTls>,
-) -> Result<(), Error> {
-    let agent = scope.ctx.agent.as_ref().ok_or_else(|| Error::Replication {
-        member: member.name.clone(),
-        action: "loading a backup run into it",
-        problem: "the controller has no agent image to run the load with (--agent-image or AGENT_IMAGE; the Helm chart sets it)".into(),
-    })?;
-    let VerifiedRun { run, location, seed } = verified;
-    let access = DatabaseAccess {
-        credentials_secret: build::secret::secret_name(scope.app),
-        tls: match tls {
-            Some(tls) => ServerTls::Verified { ca_secret: tls.secret_name.clone(), check_name: true },
-            None => ServerTls::Disabled,
-        },
-        servers: Default::default(),
-    };
-    let name = load_job_name(member);
-    let load = build::seeding::BackupLoad { job: &name, host: &member.host, run, location };
-    let mut job = build::seeding::backup_load_job(scope.app, &agent.inputs(), &access, &load);
-    job.metadata.annotations = Some(BTreeMap::from([
-        (RUN_ANNOTATION.to_string(), seed.run.clone()),
-        (POSITION_ANNOTATION.to_string(), seed.position.to_string()),
-    ]));
-    if !create_unless_present(&scope.api::<Job>(), &scope.runtime().field_manager, &job, "Job").await? {
-        return Ok(());
-    }
-    let note = format!(
-        "MySQL server {} is seeded from backup run {} (taken at {}), as no server it could replicate from still has the binary logs since the beginning: Job {name} loads the run, then the server replicates from the primary what came after",
-        member.name, seed.run, seed.position
-    );
-    scope.runtime().events.normal(scope.app, "SeedingFromBackup", "Replication", note).await;
-    Ok(())
 }
 
 #[cfg(test)]

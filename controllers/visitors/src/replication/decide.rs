@@ -1,1093 +1,369 @@
-//! What to do with the MySQL servers of a replicated app, decided from what was observed. Pure
-//! and tested with tables of cases; [`super::act`] carries a decision out and the next
-//! observation checks it.
-//!
-//! The rules (docs/high-availability.md says them for users):
-//! - One primary, recorded in the app's status; only it accepts writes. Every other server is
-//!   fenced (read-only) and replicates from it, unless it holds transactions the primary lacks
-//!   (it is then `Diverged`, and never rejoins as it is).
-//! - A primary that is gone (pod deleted, not ready, or silent for two looks) is failed over:
-//!   every replica stops receiving first (with semi-synchronous replication, the old primary can
-//!   then commit nothing more), then the replica that received every transaction any other
-//!   received is promoted, once it applied them. Only when every replica answers: one that does
-//!   not may hold the last acknowledged commit.
-//! - With no primary (a new app), or when the primary came back read-only (restarted), the
-//!   primary is elected among all the servers, once every one answers: the one holding every
-//!   transaction the others hold, the former primary first among equals.
-//! - A switchover fences the primary, waits for the target to apply everything, then promotes
-//!   it; it is refused unless the target is a healthy replica.
-//! - An empty server replicates the history from a replica; when no server still has the
-//!   binary logs since the beginning, it is loaded from the newest verified backup run, then
-//!   replicates from the primary what came after. A replica the primary's purged logs left
-//!   behind starts again empty when such a run is newer than what it holds.
-//! - A new pod template (image, options, certificate) reaches the servers one at a time, only
-//!   while all is well: the replicas first, then a switchover to an updated replica, then the
-//!   old primary, restarted as a replica.
+//! What to do at one look, from what was observed and what the controller remembers:
+//! [`decide`], pure. It owns every judgement of replication: the server rules
+//! ([`super::rules`]), every time-out (a switchover given up, a restart forgotten, a silent
+//! primary counted, the seconds a demoted server's clients are sent on), whether something is
+//! under way (the next look comes soon), the write gap and the promotion's wait of a change of
+//! primary, the records and Events of changes and refusals, and how each server follows the
+//! primary. [`super::act`] carries the acts out; the next look checks them.
 
-use visitors_api::visitors_app::{Durability, MemberRole};
+use std::time::Duration;
 
-use super::server::{Position, Server};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use visitors_api::visitors_app::{MemberRole, RoleChange};
 
-/// Looks in a row in which the primary's pod is ready but its server does not answer before it
-/// counts as gone.
-pub const SILENT_LOOKS: u32 = 2;
+use super::following::{self, Sample};
+use super::model::{
+    Act, Change, ChangeKind, Cluster, Decision, Member, Memory, Note, Observed, PodState, Refusal, Switchover, reason,
+};
+use super::rules;
 
-/// The pod of a member, as the API reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodState {
-    Missing,
-    Deleting,
-    NotReady,
-    Ready,
-}
+/// A switchover whose target does not apply the fenced primary's transactions within this is
+/// given up.
+pub const SWITCHOVER_LIMIT: Duration = Duration::from_secs(30);
+/// A server restarted on a new pod template that is not seen at it within this is looked at
+/// afresh (restarted again if it still runs the old one).
+pub const UPDATE_LIMIT: Duration = Duration::from_secs(600);
+/// A server that stopped being the primary has its client sessions closed at each look this
+/// long after: a client that reconnected through a name that still led to it (a DNS answer
+/// cached, the client Service not yet moved) is sent on too.
+pub const DISCONNECT_WINDOW: Duration = Duration::from_secs(10);
 
-/// One MySQL server of the app.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
-    /// Its pod's name.
-    pub name: String,
-    /// The name replicas reach it by (which its certificate names).
-    pub host: String,
-    pub pod: PodState,
-    /// The server, as it answered; `None` when it did not.
-    pub server: Option<Server>,
-    /// The id its data directory replicates under.
-    pub server_id: u32,
-    /// Where the extraction of the transactions it holds and the primary lacks stands.
-    pub extraction: Extraction,
-    /// It is to start again empty, to be seeded (a token waits for it).
-    pub reseeding: bool,
-    /// Where loading a backup run into it (empty, to seed it) stands.
-    pub backup_seed: BackupSeed,
-    /// Its pod runs an older template than the StatefulSet's.
-    pub outdated: bool,
-}
-
-/// The extraction of a diverged server's transactions to a file.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Extraction {
-    #[default]
-    NotStarted,
-    Running,
-    /// Done: the file that holds them.
-    Done(String),
-    Failed(String),
-}
-
-/// Loading a backup run into an empty member: how it is seeded when the binary logs of the
-/// server it would replicate from no longer reach back to the beginning.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum BackupSeed {
-    #[default]
-    NotStarted,
-    /// Its Job loads run `run`.
-    Loading { run: String },
-    /// Run `run` is loaded: the member goes on from the run's GTID `position`.
-    Loaded { run: String, position: String },
-    /// The Job failed: why, and how to try again.
-    Failed(String),
-}
-
-/// The app's newest verified backup run (succeeded, and a drill restored it), which an empty
-/// server is loaded from when no server's binary logs reach back to the beginning.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SeedBackup {
-    /// The MySQLBackup run.
-    pub run: String,
-    /// The GTID position it was taken at.
-    pub position: Position,
-}
-
-/// A switchover asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Switchover {
-    /// The request (the annotation's value) it answers.
-    pub request: String,
-    /// The pod asked for; `None`: the best replica.
-    pub to: Option<String>,
-    /// Who asked: `Requested` (the annotation) or `RollingUpdate`.
-    pub reason: &'static str,
-}
-
-impl Switchover {
-    /// A switchover asked for by the app's annotations.
-    pub fn requested(request: String, to: Option<String>) -> Self {
-        Switchover { request, to, reason: reason::REQUESTED }
-    }
-}
-
-/// Everything a decision reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cluster {
-    /// The members, by ordinal.
-    pub members: Vec<Member>,
-    /// The primary the app's status records.
-    pub primary: Option<String>,
-    pub durability: Durability,
-    /// Looks in a row in which the recorded primary's pod was ready but its server silent.
-    pub primary_silent: u32,
-    /// A switchover asked for and not answered yet.
-    pub requested: Option<Switchover>,
-    /// A switchover under way: its primary was fenced at an earlier look, towards this target.
-    pub switching: Option<Switchover>,
-    /// The member restarted on the new pod template, until its new pod is seen.
-    pub updating: Option<String>,
-    /// The run an empty server is loaded from when replication cannot seed it; `None`: the app
-    /// has no verified run (or none was looked for: no server needs one).
-    pub seed_backup: Option<SeedBackup>,
-    /// A server that stopped being the primary moments ago: its client sessions are closed at
-    /// each look for a while, so that a client that reconnected to it through a name not yet
-    /// moved on is moved on too.
-    pub demoted: Option<String>,
-}
-
-/// One step, on one member.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Operation {
-    SetServerId {
-        member: String,
-        id: u32,
-    },
-    EnsureReplicationUser {
-        member: String,
-    },
-    /// No writes from clients.
-    Fence {
-        member: String,
-    },
-    /// Stops receiving from its source, keeping what it received to apply.
-    StopReceiving {
-        member: String,
-    },
-    /// Waits (briefly) until it has applied `position`; the rest of the decision waits for it.
-    WaitApplied {
-        member: String,
-        position: String,
-    },
-    /// Forgets its source: it may become the primary.
-    Promote {
-        member: String,
-    },
-    Replicate {
-        member: String,
-        source: String,
-    },
-    ArmSemiSync {
-        member: String,
-    },
-    DisarmSemiSync {
-        member: String,
-    },
-    OpenWrites {
-        member: String,
-    },
-    /// Restarts its pod: releases commits that wait for an acknowledgement nobody will send.
-    Restart {
-        member: String,
-    },
-    /// Restarts its pod on the StatefulSet's new template.
-    Update {
-        member: String,
-    },
-    /// Copies the transactions it holds and the primary lacks to a file: those after `after`
-    /// (MariaDB: the last GTID it shares with the primary, per domain) or outside `primary_set`
-    /// (MySQL), read from its binary log from `first_log` on.
-    Extract {
-        member: String,
-        after: String,
-        primary_set: String,
-        first_log: String,
-        errant: Vec<String>,
-    },
-    /// Starts it again empty, to be seeded from the others.
-    Reseed {
-        member: String,
-        cause: ReseedCause,
-    },
-    /// Loads backup run `run` into it (empty), out of its binary log.
-    SeedFromBackup {
-        member: String,
-        run: String,
-    },
-    /// Its binary log (empty: it was loaded from a backup) starts at `position`, the loaded
-    /// run's, so that it replicates what came after the run.
-    AdoptPosition {
-        member: String,
-        position: String,
-    },
-    /// It started empty: its seeding token is spent.
-    ClearSeed {
-        member: String,
-    },
-    /// Closes the client sessions on it (every account's but the operator's own), so that
-    /// connection pools holding connections to a server that no longer takes writes connect
-    /// again, through the client Service, to the primary. Done once the pods' role labels
-    /// moved.
-    DisconnectClients {
-        member: String,
-    },
-}
-
-/// Why a server starts again empty.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReseedCause {
-    /// It held transactions the primary lacks; they were copied to a file first.
-    Diverged,
-    /// The primary's binary logs it needs next were purged: it can no longer catch up.
-    SourcePurged,
-}
-
-/// What changed the primary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeKind {
-    Failover,
-    Switchover,
-}
-
-/// A change of primary the operations make.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Change {
-    pub kind: ChangeKind,
-    pub from: Option<String>,
-    pub to: String,
-    /// `PodDeleted`, `PodNotReady`, `NotAnswering`, `PrimaryRestarted` or `Requested`.
-    pub reason: &'static str,
-    /// The switchover request it answers.
-    pub request: Option<String>,
-    /// Why this server: what it held and had left to apply against the other candidates.
-    pub election: String,
-    /// Transactions it had received and not applied when it was chosen: what the promotion
-    /// waits for.
-    pub backlog: u64,
-}
-
-/// A switchover that will not happen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub request: String,
-    /// Who asked: `Requested` (the annotation) or `RollingUpdate`.
-    pub asked_by: &'static str,
-    pub to: Option<String>,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-/// How one member stands after the operations.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Standing {
-    pub member: String,
-    pub role: MemberRole,
-    pub message: Option<String>,
-}
-
-/// What to do, and what it means.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Decision {
-    pub operations: Vec<Operation>,
-    /// Look again at once when the operations are done: they changed what the next decision
-    /// needs to read (a fence, a receiver stopped).
-    pub look_again: bool,
-    /// The primary to record.
-    pub primary: Option<String>,
-    pub change: Option<Change>,
-    pub refusal: Option<Refusal>,
-    /// A switchover whose primary these operations fence.
-    pub switching: Option<Switchover>,
-    pub standings: Vec<Standing>,
-    /// Why the servers are not all as they should be: a condition reason and message.
-    pub problem: Option<(&'static str, String)>,
-}
-
-/// Reasons of the `Replicating` condition and of the decision's problems.
-pub mod reason {
-    pub const REPLICATING: &str = "Replicating";
-    pub const SEEDING: &str = "Seeding";
-    pub const CANNOT_SEED: &str = "CannotSeed";
-    pub const REPLICA_NOT_REPLICATING: &str = "ReplicaNotReplicating";
-    pub const DIVERGED: &str = "Diverged";
-    pub const ELECTION_WAITS: &str = "ElectionWaits";
-    pub const FAILOVER_WAITS: &str = "FailoverWaits";
-    pub const PRIMARY_SILENT: &str = "PrimarySilent";
-    pub const NO_ACKNOWLEDGING_REPLICA: &str = "NoAcknowledgingReplica";
-    pub const PROMOTING: &str = "Promoting";
-    pub const UPDATING: &str = "Updating";
-    // Why a primary changed.
-    pub const POD_DELETED: &str = "PodDeleted";
-    pub const POD_NOT_READY: &str = "PodNotReady";
-    pub const NOT_ANSWERING: &str = "NotAnswering";
-    pub const PRIMARY_RESTARTED: &str = "PrimaryRestarted";
-    pub const REQUESTED: &str = "Requested";
-    pub const ROLLING_UPDATE: &str = "RollingUpdate";
-    // Why a switchover was refused.
-    pub const TARGET_NOT_A_HEALTHY_REPLICA: &str = "TargetNotAHealthyReplica";
-    pub const NO_HEALTHY_REPLICA: &str = "NoHealthyReplica";
-    pub const PRIMARY_NOT_HEALTHY: &str = "PrimaryNotHealthy";
-}
-
-/// The decision for `cluster`.
-pub fn decide(cluster: &Cluster) -> Decision {
-    let mut decision = Decision { primary: cluster.primary.clone(), ..Decision::default() };
-    housekeeping(cluster, &mut decision);
-    let Some(primary) = cluster.primary.as_deref() else {
-        elect(cluster, None, &mut decision);
-        return decision;
+/// The decision at the look `observed`, and what to remember after it (when its acts are
+/// carried out; a failed act leaves `memory` as it was, and the next look decides again).
+pub fn decide(observed: &Observed, memory: &Memory) -> (Decision, Memory) {
+    let mut next = memory.clone();
+    next.primary = memory.primary.clone().or_else(|| observed.recorded_primary.clone());
+    let given_up = give_up_a_late_switchover(observed, &mut next);
+    remember_the_primary(observed, &mut next);
+    forget_a_finished_update(observed, &mut next);
+    let cluster = Cluster {
+        members: observed.members.clone(),
+        primary: next.primary.clone(),
+        durability: observed.durability,
+        primary_silent: next.primary_silent,
+        requested: requested(observed, &next).filter(|_| given_up.is_none()),
+        switching: next.switching.as_ref().map(|(switchover, _)| switchover.clone()),
+        updating: next.updating.as_ref().map(|(member, _)| member.clone()),
+        seed_backup: observed.seed_backup.clone(),
+        demoted: recently_demoted(observed, &next),
     };
-    match health(cluster, primary) {
-        Health::Writable => match (&cluster.switching, &cluster.requested) {
-            (_, Some(request)) => start_switchover(cluster, primary, request, &mut decision),
-            _ => {
-                steady(cluster, primary, &mut decision);
-                roll(cluster, primary, &mut decision);
+    let mut decision = rules::servers(&cluster);
+    if let Some(refusal) = given_up {
+        refused(observed, &mut decision, &next, &refusal);
+    }
+    if let Some(refusal) = decision.refusal.clone() {
+        refused(observed, &mut decision, &next, &refusal);
+        next.switching = None;
+    }
+    if let Some(switching) = decision.switching.clone().filter(|_| next.switching.is_none()) {
+        next.switching = Some((switching, observed.at));
+    }
+    if let Some(member) = decision.acts.iter().find_map(Act::updated_member) {
+        next.updating = Some((member.to_string(), observed.at));
+    }
+    match decision.change.clone() {
+        Some(change) => changed(observed, &mut decision, &mut next, &change),
+        None => note_applying(&decision, observed, &mut next),
+    }
+    next.primary = decision.primary.clone();
+    note_seeding(&mut decision);
+    note_divergence(observed, &mut decision, &mut next);
+    follow(observed, &mut decision, &mut next);
+    decision.busy = decision.look_again || under_way(&decision.problem) || recently_demoted(observed, &next).is_some();
+    (decision, next)
+}
+
+/// A switchover whose primary was fenced longer than [`SWITCHOVER_LIMIT`] ago is given up.
+fn give_up_a_late_switchover(observed: &Observed, next: &mut Memory) -> Option<Refusal> {
+    let late = next.switching.as_ref().is_some_and(|(_, since)| observed.at.duration_since(*since) > SWITCHOVER_LIMIT);
+    if !late {
+        return None;
+    }
+    let (switching, _) = next.switching.take()?;
+    Some(Refusal {
+        asked_by: switching.reason,
+        request: switching.request,
+        to: switching.to,
+        reason: reason::TARGET_NOT_A_HEALTHY_REPLICA,
+        message: format!("the target did not apply the primary's transactions within {} s", SWITCHOVER_LIMIT.as_secs()),
+    })
+}
+
+/// Counts the looks in a row in which the primary's pod is ready and its server silent, and
+/// notes when it was last seen taking writes.
+fn remember_the_primary(observed: &Observed, next: &mut Memory) {
+    let primary = next.primary.as_deref().and_then(|p| observed.members.iter().find(|m| m.name == p));
+    let Some(member) = primary else { return };
+    match (&member.server, member.pod) {
+        (Some(server), _) => {
+            next.primary_silent = 0;
+            if !server.read_only {
+                next.writable = Some((member.name.clone(), observed.time));
             }
-        },
-        Health::ReadOnly => match &cluster.switching {
-            Some(switching) => finish_switchover(cluster, primary, switching, &mut decision),
-            None => elect(cluster, Some(primary), &mut decision),
-        },
-        Health::Gone(reason) => failover(cluster, primary, reason, &mut decision),
-        Health::Silent => {
-            let message = format!("primary {primary} does not answer; it is failed over if it still does not");
-            decision.problem = Some((reason::PRIMARY_SILENT, message));
-            decision.standings = cluster.members.iter().map(|m| standing(m, primary, m.name == primary)).collect();
         }
-    }
-    refuse_unanswerable_request(cluster, &mut decision);
-    decision
-}
-
-enum Health {
-    Writable,
-    ReadOnly,
-    Gone(&'static str),
-    Silent,
-}
-
-fn health(cluster: &Cluster, primary: &str) -> Health {
-    let Some(member) = member(cluster, primary) else { return Health::Gone(reason::POD_DELETED) };
-    match (member.pod, &member.server) {
-        (PodState::Missing | PodState::Deleting, _) => Health::Gone(reason::POD_DELETED),
-        (PodState::NotReady, _) => Health::Gone(reason::POD_NOT_READY),
-        (PodState::Ready, None) if cluster.primary_silent >= SILENT_LOOKS => Health::Gone(reason::NOT_ANSWERING),
-        (PodState::Ready, None) => Health::Silent,
-        (PodState::Ready, Some(server)) if server.read_only => Health::ReadOnly,
-        (PodState::Ready, Some(_)) => Health::Writable,
-    }
-}
-
-fn member<'a>(cluster: &'a Cluster, name: &str) -> Option<&'a Member> {
-    cluster.members.iter().find(|m| m.name == name)
-}
-
-fn server<'a>(cluster: &'a Cluster, name: &str) -> Option<&'a Server> {
-    member(cluster, name).and_then(|m| m.server.as_ref())
-}
-
-/// What every answering server needs whatever else happens: its own server id, the
-/// replication account.
-fn housekeeping(cluster: &Cluster, decision: &mut Decision) {
-    for member in &cluster.members {
-        let Some(server) = &member.server else { continue };
-        if server.server_id != member.server_id {
-            decision.operations.push(Operation::SetServerId { member: member.name.clone(), id: member.server_id });
-        }
-        if !server.has_replication_user {
-            decision.operations.push(Operation::EnsureReplicationUser { member: member.name.clone() });
-        }
+        (None, PodState::Ready) => next.primary_silent += 1,
+        (None, _) => {}
     }
 }
 
-/// The primary is writable: every other server replicates from it, and it waits for their
-/// acknowledgements as the durability asks.
-fn steady(cluster: &Cluster, primary: &str, decision: &mut Decision) {
-    let Some(primary_server) = server(cluster, primary) else { return };
-    let host = host_of(cluster, primary);
-    let mut attached = 0;
-    let mut cannot_seed = false;
-    for member in cluster.members.iter().filter(|m| m.name != primary) {
-        let Some(server) = &member.server else {
-            decision.standings.push(standing(member, primary, false));
-            continue;
-        };
-        let errant = server.history.beyond(&primary_server.history);
-        if !errant.is_empty() {
-            set_aside(member, server, primary_server, &errant, decision);
-            continue;
-        }
-        if !server.read_only {
-            decision.operations.push(Operation::Fence { member: member.name.clone() });
-        }
-        if !server.read_only || cluster.demoted.as_deref() == Some(member.name.as_str()) {
-            decision.operations.push(Operation::DisconnectClients { member: member.name.clone() });
-        }
-        if member.reseeding && server.position.is_empty() {
-            decision.operations.push(Operation::ClearSeed { member: member.name.clone() });
-        }
-        if server.position.is_empty()
-            && let Some(standing) = seed_from_backup(cluster, primary, member, server, decision)
-        {
-            cannot_seed |= standing.role == MemberRole::Unavailable;
-            decision.standings.push(standing);
-            continue;
-        }
-        let seed = seed_source(cluster, primary, member, server);
-        match &server.replica {
-            _ if server.replicates_from(&host) => {
-                attached += 1;
-                decision.standings.push(replica(member));
-            }
-            Some(replication)
-                if seed.as_ref().is_some_and(|(_, seed_host)| &replication.source_host == seed_host)
-                    && replication.error.is_none() =>
-            {
-                decision.standings.push(Standing {
-                    member: member.name.clone(),
-                    role: MemberRole::Seeding,
-                    message: Some(format!(
-                        "catching up from {}",
-                        seed.as_ref().map(|(name, _)| name.as_str()).unwrap_or_default()
-                    )),
-                });
-            }
-            Some(replication) if replication.source_host == host && replication.source_purged() => {
-                let standing = reseed_behind_purged_logs(cluster, primary, member, server, decision);
-                cannot_seed |= standing.role == MemberRole::Unavailable;
-                decision.standings.push(standing);
-            }
-            Some(replication) if replication.source_host == host && replication.error.is_some() => {
-                let (number, text) = replication.error.clone().unwrap_or_default();
-                let message = format!("replication from {primary} stopped: error {number}: {text}");
-                decision.standings.push(Standing {
-                    member: member.name.clone(),
-                    role: MemberRole::Unavailable,
-                    message: Some(message),
-                });
-            }
-            _ => {
-                let (source, _) = seed.unwrap_or_else(|| (primary.to_string(), host.clone()));
-                decision.operations.push(Operation::Replicate { member: member.name.clone(), source: source.clone() });
-                decision.standings.push(Standing {
-                    member: member.name.clone(),
-                    role: MemberRole::Seeding,
-                    message: Some(format!("starting to replicate from {source}")),
-                });
-            }
-        }
+/// Forgets the member restarted on the new pod template once its new pod runs it, or after
+/// [`UPDATE_LIMIT`].
+fn forget_a_finished_update(observed: &Observed, next: &mut Memory) {
+    let Some((member, since)) = &next.updating else { return };
+    let updated = observed.members.iter().any(|m| &m.name == member && !m.outdated && m.pod == PodState::Ready);
+    if updated || observed.at.duration_since(*since) > UPDATE_LIMIT {
+        next.updating = None;
     }
-    let others = cluster.members.len() - 1;
-    let pending = decision.operations.iter().filter(|op| matches!(op, Operation::Replicate { .. })).count();
-    let wants_acknowledgements = cluster.durability == Durability::Acknowledged;
-    match (wants_acknowledgements, primary_server.semi_sync_armed) {
-        (true, false) => decision.operations.push(Operation::ArmSemiSync { member: primary.into() }),
-        (false, true) => decision.operations.push(Operation::DisarmSemiSync { member: primary.into() }),
-        _ => {}
+}
+
+/// The switchover the app's annotations ask for, unless it was answered or is under way.
+fn requested(observed: &Observed, next: &Memory) -> Option<Switchover> {
+    let (request, to) = observed.annotated_switchover.clone()?;
+    let under_way = next.switching.as_ref().is_some_and(|(switching, _)| switching.request == request);
+    if observed.answered_request.as_deref() == Some(request.as_str()) || under_way {
+        return None;
     }
-    decision.standings.insert(0, Standing { member: primary.into(), role: MemberRole::Primary, message: None });
-    decision.problem = if wants_acknowledgements && primary_server.semi_sync_clients == 0 && pending == 0 {
-        Some((
-            reason::NO_ACKNOWLEDGING_REPLICA,
-            format!("no replica acknowledges the commits of primary {primary}: writes wait until one does"),
-        ))
-    } else if attached < others {
-        let missing: Vec<String> = decision
-            .standings
-            .iter()
-            .filter(|s| s.role != MemberRole::Primary && s.role != MemberRole::Replica)
-            .map(|s| format!("{} ({})", s.member, s.message.as_deref().unwrap_or("not replicating")))
-            .collect();
-        let reason = if decision.standings.iter().any(|s| s.role == MemberRole::Diverged) {
-            reason::DIVERGED
-        } else if cannot_seed {
-            reason::CANNOT_SEED
-        } else if decision.standings.iter().any(|s| s.role == MemberRole::Seeding) {
-            reason::SEEDING
-        } else {
-            reason::REPLICA_NOT_REPLICATING
-        };
-        Some((reason, format!("{attached} of {others} replicas replicate from {primary}: {}", missing.join("; "))))
-    } else {
-        None
+    Some(Switchover::requested(request, to.filter(|to| !to.is_empty())))
+}
+
+/// The server demoted less than [`DISCONNECT_WINDOW`] ago, whose clients are sent on.
+fn recently_demoted(observed: &Observed, next: &Memory) -> Option<String> {
+    let (member, since) = next.demoted.as_ref()?;
+    (observed.at.duration_since(*since) < DISCONNECT_WINDOW).then(|| member.clone())
+}
+
+/// Records a change of primary with its write gap and its promotion's wait, and tells it. A
+/// promotion that waited is told as it was decided at its first look: what each candidate had
+/// received and had left to apply then.
+fn changed(observed: &Observed, decision: &mut Decision, next: &mut Memory, made: &Change) {
+    let gap = write_gap(observed, next, made);
+    let waited = next.applying.take().filter(|(pending, _)| pending.to == made.to && pending.kind == made.kind);
+    let apply_wait = waited.as_ref().map_or(0.0, |(_, since)| tenths(observed.at.duration_since(*since).as_secs_f64()));
+    let change = &match waited {
+        Some((pending, _)) => Change { reason: made.reason, request: made.request.clone(), ..pending },
+        None => made.clone(),
     };
-}
-
-/// The request a rolling update's switchover answers.
-pub const UPDATE_REQUEST: &str = "rolling update";
-
-/// Brings the next outdated server to the new pod template, while every server is healthy and
-/// no other is being restarted: a replica (the highest ordinal first, as a StatefulSet would),
-/// or, once every replica is updated, the primary is handed over by a switchover (it is then an
-/// outdated replica, restarted next).
-fn roll(cluster: &Cluster, primary: &str, decision: &mut Decision) {
-    let all_ready = cluster.members.iter().all(|m| m.pod == PodState::Ready && m.server.is_some());
-    if decision.problem.is_some() || !all_ready || cluster.updating.is_some() {
-        return;
-    }
-    if let Some(replica) = cluster.members.iter().rev().find(|m| m.outdated && m.name != primary) {
-        decision.operations.push(Operation::Update { member: replica.name.clone() });
-        let message = format!("restarting replica {} on the new pod template", replica.name);
-        for standing in decision.standings.iter_mut().filter(|s| s.member == replica.name) {
-            standing.message = Some("restarting on the new pod template".into());
+    let record = RoleChange {
+        time: Time(observed.time),
+        from: change.from.clone(),
+        to: Some(change.to.clone()),
+        reason: change.reason.to_string(),
+        message: Some(change_message(change, apply_wait)),
+        write_gap_seconds: gap,
+        apply_wait_seconds: Some(apply_wait),
+        request: change.request.clone(),
+    };
+    let from = change.from.as_deref().unwrap_or("none");
+    let paused = gap.map(|g| format!("; writes paused about {g} s")).unwrap_or_default();
+    let waited = match change.backlog {
+        0 => String::new(),
+        backlog => {
+            format!(", of which {apply_wait:.1} s waited for it to apply {backlog} transactions it had received")
         }
-        decision.problem = Some((reason::UPDATING, message));
-    } else if member(cluster, primary).is_some_and(|m| m.outdated) {
-        let request = Switchover { request: UPDATE_REQUEST.into(), to: None, reason: reason::ROLLING_UPDATE };
-        start_switchover(cluster, primary, &request, decision);
-    }
-}
-
-/// Where a member that does not replicate from the primary yet starts from: an empty server
-/// (new, or re-seeded) from a healthy replica, so that seeding reads nothing of the primary; it
-/// moves to the primary once it has everything that replica has. `None`: from the primary.
-fn seed_source(cluster: &Cluster, primary: &str, member: &Member, server: &Server) -> Option<(String, String)> {
-    let primary_host = host_of(cluster, primary);
-    let healthy =
-        cluster.members.iter().filter(|m| m.name != member.name && m.name != primary && m.pod == PodState::Ready);
-    let mut sources =
-        healthy.filter_map(|m| m.server.as_ref().filter(|s| s.replicates_from(&primary_host)).map(|s| (m, s)));
-    match &server.replica {
-        // Seeding from a replica: until it has everything that replica has.
-        Some(replication) if replication.source_host != primary_host => sources
-            .find(|(m, _)| m.host == replication.source_host)
-            .filter(|(_, source)| !server.position.includes(&source.position))
-            .map(|(m, _)| (m.name.clone(), m.host.clone())),
-        _ if server.position.is_empty() => sources.next().map(|(m, _)| (m.name.clone(), m.host.clone())),
-        _ => None,
-    }
-}
-
-/// How an empty member is seeded from the app's newest verified backup run, when the binary logs
-/// of the server it replicates from no longer reach back to the beginning: the run is loaded
-/// (out of its binary log), its binary log then starts at the run's position, and it replicates
-/// from the primary what came after. `None`: replication seeds it (or tries first).
-fn seed_from_backup(
-    cluster: &Cluster,
-    primary: &str,
-    member: &Member,
-    server: &Server,
-    decision: &mut Decision,
-) -> Option<Standing> {
-    let name = member.name.clone();
-    let stands = |role: MemberRole, message: String| Standing { member: name.clone(), role, message: Some(message) };
-    match &member.backup_seed {
-        BackupSeed::Loaded { run, position } => {
-            decision.operations.push(Operation::AdoptPosition { member: name.clone(), position: position.clone() });
-            decision.operations.push(Operation::Replicate { member: name.clone(), source: primary.into() });
-            let message = format!("loaded backup run {run}; replicating from {primary} what came after {position}");
-            Some(stands(MemberRole::Seeding, message))
-        }
-        BackupSeed::Loading { run } => Some(stands(MemberRole::Seeding, format!("loading backup run {run}"))),
-        BackupSeed::Failed(why) => {
-            Some(stands(MemberRole::Unavailable, format!("loading a backup run to seed it failed: {why}")))
-        }
-        BackupSeed::NotStarted => {
-            let replication = server.replica.as_ref().filter(|r| r.source_purged())?;
-            let source = cluster
-                .members
-                .iter()
-                .find(|m| m.host == replication.source_host)
-                .map_or(replication.source_host.as_str(), |m| m.name.as_str());
-            let purged = format!("the binary logs of {source} no longer reach back to the beginning");
-            Some(match &cluster.seed_backup {
-                Some(backup) => {
-                    decision
-                        .operations
-                        .push(Operation::SeedFromBackup { member: name.clone(), run: backup.run.clone() });
-                    let message = format!(
-                        "{purged}: loading backup run {}, taken at {}, then replicating from {primary}",
-                        backup.run, backup.position
-                    );
-                    stands(MemberRole::Seeding, message)
-                }
-                None => stands(
-                    MemberRole::Unavailable,
-                    format!(
-                        "cannot be seeded: {purged}, and the app has no verified backup run to load instead (a MySQLBackup run of this app that succeeded, passed its restore drill and recorded its GTID position)"
-                    ),
+    };
+    let note = match change.kind {
+        ChangeKind::Failover => {
+            decision.failover = Some(record);
+            Note {
+                warning: false,
+                reason: "Failover",
+                action: "Replication",
+                message: format!(
+                    "primary {from} is gone ({}); promoted {}{paused}{waited} ({})",
+                    change.reason, change.to, change.election
                 ),
-            })
+            }
         }
+        ChangeKind::Switchover => {
+            decision.switchover = Some((record, change.reason));
+            Note {
+                warning: false,
+                reason: "Switchover",
+                action: "Replication",
+                message: format!("switched the primary over from {from} to {}{paused}{waited}", change.to),
+            }
+        }
+    };
+    decision.notes.push(note);
+    next.switching = None;
+    next.writable = Some((change.to.clone(), observed.time));
+    next.demoted = change.from.clone().map(|from| (from, observed.at));
+}
+
+/// Seconds from the last moment the old primary was seen accepting writes to this look.
+fn write_gap(observed: &Observed, next: &Memory, change: &Change) -> Option<f64> {
+    let (pod, at) = next.writable.as_ref()?;
+    (change.from.as_deref() == Some(pod.as_str())).then(|| tenths(observed.time.duration_since(*at).as_secs_f64()))
+}
+
+/// What a change of primary did, why that server, and what its promotion waited for.
+pub fn change_message(change: &Change, apply_wait: f64) -> String {
+    let what = match change.kind {
+        ChangeKind::Failover => "failed over",
+        ChangeKind::Switchover => "switched over",
+    };
+    let mut message = format!("{what} from {} to {}", change.from.as_deref().unwrap_or("none"), change.to);
+    if !change.election.is_empty() {
+        message.push_str(&format!(": {}", change.election));
+    }
+    match change.backlog {
+        0 => message.push_str("; its promotion waited for nothing to apply"),
+        backlog => message.push_str(&format!(
+            "; its promotion waited {apply_wait:.1} s for it to apply the {backlog} transactions it had received"
+        )),
+    }
+    message
+}
+
+/// Records a switchover that will not happen, and tells it.
+fn refused(observed: &Observed, decision: &mut Decision, next: &Memory, refusal: &Refusal) {
+    let record = RoleChange {
+        time: Time(observed.time),
+        from: next.primary.clone(),
+        to: None,
+        reason: refusal.reason.to_string(),
+        message: Some(refusal.message.clone()),
+        write_gap_seconds: None,
+        apply_wait_seconds: None,
+        request: Some(refusal.request.clone()),
+    };
+    decision.switchover = Some((record, refusal.asked_by));
+    let note =
+        Note { warning: true, reason: "SwitchoverRefused", action: "Switchover", message: refusal.message.clone() };
+    decision.notes.push(note);
+}
+
+/// A promotion that waits for its server to apply what it received: as decided at the first
+/// look that waited, and since then, for its record.
+fn note_applying(decision: &Decision, observed: &Observed, next: &mut Memory) {
+    match &decision.pending {
+        Some(pending) if next.applying.as_ref().is_none_or(|(waiting, _)| waiting.to != pending.to) => {
+            next.applying = Some((pending.clone(), observed.at));
+        }
+        Some(_) => {}
+        None => next.applying = None,
     }
 }
 
-/// A replica that cannot catch up, the primary's binary logs it needs next purged, starts again
-/// empty to be seeded, when the app has a verified backup run newer than what it holds (else
-/// the seeding would end where it stands).
-fn reseed_behind_purged_logs(
-    cluster: &Cluster,
-    primary: &str,
-    member: &Member,
-    server: &Server,
-    decision: &mut Decision,
-) -> Standing {
-    let purged = format!("the binary logs of {primary} it needs next were purged");
-    let (role, message) = match &cluster.seed_backup {
-        Some(backup) if !server.position.includes(&backup.position) => {
-            let cause = ReseedCause::SourcePurged;
-            decision.operations.push(Operation::Reseed { member: member.name.clone(), cause });
-            (
-                MemberRole::Seeding,
-                format!(
-                    "{purged}; starting it again empty to seed it (backup run {} is newer than what it holds)",
-                    backup.run
+/// Tells of each server that starts replicating from a replica rather than from the primary:
+/// an empty one being seeded, which reads nothing of the primary.
+fn note_seeding(decision: &mut Decision) {
+    let Some(primary) = decision.primary.clone() else { return };
+    let notes: Vec<Note> = decision
+        .acts
+        .iter()
+        .filter_map(|act| match act {
+            Act::Replicate { member, upstream } if *upstream != primary => Some(Note {
+                warning: false,
+                reason: "Seeding",
+                action: "Replication",
+                message: format!(
+                    "MySQL server {member} is seeded from replica {upstream}, not from the primary {primary}"
                 ),
-            )
-        }
-        _ => (
-            MemberRole::Unavailable,
-            format!(
-                "cannot catch up: {purged}, and the app has no verified backup run newer than its position {} to seed it from",
-                server.position
-            ),
-        ),
-    };
-    Standing { member: member.name.clone(), role, message: Some(message) }
-}
-
-/// A server holding transactions the primary lacks takes no traffic and does not rejoin as it
-/// is: its commits that wait for an acknowledgement are released by a restart (they never
-/// reached a client as done), its transactions the primary lacks are copied to a file, then it
-/// starts again empty and is seeded. Never discarded silently: the file, an Event and the
-/// status name them.
-fn set_aside(member: &Member, server: &Server, primary: &Server, errant: &[String], decision: &mut Decision) {
-    let name = member.name.clone();
-    let mut standing = diverged(member, "", errant);
-    let next = if server.semi_sync_waiting > 0 {
-        if member.pod != PodState::Deleting {
-            decision.operations.push(Operation::Restart { member: name.clone() });
-        }
-        "restarting it: commits on it wait for an acknowledgement no replica will send".to_string()
-    } else {
-        if !server.read_only {
-            decision.operations.push(Operation::Fence { member: name.clone() });
-        }
-        match &member.extraction {
-            Extraction::NotStarted => {
-                decision.operations.push(Operation::Extract {
-                    member: name.clone(),
-                    after: server.history.fork(&primary.history),
-                    primary_set: primary.position.to_string(),
-                    first_log: server.first_binlog.clone().unwrap_or_default(),
-                    errant: errant.to_vec(),
-                });
-                "copying them to a file".into()
-            }
-            Extraction::Running => "copying them to a file".into(),
-            Extraction::Failed(why) => format!("copying them to a file failed ({why}); the server keeps them"),
-            Extraction::Done(file) => {
-                decision.operations.push(Operation::Reseed { member: name.clone(), cause: ReseedCause::Diverged });
-                format!("copied to {file}; seeding it again")
-            }
-        }
-    };
-    standing.message = Some(format!("{}; {next}", standing.message.unwrap_or_default()));
-    decision.standings.push(standing);
-}
-
-/// The primary is gone: fence, then promote the replica that received the most.
-fn failover(cluster: &Cluster, primary: &str, why: &'static str, decision: &mut Decision) {
-    if server(cluster, primary).is_some_and(|s| !s.read_only) {
-        decision.operations.push(Operation::Fence { member: primary.into() });
-    }
-    if server(cluster, primary).is_some() {
-        decision.operations.push(Operation::DisconnectClients { member: primary.into() });
-    }
-    let replicas: Vec<&Member> = cluster.members.iter().filter(|m| m.name != primary).collect();
-    let standings = |decision: &mut Decision| {
-        decision.standings = cluster.members.iter().map(|m| standing(m, primary, false)).collect();
-    };
-    if stop_receiving(&replicas, decision) {
-        standings(decision);
-        return;
-    }
-    if let Some(silent) = replicas.iter().find(|m| m.server.is_none()) {
-        let message = format!(
-            "primary {primary} is gone ({why}), and replica {} does not answer: it may hold the last acknowledged commit, so the failover waits for it",
-            silent.name
-        );
-        decision.problem = Some((reason::FAILOVER_WAITS, message));
-        standings(decision);
-        return;
-    }
-    let change = |to: &str| Change {
-        kind: ChangeKind::Failover,
-        from: Some(primary.into()),
-        to: to.into(),
-        reason: why,
-        request: None,
-        election: String::new(),
-        backlog: 0,
-    };
-    promote_the_most_advanced(cluster, &replicas, Some(primary), change, decision);
-}
-
-/// No primary, or one that came back read-only: the primary is chosen among every server.
-fn elect(cluster: &Cluster, previous: Option<&str>, decision: &mut Decision) {
-    let all: Vec<&Member> = cluster.members.iter().collect();
-    let placeholder = previous.unwrap_or("");
-    if stop_receiving(&all, decision) {
-        decision.standings = cluster.members.iter().map(|m| standing(m, placeholder, false)).collect();
-        return;
-    }
-    if let Some(silent) = all.iter().find(|m| m.server.is_none()) {
-        let message = format!(
-            "the primary is chosen once every MySQL server answers, so that none holding the last acknowledged commit is passed over; {} does not",
-            silent.name
-        );
-        decision.problem = Some((reason::ELECTION_WAITS, message));
-        decision.standings = cluster.members.iter().map(|m| standing(m, placeholder, false)).collect();
-        return;
-    }
-    let change = |to: &str| Change {
-        kind: ChangeKind::Failover,
-        from: previous.map(Into::into),
-        to: to.into(),
-        reason: reason::PRIMARY_RESTARTED,
-        request: None,
-        election: String::new(),
-        backlog: 0,
-    };
-    promote_the_most_advanced(cluster, &all, previous, change, decision);
-    if decision.change.as_ref().is_some_and(|c| previous.is_none() || c.from.as_deref() == Some(c.to.as_str())) {
-        // A first primary, or the same one again: no failover to report.
-        decision.change = None;
-    }
-}
-
-/// Stops every answering member's receiver that runs; whether it stopped any (the positions
-/// then need another look).
-fn stop_receiving(members: &[&Member], decision: &mut Decision) -> bool {
-    let receiving: Vec<&&Member> = members
-        .iter()
-        .filter(|m| m.server.as_ref().and_then(|s| s.replica.as_ref()).is_some_and(|r| r.receiving))
-        .collect();
-    for member in &receiving {
-        decision.operations.push(Operation::StopReceiving { member: member.name.clone() });
-    }
-    if !receiving.is_empty() {
-        decision.look_again = true;
-        decision.problem = Some((reason::PROMOTING, "choosing a primary: the replicas stopped receiving".into()));
-    }
-    !receiving.is_empty()
-}
-
-/// Promotes the member of `candidates` that holds or received every transaction any other
-/// did (the `preferred` one first among equals, then the lowest ordinal), and points the rest
-/// at it.
-fn promote_the_most_advanced(
-    cluster: &Cluster,
-    candidates: &[&Member],
-    preferred: Option<&str>,
-    change: impl Fn(&str) -> Change,
-    decision: &mut Decision,
-) {
-    let received = received_by(candidates);
-    let Some((chosen, position)) = most_advanced(&received, preferred) else {
-        let held: Vec<String> = received.iter().map(|(m, p)| format!("{} holds {p}", m.name)).collect();
-        let message =
-            format!("no MySQL server holds every transaction the others hold ({}); none is promoted", held.join(", "));
-        decision.problem = Some((reason::DIVERGED, message));
-        decision.standings = cluster.members.iter().map(|m| standing(m, "", false)).collect();
-        return;
-    };
-    let server = chosen.server.as_ref().expect("a member with a position answered");
-    let name = chosen.name.clone();
-    let backlog = position.count_beyond(&server.position);
-    let election = election(&received, &name, &position);
-    if !server.position.includes(&position) {
-        decision.operations.push(Operation::WaitApplied { member: name.clone(), position: position.to_string() });
-    }
-    if server.replica.is_some() {
-        decision.operations.push(Operation::Promote { member: name.clone() });
-    }
-    for other in cluster.members.iter().filter(|m| m.name != name && m.server.is_some()) {
-        let loading = matches!(other.backup_seed, BackupSeed::Loading { .. });
-        if received.iter().any(|(m, _)| m.name == other.name) && !loading {
-            decision.operations.push(Operation::Replicate { member: other.name.clone(), source: name.clone() });
-        }
-    }
-    match cluster.durability {
-        Durability::Acknowledged => decision.operations.push(Operation::ArmSemiSync { member: name.clone() }),
-        Durability::Asynchronous if server.semi_sync_armed => {
-            decision.operations.push(Operation::DisarmSemiSync { member: name.clone() })
-        }
-        Durability::Asynchronous => {}
-    }
-    decision.operations.push(Operation::OpenWrites { member: name.clone() });
-    decision.primary = Some(name.clone());
-    decision.change = Some(Change { election, backlog, ..change(&name) });
-    decision.standings = cluster
-        .members
-        .iter()
-        .map(|m| {
-            if m.name == name {
-                Standing { member: name.clone(), role: MemberRole::Primary, message: None }
-            } else if m.server.is_some() {
-                Standing {
-                    member: m.name.clone(),
-                    role: MemberRole::Seeding,
-                    message: Some(format!("now replicating from {name}")),
-                }
-            } else {
-                standing(m, &name, false)
-            }
+            }),
+            _ => None,
         })
         .collect();
+    decision.notes.extend(notes);
 }
 
-/// What each answering member of `members` holds or received.
-fn received_by<'a>(members: &[&'a Member]) -> Vec<(&'a Member, Position)> {
-    members.iter().filter_map(|m| Some((*m, m.server.as_ref()?.received()))).collect()
-}
-
-/// The member to promote: of those that hold or received every transaction any other did, the
-/// one with the least left to apply (the shortest wait before it can take writes), `preferred`
-/// first among equals, then the lowest ordinal. `None` when no one holds everything (their
-/// histories diverged).
-fn most_advanced<'a>(received: &[(&'a Member, Position)], preferred: Option<&str>) -> Option<(&'a Member, Position)> {
-    let holds_all = |position: &Position| received.iter().all(|(_, other)| position.includes(other));
-    let mut best: Vec<&(&Member, Position)> = received.iter().filter(|(_, position)| holds_all(position)).collect();
-    best.sort_by_key(|(member, position)| (left_to_apply(member, position), Some(member.name.as_str()) != preferred));
-    best.first().map(|(member, position)| (*member, position.clone()))
-}
-
-/// The replica of `replicas` a failover now would promote, and what it has left to apply.
-pub fn failover_candidate<'a>(replicas: &[&'a Member]) -> Option<(&'a Member, u64)> {
-    let (member, position) = most_advanced(&received_by(replicas), None)?;
-    Some((member, left_to_apply(member, &position)))
-}
-
-/// Transactions `member` received (of `received`) and has not applied yet.
-fn left_to_apply(member: &Member, received: &Position) -> u64 {
-    member.server.as_ref().map_or(0, |server| received.count_beyond(&server.position))
-}
-
-/// Why `chosen` was promoted, in words: what each candidate had received and had left to apply.
-fn election(received: &[(&Member, Position)], chosen: &str, position: &Position) -> String {
-    let others: Vec<String> = received
+/// Tells, once, of each server newly found holding transactions the primary lacks: it takes no
+/// traffic and does not rejoin until they are dealt with (docs/high-availability.md).
+fn note_divergence(observed: &Observed, decision: &mut Decision, next: &mut Memory) {
+    let diverged: Vec<(String, Option<String>)> = decision
+        .standings
         .iter()
-        .filter(|(member, _)| member.name != chosen)
-        .map(|(member, theirs)| match theirs.includes(position) {
-            true => format!("{} had {} left to apply", member.name, left_to_apply(member, theirs)),
-            false => format!("{} lacked {} of them", member.name, position.count_beyond(theirs)),
-        })
+        .filter(|s| s.role == MemberRole::Diverged)
+        .map(|s| (s.member.clone(), s.message.clone()))
         .collect();
-    let chosen_left = received.iter().find(|(m, _)| m.name == chosen).map_or(0, |(m, p)| left_to_apply(m, p));
-    let mut note = format!(
-        "{chosen} had received every transaction any server had ({position}) and had the least left to apply ({chosen_left})"
-    );
-    if !others.is_empty() {
-        note.push_str(&format!("; {}", others.join(", ")));
-    }
-    note
-}
-
-/// A switchover was asked for while the primary is writable: fence it, or refuse.
-fn start_switchover(cluster: &Cluster, primary: &str, request: &Switchover, decision: &mut Decision) {
-    match switchover_target(cluster, primary, request) {
-        Ok(target) => {
-            decision.operations.push(Operation::Fence { member: primary.into() });
-            decision.look_again = true;
-            decision.switching = Some(Switchover { to: Some(target), ..request.clone() });
-            decision.problem = Some((reason::PROMOTING, format!("switching over from {primary}")));
-            decision.standings = cluster.members.iter().map(|m| standing(m, primary, m.name == primary)).collect();
+    next.told_diverged.retain(|member| diverged.iter().any(|(name, _)| name == member));
+    for (member, message) in diverged {
+        if observed.shown_diverged.contains(&member) || !next.told_diverged.insert(member.clone()) {
+            continue;
         }
-        Err((reason, message)) => {
-            decision.refusal = Some(Refusal {
-                request: request.request.clone(),
-                asked_by: request.reason,
-                to: request.to.clone(),
-                reason,
-                message,
-            });
-            steady(cluster, primary, decision);
-        }
-    }
-}
-
-/// The replica a switchover hands the primary to: the one asked for, if it is a healthy replica
-/// of the primary, or the healthy replica that received the most.
-fn switchover_target(cluster: &Cluster, primary: &str, request: &Switchover) -> Result<String, (&'static str, String)> {
-    let host = host_of(cluster, primary);
-    let healthy = |m: &Member| {
-        m.name != primary && m.pod == PodState::Ready && m.server.as_ref().is_some_and(|s| s.replicates_from(&host))
-    };
-    match &request.to {
-        Some(to) => match member(cluster, to) {
-            Some(target) if healthy(target) => Ok(to.clone()),
-            Some(target) => Err((
-                reason::TARGET_NOT_A_HEALTHY_REPLICA,
-                format!("{to} is not a healthy replica of {primary}: {}", describe(target, primary)),
-            )),
-            None => Err((reason::TARGET_NOT_A_HEALTHY_REPLICA, format!("{to} is not a MySQL server of this app"))),
-        },
-        None => {
-            let healthy: Vec<&Member> = cluster.members.iter().filter(|m| healthy(m)).collect();
-            most_advanced(&received_by(&healthy), None)
-                .map(|(member, _)| member.name.clone())
-                .ok_or_else(|| (reason::NO_HEALTHY_REPLICA, format!("no replica of {primary} is healthy")))
-        }
-    }
-}
-
-/// The primary of a switchover is fenced: once the target applied everything, promote it.
-fn finish_switchover(cluster: &Cluster, primary: &str, switching: &Switchover, decision: &mut Decision) {
-    let target = switching.to.clone().unwrap_or_default();
-    let old = server(cluster, primary).expect("a read-only primary answered");
-    let ready = member(cluster, &target).filter(|m| m.pod == PodState::Ready && m.server.is_some());
-    let Some(target_member) = ready else {
-        // The target went away meanwhile: the old primary takes writes again.
-        decision.operations.push(Operation::OpenWrites { member: primary.into() });
-        decision.refusal = Some(Refusal {
-            request: switching.request.clone(),
-            asked_by: switching.reason,
-            to: switching.to.clone(),
-            reason: reason::TARGET_NOT_A_HEALTHY_REPLICA,
-            message: format!("{target} stopped answering during the switchover; {primary} stays the primary"),
+        decision.notes.push(Note {
+            warning: true,
+            reason: "Diverged",
+            action: "Replication",
+            message: format!("MySQL server {member} {}", message.unwrap_or_default()),
         });
-        decision.standings = cluster.members.iter().map(|m| standing(m, primary, m.name == primary)).collect();
-        return;
-    };
-    let target_server = target_member.server.as_ref().expect("checked above");
-    decision.switching = Some(switching.clone());
-    if !target_server.position.includes(&old.position) {
-        decision.operations.push(Operation::WaitApplied { member: target.clone(), position: old.position.to_string() });
-    }
-    decision.operations.push(Operation::Promote { member: target.clone() });
-    for other in cluster.members.iter().filter(|m| m.name != target && m.server.is_some()) {
-        decision.operations.push(Operation::Replicate { member: other.name.clone(), source: target.clone() });
-    }
-    if cluster.durability == Durability::Acknowledged {
-        decision.operations.push(Operation::ArmSemiSync { member: target.clone() });
-    }
-    decision.operations.push(Operation::OpenWrites { member: target.clone() });
-    decision.operations.push(Operation::DisconnectClients { member: primary.into() });
-    let backlog = old.position.count_beyond(&target_server.position);
-    decision.primary = Some(target.clone());
-    decision.switching = None;
-    decision.change = Some(Change {
-        kind: ChangeKind::Switchover,
-        from: Some(primary.into()),
-        to: target.clone(),
-        reason: switching.reason,
-        request: Some(switching.request.clone()),
-        election: format!(
-            "{target} was the switchover's target; it had {backlog} of {primary}'s transactions left to apply"
-        ),
-        backlog,
-    });
-    decision.standings = cluster
-        .members
-        .iter()
-        .map(|m| match m.name == target {
-            true => Standing { member: m.name.clone(), role: MemberRole::Primary, message: None },
-            false => standing(m, &target, false),
-        })
-        .collect();
-}
-
-/// A switchover request that arrives while the primary is not healthy is refused: a failover,
-/// not a switchover, is what the app needs.
-fn refuse_unanswerable_request(cluster: &Cluster, decision: &mut Decision) {
-    let Some(request) = &cluster.requested else { return };
-    if decision.refusal.is_some() || decision.switching.is_some() || decision.change.is_some() {
-        return;
-    }
-    if cluster.primary.as_deref().is_some_and(|p| matches!(health(cluster, p), Health::Writable)) {
-        return;
-    }
-    decision.refusal = Some(Refusal {
-        request: request.request.clone(),
-        asked_by: request.reason,
-        to: request.to.clone(),
-        reason: reason::PRIMARY_NOT_HEALTHY,
-        message: "the primary is not accepting writes now; a switchover needs a healthy primary".into(),
-    });
-}
-
-fn host_of(cluster: &Cluster, name: &str) -> String {
-    member(cluster, name).map(|m| m.host.clone()).unwrap_or_default()
-}
-
-fn replica(member: &Member) -> Standing {
-    Standing { member: member.name.clone(), role: MemberRole::Replica, message: None }
-}
-
-fn diverged(member: &Member, _primary: &str, errant: &[String]) -> Standing {
-    Standing {
-        member: member.name.clone(),
-        role: MemberRole::Diverged,
-        message: Some(format!("holds transactions the primary lacks: {}", errant.join(", "))),
     }
 }
 
-/// How a member stands while nothing is done to it.
-fn standing(member: &Member, primary: &str, is_primary: bool) -> Standing {
-    let role = match (&member.server, is_primary) {
-        (None, _) => MemberRole::Unavailable,
-        (Some(_), true) => MemberRole::Primary,
-        (Some(server), false)
-            if !primary.is_empty()
-                && server.replica.as_ref().is_some_and(|r| r.source_host.starts_with(&format!("{primary}."))) =>
-        {
-            MemberRole::Replica
+/// Adds this look's positions of every answering server to their samples, against the primary
+/// the decision leaves (when it takes writes), and judges how each follows it.
+fn follow(observed: &Observed, decision: &mut Decision, next: &mut Memory) {
+    let primary = decision.primary.as_deref().and_then(|p| server_of(&observed.members, p));
+    if let Some(primary) = primary.filter(|s| !s.read_only) {
+        let committed = primary.position.transactions();
+        for member in &observed.members {
+            let Some(server) = &member.server else { continue };
+            let sample = Sample {
+                at: observed.at,
+                primary: committed,
+                applied: server.position.transactions(),
+                received: server.received().transactions(),
+            };
+            following::record(next.samples.entry(member.name.clone()).or_default(), sample);
         }
-        (Some(_), false) => MemberRole::Fenced,
-    };
-    Standing {
-        member: member.name.clone(),
-        role,
-        message: (role == MemberRole::Unavailable).then(|| describe(member, primary)),
     }
+    next.samples.retain(|name, _| observed.members.iter().any(|m| &m.name == name));
+    decision.followings =
+        next.samples.iter().map(|(name, samples)| (name.clone(), following::following(samples))).collect();
 }
 
-fn describe(member: &Member, primary: &str) -> String {
-    match (member.pod, &member.server) {
-        (PodState::Missing, _) => "its pod does not exist".into(),
-        (PodState::Deleting, _) => "its pod is being deleted".into(),
-        (PodState::NotReady, _) => "its pod is not ready".into(),
-        (PodState::Ready, None) => "it does not answer".into(),
-        (PodState::Ready, Some(server)) => match &server.replica {
-            Some(r) if r.error.is_some() => format!(
-                "its replication stopped: {}",
-                r.error.as_ref().map(|(n, t)| format!("{n}: {t}")).unwrap_or_default()
-            ),
-            Some(r) if !r.source_host.starts_with(&format!("{primary}.")) => {
-                format!("it replicates from {}", r.source_host)
-            }
-            Some(_) => "its replication is not running".into(),
-            None => "it does not replicate".into(),
-        },
-    }
+fn server_of<'a>(members: &'a [Member], name: &str) -> Option<&'a super::server::Server> {
+    members.iter().find(|m| m.name == name).and_then(|m| m.server.as_ref())
+}
+
+/// Whether a problem means something under way that the next look may finish.
+fn under_way(problem: &Option<(&'static str, String)>) -> bool {
+    use reason::{ELECTION_WAITS, FAILOVER_WAITS, PRIMARY_SILENT, PROMOTING};
+    problem
+        .as_ref()
+        .is_some_and(|(reason, _)| [PROMOTING, FAILOVER_WAITS, ELECTION_WAITS, PRIMARY_SILENT].contains(reason))
+}
+
+/// A number of seconds to one decimal.
+fn tenths(seconds: f64) -> f64 {
+    (seconds * 10.0).round() / 10.0
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+    use std::time::Instant;
+
+    /// The time `seconds` after `start`, for the tables of cases.
+    fn after(start: Instant, seconds: u64) -> Instant {
+        start + Duration::from_secs(seconds)
+    }
+
+    use visitors_api::visitors_app::Durability;
+
     use super::*;
-    use crate::replication::server::{History, Replication};
+    use crate::replication::model::{BackupSeed, Extraction, UPDATE_REQUEST};
+    use crate::replication::server::{History, Position, Replication, Server};
     use crate::replication::sql::Flavor;
 
     fn host(name: &str) -> String {
         format!("{name}.ex-mysql-headless.shop.svc")
     }
 
-    fn position(text: &str) -> Position {
-        Position::parse(text).unwrap()
-    }
-
-    /// A MariaDB server with `applied` in its binary log, `history` by writer.
-    fn server(id: u32, applied: &str, history: &str) -> Server {
+    fn server(applied: &str, read_only: bool) -> Server {
         Server {
             flavor: Flavor::MariaDb,
-            server_id: id,
-            read_only: true,
-            position: position(applied),
-            history: History::parse(Flavor::MariaDb, history).unwrap(),
-            semi_sync_armed: false,
-            semi_sync_clients: 0,
+            server_id: 100,
+            read_only,
+            position: Position::parse(applied).unwrap(),
+            history: History::parse(Flavor::MariaDb, applied).unwrap(),
+            semi_sync_armed: !read_only,
+            semi_sync_clients: if read_only { 0 } else { 2 },
             semi_sync_waiting: 0,
-            ssl_ca: Some("/ca.crt".into()),
+            ssl_ca: None,
             has_replication_user: true,
             replica: None,
-            first_binlog: Some("binlog.000001".into()),
+            first_binlog: None,
         }
     }
 
@@ -1097,7 +373,10 @@ mod tests {
             host: host(&name),
             name,
             pod: PodState::Ready,
-            server,
+            server: server.map(|mut s| {
+                s.server_id = 100 + ordinal;
+                s
+            }),
             server_id: 100 + ordinal,
             extraction: Extraction::NotStarted,
             reseeding: false,
@@ -1106,658 +385,297 @@ mod tests {
         }
     }
 
-    fn primary(ordinal: u32, applied: &str) -> Member {
-        let mut s = server(100 + ordinal, applied, applied);
-        s.read_only = false;
-        s.semi_sync_armed = true;
-        s.semi_sync_clients = 2;
-        member(ordinal, Some(s))
-    }
-
-    /// A replica of `source` that received `received` and applied `applied`, its receiver
-    /// running or not.
-    fn replica(ordinal: u32, source: u32, received: &str, applied: &str, receiving: bool) -> Member {
-        let mut s = server(100 + ordinal, applied, applied);
+    fn replica(ordinal: u32, received: &str, applied: &str, receiving: bool) -> Member {
+        let mut s = server(applied, true);
         s.replica = Some(Replication {
-            source_host: host(&format!("ex-mysql-{source}")),
+            upstream_host: host("ex-mysql-0"),
             receiving,
             connected: receiving,
             applying: true,
-            received: position(received),
+            received: Position::parse(received).unwrap(),
             lag_seconds: Some(0),
             error: None,
         });
         member(ordinal, Some(s))
     }
 
-    fn cluster(members: Vec<Member>, primary: Option<&str>) -> Cluster {
-        Cluster {
-            members,
-            primary: primary.map(Into::into),
-            durability: Durability::Acknowledged,
-            primary_silent: 0,
-            requested: None,
-            switching: None,
-            updating: None,
-            seed_backup: None,
-            demoted: None,
-        }
-    }
-
-    fn roles(decision: &Decision) -> Vec<MemberRole> {
-        decision.standings.iter().map(|s| s.role).collect()
-    }
-
-    use MemberRole::{Diverged, Fenced, Primary, Replica, Seeding, Unavailable};
-    use Operation::*;
-
-    fn op(kind: fn(String) -> Operation, ordinal: u32) -> Operation {
-        kind(format!("ex-mysql-{ordinal}"))
-    }
-
-    fn replicate(ordinal: u32, source: u32) -> Operation {
-        Replicate { member: format!("ex-mysql-{ordinal}"), source: format!("ex-mysql-{source}") }
-    }
-
-    fn wait(ordinal: u32, position: &str) -> Operation {
-        WaitApplied { member: format!("ex-mysql-{ordinal}"), position: position.into() }
-    }
-
-    fn fence(m: String) -> Operation {
-        Fence { member: m }
-    }
-    fn disconnect(m: String) -> Operation {
-        DisconnectClients { member: m }
-    }
-    fn stop(m: String) -> Operation {
-        StopReceiving { member: m }
-    }
-    fn promote(m: String) -> Operation {
-        Promote { member: m }
-    }
-    fn arm(m: String) -> Operation {
-        ArmSemiSync { member: m }
-    }
-    fn open(m: String) -> Operation {
-        OpenWrites { member: m }
-    }
-
-    #[test]
-    fn a_healthy_cluster_needs_nothing() {
-        let c = cluster(
-            vec![
-                primary(0, "0-100-9"),
-                replica(1, 0, "0-100-9", "0-100-9", true),
-                replica(2, 0, "0-100-9", "0-100-8", true),
-            ],
-            Some("ex-mysql-0"),
-        );
-        let d = decide(&c);
-        assert_eq!(d.operations, []);
-        assert_eq!(roles(&d), [Primary, Replica, Replica]);
-        assert_eq!((d.problem, d.change, d.look_again), (None, None, false));
-    }
-
-    /// Each case: what the replicas are, what is done, what they are then, and the problem.
-    #[test]
-    fn replicas_are_attached_fenced_or_set_aside() {
-        let mut writable_old_primary = primary(2, "0-100-9");
-        writable_old_primary.server.as_mut().unwrap().semi_sync_clients = 0;
-        let mut errant_old_primary = primary(2, "0-100-10");
-        errant_old_primary.server.as_mut().unwrap().history = History::parse(Flavor::MariaDb, "0-100-10").unwrap();
-        let cases: Vec<(Member, Vec<Operation>, MemberRole, Option<&str>)> = vec![
-            (member(2, Some(server(102, "", ""))), vec![replicate(2, 1)], Seeding, Some(reason::SEEDING)),
-            (
-                writable_old_primary,
-                vec![op(fence, 2), op(disconnect, 2), replicate(2, 0)],
-                Seeding,
-                Some(reason::SEEDING),
-            ),
-            (replica(2, 1, "0-100-9", "0-100-9", true), vec![replicate(2, 0)], Seeding, Some(reason::SEEDING)),
-            (member(2, None), vec![], Unavailable, Some(reason::REPLICA_NOT_REPLICATING)),
-        ];
-        for (third, operations, role, problem) in cases {
-            let c = cluster(
-                vec![primary(0, "0-100-9"), replica(1, 0, "0-100-9", "0-100-9", true), third],
-                Some("ex-mysql-0"),
-            );
-            let d = decide(&c);
-            assert_eq!(d.operations, operations, "{:?}", c.members[2]);
-            assert_eq!(roles(&d), [Primary, Replica, role]);
-            assert_eq!(d.problem.map(|(reason, _)| reason), problem);
-        }
-    }
-
-    /// A server that stopped on `error` from `source`, holding `applied`.
-    fn stopped(ordinal: u32, source: u32, applied: &str, error: (u32, &str)) -> Member {
-        let mut m = replica(ordinal, source, applied, applied, false);
-        let replication = m.server.as_mut().unwrap().replica.as_mut().unwrap();
-        replication.applying = true;
-        replication.error = Some((error.0, error.1.into()));
-        m
-    }
-
-    const PURGED: (u32, &str) = (
-        1236,
-        "Got fatal error 1236 from master when reading data from binary log: 'Could not find GTID state requested by slave in any binlog files. Probably the slave state is too old and required binlog files have been purged.'",
-    );
-
-    fn seed_backup(position: &str) -> Option<SeedBackup> {
-        Some(SeedBackup { run: "nightly-1".into(), position: self::position(position) })
-    }
-
-    /// An empty server whose source lacks the binary logs since the beginning is loaded from the
-    /// newest verified backup run, then replicates from the primary what came after; with no
-    /// such run, or when the load failed, it says it cannot be seeded.
-    #[test]
-    fn an_empty_server_behind_purged_logs_is_loaded_from_the_newest_verified_run() {
-        let empty = |seed: BackupSeed| {
-            let mut m = stopped(2, 1, "", PURGED);
-            m.backup_seed = seed;
-            m
-        };
-        let loaded = BackupSeed::Loaded { run: "nightly-1".into(), position: "0-100-7".into() };
-        let adopt = AdoptPosition { member: "ex-mysql-2".into(), position: "0-100-7".into() };
-        let seed_from = SeedFromBackup { member: "ex-mysql-2".into(), run: "nightly-1".into() };
-        type Case = (Member, Option<SeedBackup>, Vec<Operation>, MemberRole, &'static str);
-        let cases: Vec<Case> = vec![
-            (empty(BackupSeed::NotStarted), seed_backup("0-100-7"), vec![seed_from], Seeding, reason::SEEDING),
-            (empty(BackupSeed::NotStarted), None, vec![], Unavailable, reason::CANNOT_SEED),
-            (empty(BackupSeed::Loading { run: "nightly-1".into() }), None, vec![], Seeding, reason::SEEDING),
-            (empty(loaded), None, vec![adopt, replicate(2, 0)], Seeding, reason::SEEDING),
-            (
-                empty(BackupSeed::Failed("Job x".into())),
-                seed_backup("0-100-7"),
-                vec![],
-                Unavailable,
-                reason::CANNOT_SEED,
-            ),
-            (
-                stopped(2, 1, "", (2003, "cannot connect")),
-                seed_backup("0-100-7"),
-                vec![replicate(2, 1)],
-                Seeding,
-                reason::SEEDING,
-            ),
-        ];
-        for (third, seed_backup, operations, role, problem) in cases {
-            let mut c = cluster(
-                vec![primary(0, "0-100-9"), replica(1, 0, "0-100-9", "0-100-9", true), third],
-                Some("ex-mysql-0"),
-            );
-            c.seed_backup = seed_backup;
-            let d = decide(&c);
-            assert_eq!(d.operations, operations, "{:?}", c.members[2].backup_seed);
-            assert_eq!(roles(&d), [Primary, Replica, role], "{:?}", d.standings[2]);
-            assert_eq!(d.problem.map(|(reason, _)| reason), Some(problem));
-        }
-    }
-
-    /// A replica the primary's purged logs leave behind starts again empty when a verified run
-    /// newer than what it holds can seed it; otherwise reseeding would end where it stands.
-    #[test]
-    fn a_replica_behind_purged_logs_is_reseeded_only_when_a_newer_run_exists() {
-        let cases: Vec<(Option<SeedBackup>, Vec<Operation>, MemberRole, &str)> = vec![
-            (
-                seed_backup("0-100-8"),
-                vec![Reseed { member: "ex-mysql-2".into(), cause: ReseedCause::SourcePurged }],
-                Seeding,
-                reason::SEEDING,
-            ),
-            (seed_backup("0-100-5"), vec![], Unavailable, reason::CANNOT_SEED),
-            (None, vec![], Unavailable, reason::CANNOT_SEED),
-        ];
-        for (seed_backup, operations, role, problem) in cases {
-            let mut c = cluster(
-                vec![
-                    primary(0, "0-100-9"),
-                    replica(1, 0, "0-100-9", "0-100-9", true),
-                    stopped(2, 0, "0-100-6", PURGED),
-                ],
-                Some("ex-mysql-0"),
-            );
-            c.seed_backup = seed_backup.clone();
-            let d = decide(&c);
-            assert_eq!(d.operations, operations, "{seed_backup:?}");
-            assert_eq!(roles(&d), [Primary, Replica, role]);
-            assert_eq!(d.problem.map(|(reason, _)| reason), Some(problem));
-        }
-    }
-
-    /// A failover while a backup run loads into a server leaves that server's replication alone:
-    /// replicating now would mix with the load.
-    #[test]
-    fn a_failover_does_not_point_a_loading_server_at_the_new_primary() {
-        let mut gone = primary(0, "0-100-9");
-        gone.pod = PodState::Missing;
-        gone.server = None;
-        let mut loading = stopped(2, 1, "", PURGED);
-        loading.backup_seed = BackupSeed::Loading { run: "nightly-1".into() };
-        let c = cluster(vec![gone, replica(1, 0, "0-100-9", "0-100-9", false), loading], Some("ex-mysql-0"));
-        let d = decide(&c);
-        assert_eq!(d.primary.as_deref(), Some("ex-mysql-1"));
-        assert!(
-            !d.operations.iter().any(|op| matches!(op, Replicate { member, .. } if member == "ex-mysql-2")),
-            "{:?}",
-            d.operations
-        );
-    }
-
-    /// A former primary holding a commit no replica received: its waiting commits are released
-    /// by a restart, its transactions copied to a file, then it is seeded again; never rejoined
-    /// as it is.
-    #[test]
-    fn a_diverged_server_is_restarted_copied_then_seeded_again() {
-        let diverged = |waiting: u32, extraction: Extraction| {
-            let mut old = primary(2, "0-100-10");
-            old.server.as_mut().unwrap().semi_sync_waiting = waiting;
-            old.extraction = extraction;
-            old
-        };
-        let extract = Extract {
-            member: "ex-mysql-2".into(),
-            after: "0-100-9".into(),
-            primary_set: "0-100-9".into(),
-            first_log: "binlog.000001".into(),
-            errant: vec!["0-100-10..10".into()],
-        };
-        let cases = [
-            (diverged(1, Extraction::NotStarted), vec![op(|m| Restart { member: m }, 2)], "restarting it"),
-            (diverged(0, Extraction::NotStarted), vec![op(fence, 2), extract], "copying them"),
-            (diverged(0, Extraction::Running), vec![op(fence, 2)], "copying them"),
-            (
-                diverged(0, Extraction::Done("file f".into())),
-                vec![op(fence, 2), op(|m| Reseed { member: m, cause: ReseedCause::Diverged }, 2)],
-                "seeding it again",
-            ),
-            (diverged(0, Extraction::Failed("no".into())), vec![op(fence, 2)], "failed (no); the server keeps them"),
-        ];
-        for (old, operations, said) in cases {
-            let c = cluster(
-                vec![primary(0, "0-100-9"), replica(1, 0, "0-100-9", "0-100-9", true), old],
-                Some("ex-mysql-0"),
-            );
-            let d = decide(&c);
-            assert_eq!(d.operations, operations);
-            assert_eq!(roles(&d), [Primary, Replica, Diverged]);
-            let message = d.standings[2].message.clone().unwrap();
-            assert!(message.contains("0-100-10..10") && message.contains(said), "{message}");
-            assert_eq!(d.problem.unwrap().0, reason::DIVERGED);
-        }
-    }
-
-    #[test]
-    fn an_empty_server_is_seeded_from_a_replica_then_moves_to_the_primary() {
-        let mut reseeded = member(2, Some(server(102, "", "")));
-        reseeded.reseeding = true;
-        let c = cluster(
-            vec![primary(0, "0-100-9"), replica(1, 0, "0-100-9", "0-100-9", true), reseeded],
-            Some("ex-mysql-0"),
-        );
-        let d = decide(&c);
-        assert_eq!(d.operations, [op(|m| ClearSeed { member: m }, 2), replicate(2, 1)]);
-
-        let catching_up = replica(2, 1, "0-100-5", "0-100-5", true);
-        let c = cluster(
-            vec![primary(0, "0-100-9"), replica(1, 0, "0-100-9", "0-100-9", true), catching_up],
-            Some("ex-mysql-0"),
-        );
-        let d = decide(&c);
-        assert_eq!((d.operations.clone(), roles(&d)), (vec![], vec![Primary, Replica, Seeding]));
-
-        let caught_up = replica(2, 1, "0-100-9", "0-100-9", true);
-        let c = cluster(
-            vec![primary(0, "0-100-9"), replica(1, 0, "0-100-9", "0-100-9", true), caught_up],
-            Some("ex-mysql-0"),
-        );
-        assert_eq!(decide(&c).operations, [replicate(2, 0)]);
-    }
-
-    #[test]
-    fn a_primary_no_replica_acknowledges_says_that_writes_wait() {
-        let mut lone = primary(0, "0-100-9");
-        lone.server.as_mut().unwrap().semi_sync_clients = 0;
-        let c = cluster(vec![lone, member(1, None)], Some("ex-mysql-0"));
-        let (reason, message) = decide(&c).problem.unwrap();
-        assert_eq!(reason, reason::NO_ACKNOWLEDGING_REPLICA);
-        assert!(message.contains("writes wait"), "{message}");
-    }
-
-    #[test]
-    fn a_deleted_primary_is_fenced_off_first_then_the_replica_that_received_most_is_promoted() {
-        let mut gone = primary(0, "0-100-12");
-        gone.pod = PodState::Deleting;
-        gone.server = None;
-        let receiving = cluster(
-            vec![
-                gone.clone(),
-                replica(1, 0, "0-100-12", "0-100-10", true),
-                replica(2, 0, "0-100-11", "0-100-11", true),
-            ],
-            Some("ex-mysql-0"),
-        );
-        let d = decide(&receiving);
-        assert_eq!(d.operations, [op(stop, 1), op(stop, 2)]);
-        assert!(d.look_again && d.change.is_none());
-
-        let stopped = cluster(
-            vec![gone, replica(1, 0, "0-100-12", "0-100-10", false), replica(2, 0, "0-100-11", "0-100-11", false)],
-            Some("ex-mysql-0"),
-        );
-        let d = decide(&stopped);
-        assert_eq!(d.operations, [wait(1, "0-100-12"), op(promote, 1), replicate(2, 1), op(arm, 1), op(open, 1)]);
-        assert_eq!(d.primary.as_deref(), Some("ex-mysql-1"));
-        assert_eq!(roles(&d), [Unavailable, Primary, Seeding]);
-        let change = d.change.unwrap();
-        assert_eq!(
-            (change.kind, change.from.as_deref(), change.reason),
-            (ChangeKind::Failover, Some("ex-mysql-0"), "PodDeleted")
-        );
-    }
-
-    #[test]
-    fn a_failover_waits_for_every_replica_and_refuses_diverged_ones() {
-        let mut gone = primary(0, "0-100-12");
-        gone.pod = PodState::NotReady;
-        gone.server = None;
-        let silent = cluster(
-            vec![gone.clone(), replica(1, 0, "0-100-12", "0-100-12", false), member(2, None)],
-            Some("ex-mysql-0"),
-        );
-        let d = decide(&silent);
-        assert_eq!((d.operations, d.primary.as_deref()), (vec![], Some("ex-mysql-0")));
-        assert_eq!(d.problem.unwrap().0, reason::FAILOVER_WAITS);
-
-        let other = replica(2, 0, "1-103-1", "1-103-1", false);
-        let split = cluster(vec![gone, replica(1, 0, "0-100-12", "0-100-12", false), other], Some("ex-mysql-0"));
-        let d = decide(&split);
-        assert_eq!(d.problem.unwrap().0, reason::DIVERGED);
-        assert!(d.change.is_none() && !d.operations.iter().any(|o| matches!(o, Promote { .. } | OpenWrites { .. })));
-    }
-
-    #[test]
-    fn a_silent_primary_is_failed_over_at_the_second_look() {
-        let mut silent = primary(0, "0-100-12");
-        silent.server = None;
-        let mut c = cluster(
-            vec![silent, replica(1, 0, "0-100-12", "0-100-12", false), replica(2, 0, "0-100-12", "0-100-12", false)],
-            Some("ex-mysql-0"),
-        );
-        c.primary_silent = 1;
-        let d = decide(&c);
-        assert_eq!((d.operations.len(), d.problem.unwrap().0), (0, reason::PRIMARY_SILENT));
-        c.primary_silent = SILENT_LOOKS;
-        let d = decide(&c);
-        assert_eq!(d.change.map(|c| (c.to, c.reason)), Some(("ex-mysql-1".into(), reason::NOT_ANSWERING)));
-    }
-
-    #[test]
-    fn a_new_app_elects_its_first_server_once_every_server_answers() {
-        let fresh = |ordinal| member(ordinal, Some(server(100 + ordinal, "", "")));
-        let waiting = cluster(vec![fresh(0), fresh(1), member(2, None)], None);
-        let d = decide(&waiting);
-        assert_eq!((d.operations, d.problem.unwrap().0), (vec![], reason::ELECTION_WAITS));
-
-        let d = decide(&cluster(vec![fresh(0), fresh(1), fresh(2)], None));
-        assert_eq!(d.operations, [replicate(1, 0), replicate(2, 0), op(arm, 0), op(open, 0)]);
-        assert_eq!((d.primary.as_deref(), d.change), (Some("ex-mysql-0"), None), "a first primary is no failover");
-    }
-
-    #[test]
-    fn a_restarted_primary_is_elected_again_unless_a_replica_holds_more() {
-        let restarted = |applied| member(0, Some(server(100, applied, applied)));
-        let d = decide(&cluster(
-            vec![
-                restarted("0-100-12"),
-                replica(1, 0, "0-100-12", "0-100-12", false),
-                replica(2, 0, "0-100-11", "0-100-11", false),
-            ],
-            Some("ex-mysql-0"),
-        ));
-        assert_eq!(d.operations, [replicate(1, 0), replicate(2, 0), op(arm, 0), op(open, 0)]);
-        assert_eq!((d.primary.as_deref(), d.change), (Some("ex-mysql-0"), None));
-
-        // Its last transaction, received by a replica but never acknowledged to the client, was
-        // cut from its log when it restarted: the replica holds more.
-        let d = decide(&cluster(
-            vec![
-                restarted("0-100-11"),
-                replica(1, 0, "0-100-12", "0-100-12", false),
-                replica(2, 0, "0-100-11", "0-100-11", false),
-            ],
-            Some("ex-mysql-0"),
-        ));
-        assert_eq!(d.primary.as_deref(), Some("ex-mysql-1"));
-        assert_eq!(d.change.map(|c| c.reason), Some(reason::PRIMARY_RESTARTED));
-        assert!(d.operations.contains(&replicate(0, 1)));
-    }
-
-    #[test]
-    fn a_switchover_fences_the_primary_then_promotes_the_target_once_it_applied_everything() {
-        let healthy = || {
-            vec![
-                primary(0, "0-100-9"),
-                replica(1, 0, "0-100-9", "0-100-9", true),
-                replica(2, 0, "0-100-9", "0-100-8", true),
-            ]
-        };
-        let request = Switchover::requested("r1".into(), Some("ex-mysql-2".into()));
-        let mut asked = cluster(healthy(), Some("ex-mysql-0"));
-        asked.requested = Some(request.clone());
-        let d = decide(&asked);
-        assert_eq!(d.operations, [op(fence, 0)]);
-        assert_eq!(d.switching, Some(request.clone()));
-        assert!(d.look_again);
-
-        let mut fenced = healthy();
-        fenced[0].server.as_mut().unwrap().read_only = true;
-        let mut switching = cluster(fenced, Some("ex-mysql-0"));
-        switching.switching = Some(request);
-        let d = decide(&switching);
-        assert_eq!(
-            d.operations,
-            [
-                wait(2, "0-100-9"),
-                op(promote, 2),
-                replicate(0, 2),
-                replicate(1, 2),
-                op(arm, 2),
-                op(open, 2),
-                op(disconnect, 0)
-            ],
-            "the old primary's client sessions are closed, once the labels moved"
-        );
-        let change = d.change.unwrap();
-        assert_eq!(
-            (change.kind, change.to.as_str(), change.request.as_deref(), change.backlog),
-            (ChangeKind::Switchover, "ex-mysql-2", Some("r1"), 1)
-        );
-    }
-
-    /// Each case: what the two replicas received and applied when the primary went away; the
-    /// one promoted, whether the promotion waits for it to apply, and what it had left.
-    #[test]
-    fn a_failover_promotes_of_the_replicas_holding_everything_the_one_with_the_least_left_to_apply() {
-        type Case = (&'static str, [(&'static str, &'static str); 2], u32, bool, u64);
-        let cases: [Case; 6] = [
-            ("the other one applied more", [("0-100-12", "0-100-10"), ("0-100-12", "0-100-12")], 2, false, 0),
-            ("the first one applied more", [("0-100-12", "0-100-12"), ("0-100-12", "0-100-3")], 1, false, 0),
-            ("both behind, the second less", [("0-100-12", "0-100-8"), ("0-100-12", "0-100-9")], 2, true, 3),
-            ("equal: the lowest ordinal", [("0-100-12", "0-100-12"), ("0-100-12", "0-100-12")], 1, false, 0),
-            ("only the first received everything", [("0-100-12", "0-100-5"), ("0-100-11", "0-100-11")], 1, true, 7),
-            ("only the second received everything", [("0-100-11", "0-100-11"), ("0-100-12", "0-100-2")], 2, true, 10),
-        ];
-        for (case, [(r1, a1), (r2, a2)], chosen, waits, backlog) in cases {
-            let mut gone = primary(0, "0-100-12");
-            gone.pod = PodState::Missing;
-            gone.server = None;
-            let c = cluster(vec![gone, replica(1, 0, r1, a1, false), replica(2, 0, r2, a2, false)], Some("ex-mysql-0"));
-            let d = decide(&c);
-            let name = format!("ex-mysql-{chosen}");
-            assert_eq!(d.primary.as_deref(), Some(name.as_str()), "{case}");
-            let waiting = d.operations.iter().any(|op| matches!(op, WaitApplied { member, .. } if *member == name));
-            assert_eq!(waiting, waits, "{case}: {:?}", d.operations);
-            let change = d.change.expect("a failover");
-            assert_eq!(change.backlog, backlog, "{case}");
-            assert!(
-                change.election.starts_with(&format!("{name} had received every transaction")),
-                "{}",
-                change.election
-            );
-            let other = format!("ex-mysql-{}", 3 - chosen);
-            assert!(change.election.contains(&other), "{case}: the other candidate is named: {}", change.election);
-            assert_eq!(
-                failover_candidate(&c.members[1..].iter().collect::<Vec<_>>()).map(|(m, b)| (m.name.clone(), b)),
-                Some((name.clone(), backlog)),
-                "{case}: the expected failover wait reads the same candidate"
-            );
-        }
-    }
-
-    /// A server that took writes and no longer is the primary has its client sessions closed:
-    /// when it is fenced (a former primary that answers again), after a failover that could
-    /// fence it, and at each look while it was demoted moments ago.
-    #[test]
-    fn a_demoted_primarys_client_sessions_are_closed() {
-        let mut answering_old = primary(0, "0-100-12");
-        answering_old.pod = PodState::NotReady;
-        let c = cluster(
-            vec![
-                answering_old,
-                replica(1, 0, "0-100-12", "0-100-12", false),
-                replica(2, 0, "0-100-12", "0-100-12", false),
-            ],
-            Some("ex-mysql-0"),
-        );
-        let d = decide(&c);
-        assert_eq!(d.operations[..2], [op(fence, 0), op(disconnect, 0)], "{:?}", d.operations);
-
-        let mut demoted = cluster(
-            vec![
-                primary(0, "0-100-9"),
-                replica(1, 0, "0-100-9", "0-100-9", true),
-                replica(2, 0, "0-100-9", "0-100-9", true),
-            ],
-            Some("ex-mysql-0"),
-        );
-        assert_eq!(decide(&demoted).operations, []);
-        demoted.demoted = Some("ex-mysql-2".into());
-        assert_eq!(decide(&demoted).operations, [op(disconnect, 2)]);
-        demoted.members[2].server = None;
-        assert_eq!(decide(&demoted).operations, [], "a server that does not answer is left for the next look");
-    }
-
-    #[test]
-    fn a_switchover_to_anything_but_a_healthy_replica_is_refused_and_nothing_moves() {
-        let members = vec![
-            primary(0, "0-100-9"),
-            replica(1, 0, "0-100-9", "0-100-9", true),
-            member(2, Some(server(102, "", ""))),
-        ];
-        for (to, reason) in [
-            (Some("ex-mysql-2"), reason::TARGET_NOT_A_HEALTHY_REPLICA),
-            (Some("ex-mysql-0"), reason::TARGET_NOT_A_HEALTHY_REPLICA),
-            (Some("nobody"), reason::TARGET_NOT_A_HEALTHY_REPLICA),
-        ] {
-            let mut c = cluster(members.clone(), Some("ex-mysql-0"));
-            c.requested = Some(Switchover::requested("r".into(), to.map(Into::into)));
-            let d = decide(&c);
-            assert_eq!(d.refusal.map(|r| r.reason), Some(reason), "{to:?}");
-            assert!(!d.operations.contains(&op(fence, 0)), "{to:?}");
-            assert_eq!(d.primary.as_deref(), Some("ex-mysql-0"));
-        }
-        let mut best = cluster(members, Some("ex-mysql-0"));
-        best.requested = Some(Switchover::requested("r".into(), None));
-        assert_eq!(decide(&best).switching.and_then(|s| s.to).as_deref(), Some("ex-mysql-1"));
-    }
-
-    #[test]
-    fn every_answering_server_gets_its_own_id_and_the_replication_account() {
-        let mut stranger = member(1, Some(server(1, "", "")));
-        stranger.server.as_mut().unwrap().has_replication_user = false;
-        let d = decide(&cluster(vec![primary(0, ""), stranger], Some("ex-mysql-0")));
-        assert_eq!(
-            d.operations[..2],
-            [
-                SetServerId { member: "ex-mysql-1".into(), id: 101 },
-                EnsureReplicationUser { member: "ex-mysql-1".into() }
-            ]
-        );
-        let _ = Fenced;
-    }
-
-    fn healthy_three() -> Vec<Member> {
+    /// A healthy app of three at `applied`: `ex-mysql-0` the primary.
+    fn healthy(applied: &str) -> Vec<Member> {
         vec![
-            primary(0, "0-100-9"),
-            replica(1, 0, "0-100-9", "0-100-9", true),
-            replica(2, 0, "0-100-9", "0-100-9", true),
+            member(0, Some(server(applied, false))),
+            replica(1, applied, applied, true),
+            replica(2, applied, applied, true),
         ]
     }
 
-    fn outdated(members: &mut [Member], ordinals: &[usize]) {
-        for &ordinal in ordinals {
-            members[ordinal].outdated = true;
+    fn observed(members: Vec<Member>, at: Instant, second: i64) -> Observed {
+        Observed {
+            members,
+            recorded_primary: Some("ex-mysql-0".into()),
+            durability: Durability::Acknowledged,
+            annotated_switchover: None,
+            answered_request: None,
+            shown_diverged: BTreeSet::new(),
+            seed_backup: None,
+            at,
+            time: jiff::Timestamp::from_second(1_800_000_000 + second).unwrap(),
         }
     }
 
-    fn update(ordinal: u32) -> Operation {
-        op(|m| Update { member: m }, ordinal)
+    fn remembering(primary: &str) -> Memory {
+        Memory { primary: Some(primary.into()), ..Memory::default() }
     }
 
+    fn fenced(members: &mut [Member], ordinal: usize) {
+        let server = members[ordinal].server.as_mut().unwrap();
+        server.read_only = true;
+    }
+
+    /// Each case: how long ago the switchover's primary was fenced, and whether it is given up
+    /// (a refusal recorded and told, nothing remembered), or goes on (the target waited for).
     #[test]
-    fn a_new_pod_template_restarts_one_healthy_replica_at_a_time_the_highest_first() {
-        let not_ready = |members: &mut Vec<Member>| members[1].pod = PodState::NotReady;
-        let not_replicating = |members: &mut Vec<Member>| members[1].server.as_mut().unwrap().replica = None;
-        type Case = (&'static str, Vec<usize>, fn(&mut Vec<Member>), Option<&'static str>, Vec<Operation>);
-        let cases: Vec<Case> = vec![
-            ("nothing outdated", vec![], |_| {}, None, vec![]),
-            ("one replica", vec![1], |_| {}, None, vec![update(1)]),
-            ("two replicas: the highest first", vec![1, 2], |_| {}, None, vec![update(2)]),
-            ("every server: the replicas first", vec![0, 1, 2], |_| {}, None, vec![update(2)]),
-            ("another is being restarted", vec![1], |_| {}, Some("ex-mysql-2"), vec![]),
-            ("a pod is not ready", vec![2], not_ready, None, vec![]),
-            ("a replica does not replicate", vec![2], not_replicating, None, vec![replicate(1, 0)]),
-        ];
-        for (case, stale, damage, updating, expected) in cases {
-            let mut members = healthy_three();
-            outdated(&mut members, &stale);
-            damage(&mut members);
-            let mut c = cluster(members, Some("ex-mysql-0"));
-            c.updating = updating.map(Into::into);
-            let d = decide(&c);
-            assert_eq!(d.operations, expected, "{case}");
-            assert_eq!(d.switching, None, "{case}");
-            if expected.iter().any(|op| matches!(op, Update { .. })) {
-                assert_eq!(d.problem.map(|p| p.0), Some(reason::UPDATING), "{case}");
+    fn a_switchover_whose_target_does_not_catch_up_is_given_up_after_its_limit() {
+        let start = Instant::now();
+        let switchover = Switchover::requested("r1".into(), Some("ex-mysql-2".into()));
+        for (since, given_up) in [(5, false), (29, false), (31, true), (600, true)] {
+            let now = after(start, 600);
+            let mut members = healthy("0-100-9");
+            fenced(&mut members, 0);
+            members[2] = replica(2, "0-100-9", "0-100-7", true);
+            let memory = Memory {
+                switching: Some((switchover.clone(), now - Duration::from_secs(since))),
+                ..remembering("ex-mysql-0")
+            };
+            let (decision, next) = decide(&observed(members, now, 600), &memory);
+            let refused = decision.switchover.as_ref().is_some_and(|(record, _)| record.to.is_none());
+            assert_eq!(refused, given_up, "{since} s: {decision:?}");
+            assert_eq!(next.switching.is_none(), given_up, "{since} s");
+            if given_up {
+                let (record, asked_by) = decision.switchover.clone().unwrap();
+                assert_eq!(
+                    (record.reason.as_str(), asked_by),
+                    (reason::TARGET_NOT_A_HEALTHY_REPLICA, reason::REQUESTED)
+                );
+                assert!(decision.notes.iter().any(|n| n.reason == "SwitchoverRefused" && n.warning));
+            } else {
+                assert!(decision.acts.iter().any(|a| matches!(a, Act::WaitApplied { .. })), "{:?}", decision.acts);
             }
         }
     }
 
+    /// Each case: the primary's pod and server at this look, the silent looks before, and the
+    /// count after; a server that answers writable is when the primary was last seen writable.
     #[test]
-    fn once_every_replica_is_updated_the_primary_is_handed_over_then_restarted_as_a_replica() {
-        let mut members = healthy_three();
-        outdated(&mut members, &[0]);
-        let d = decide(&cluster(members.clone(), Some("ex-mysql-0")));
-        assert_eq!(d.operations, [op(fence, 0)]);
-        let switching = d.switching.expect("a switchover starts");
-        assert_eq!((switching.reason, switching.request.as_str()), (reason::ROLLING_UPDATE, UPDATE_REQUEST));
-
-        members[0].server.as_mut().unwrap().read_only = true;
-        let mut fenced = cluster(members.clone(), Some("ex-mysql-0"));
-        fenced.switching = Some(switching);
-        let change = decide(&fenced).change.expect("the switchover finishes");
-        assert_eq!(
-            (change.kind, change.reason, change.to.as_str()),
-            (ChangeKind::Switchover, reason::ROLLING_UPDATE, "ex-mysql-1")
-        );
-
-        // The old primary is now an outdated replica of the new one.
-        let mut after = vec![
-            replica(0, 1, "0-100-9", "0-100-9", true),
-            primary(1, "0-100-9"),
-            replica(2, 1, "0-100-9", "0-100-9", true),
+    fn a_silent_primary_is_counted_and_a_writable_one_remembered() {
+        let start = Instant::now();
+        let cases: [(PodState, bool, u32, u32, bool); 5] = [
+            (PodState::Ready, true, 0, 0, true),
+            (PodState::Ready, false, 0, 1, false),
+            (PodState::Ready, false, 1, 2, false),
+            (PodState::NotReady, false, 1, 1, false),
+            (PodState::Ready, true, 1, 0, true),
         ];
-        outdated(&mut after, &[0]);
-        assert_eq!(decide(&cluster(after, Some("ex-mysql-1"))).operations, [update(0)]);
+        for (pod, answers, before, after_look, writable) in cases {
+            let mut members = healthy("0-100-9");
+            members[0].pod = pod;
+            if !answers {
+                members[0].server = None;
+            }
+            let memory = Memory { primary_silent: before, ..remembering("ex-mysql-0") };
+            let (_, next) = decide(&observed(members, start, 10), &memory);
+            assert_eq!(next.primary_silent, after_look, "{pod:?} answers {answers}, {before} before");
+            assert_eq!(next.writable.is_some(), writable, "{pod:?} answers {answers}");
+        }
+    }
+
+    /// Each case: the restarted member's pod at this look (outdated, ready), how long ago it was
+    /// restarted, whether that restart is still remembered, and whether it is restarted again
+    /// (once its limit passed, a server still on the old template is).
+    #[test]
+    fn a_restart_on_the_new_template_is_remembered_until_its_pod_runs_it_or_its_limit() {
+        let start = Instant::now();
+        let cases = [
+            (true, true, 10, true, false),
+            (false, false, 10, true, false),
+            (false, true, 10, false, false),
+            (true, true, 601, false, true),
+        ];
+        for (outdated, ready, since, remembered, again) in cases {
+            let now = after(start, 1000);
+            let mut members = healthy("0-100-9");
+            members[2].outdated = outdated;
+            if !ready {
+                members[2].pod = PodState::NotReady;
+            }
+            let memory = Memory {
+                updating: Some(("ex-mysql-2".into(), now - Duration::from_secs(since))),
+                ..remembering("ex-mysql-0")
+            };
+            let (decision, next) = decide(&observed(members, now, 1000), &memory);
+            let restarted = decision.acts.contains(&Act::Update { member: "ex-mysql-2".into() });
+            let kept = next.updating.as_ref().is_some_and(|(_, at)| *at < now);
+            assert_eq!((kept, restarted), (remembered, again), "outdated {outdated}, ready {ready}, {since} s");
+            assert_eq!(next.updating.as_ref().is_some_and(|(_, at)| *at == now), again, "a new restart is remembered");
+        }
+    }
+
+    /// Each case: the annotation's request, the request answered, the switchover under way, and
+    /// whether the request is started (its primary fenced).
+    #[test]
+    fn an_annotations_switchover_is_carried_out_once() {
+        let start = Instant::now();
+        let under_way = |request: &str| Some((Switchover::requested(request.into(), None), start));
+        let cases = [
+            ("a new request", Some("second"), Some("first"), None, true),
+            ("answered", Some("second"), Some("second"), None, false),
+            ("under way", Some("second"), Some("first"), under_way("second"), false),
+            ("no annotation", None, Some("first"), None, false),
+        ];
+        for (case, annotation, answered, switching, started) in cases {
+            let mut seen = observed(healthy("0-100-9"), start, 0);
+            seen.annotated_switchover = annotation.map(|a| (a.to_string(), None));
+            seen.answered_request = answered.map(Into::into);
+            let memory = Memory { switching: switching.clone(), ..remembering("ex-mysql-0") };
+            let (decision, _) = decide(&seen, &memory);
+            let fenced = decision.acts.contains(&Act::Fence { member: "ex-mysql-0".into() });
+            assert_eq!(fenced, started, "{case}: {:?}", decision.acts);
+        }
+        assert_eq!(UPDATE_REQUEST, "rolling update", "a rolling update's request never answers an annotation");
+    }
+
+    /// A failover: the replicas stop receiving; the chosen one, with transactions left to apply,
+    /// is waited for over two looks; then promoted, its record holding the write gap since the
+    /// old primary was last seen writable and the promotion's wait since the first look that
+    /// waited; the old primary is remembered as demoted.
+    #[test]
+    fn a_failover_records_its_write_gap_and_its_wait_for_apply() {
+        let start = Instant::now();
+        let mut members = healthy("0-100-12");
+        let (_, memory) = decide(&observed(members.clone(), start, 0), &remembering("ex-mysql-0"));
+        assert_eq!(memory.writable.as_ref().map(|(pod, _)| pod.as_str()), Some("ex-mysql-0"));
+
+        members[0].pod = PodState::Missing;
+        members[0].server = None;
+        let (first, memory) = decide(&observed(members.clone(), after(start, 2), 2), &memory);
+        assert!(first.acts.iter().all(|a| matches!(a, Act::StopReceiving { .. })) && first.busy, "{first:?}");
+
+        members[1] = replica(1, "0-100-12", "0-100-10", false);
+        members[2] = replica(2, "0-100-11", "0-100-11", false);
+        let (waiting, memory) = decide(&observed(members.clone(), after(start, 3), 3), &memory);
+        assert_eq!(waiting.acts, [Act::WaitApplied { member: "ex-mysql-1".into(), position: "0-100-12".into() }]);
+        assert!(waiting.change.is_none() && waiting.look_again && waiting.busy);
+        let (again, memory) = decide(&observed(members.clone(), after(start, 4), 4), &memory);
+        assert!(again.change.is_none(), "still waiting");
+        let applying = memory.applying.as_ref().map(|(change, since)| (change.to.as_str(), change.backlog, *since));
+        assert_eq!(applying, Some(("ex-mysql-1", 2, after(start, 3))));
+
+        members[1] = replica(1, "0-100-12", "0-100-12", false);
+        let (promoted, memory) = decide(&observed(members, after(start, 5), 5), &memory);
+        let record = promoted.failover.clone().expect("a failover recorded");
+        assert_eq!(
+            (record.to.as_deref(), record.write_gap_seconds, record.apply_wait_seconds),
+            (Some("ex-mysql-1"), Some(5.0), Some(2.0))
+        );
+        let message = record.message.unwrap();
+        assert!(message.contains("ex-mysql-1 had received every transaction"), "{message}");
+        assert!(message.contains("the least left to apply (2)"), "as decided at its first look: {message}");
+        assert!(message.contains("waited 2.0 s for it to apply the 2 transactions"), "{message}");
+        assert!(promoted.notes.iter().any(|n| n.reason == "Failover"));
+        assert_eq!(memory.primary.as_deref(), Some("ex-mysql-1"));
+        assert_eq!(memory.demoted.as_ref().map(|(m, _)| m.as_str()), Some("ex-mysql-0"));
+        assert!(memory.applying.is_none());
+    }
+
+    /// Each case: seconds since the old primary was demoted; whether its client sessions are
+    /// closed at this look, and whether the next look comes soon.
+    #[test]
+    fn a_demoted_servers_clients_are_sent_on_at_each_look_for_a_while() {
+        let start = Instant::now();
+        for (since, closed) in [(1, true), (9, true), (11, false)] {
+            let now = after(start, 100);
+            let mut members = healthy("0-100-9");
+            members[0] = replica(0, "0-100-9", "0-100-9", true);
+            members[1] = member(1, Some(server("0-100-9", false)));
+            for m in &mut members {
+                if let Some(r) = m.server.as_mut().and_then(|s| s.replica.as_mut()) {
+                    r.upstream_host = host("ex-mysql-1");
+                }
+            }
+            let memory = Memory {
+                demoted: Some(("ex-mysql-0".into(), now - Duration::from_secs(since))),
+                ..remembering("ex-mysql-1")
+            };
+            let (decision, _) = decide(&observed(members, now, 100), &memory);
+            let disconnects = decision.acts.contains(&Act::DisconnectClients { member: "ex-mysql-0".into() });
+            assert_eq!((disconnects, decision.busy), (closed, closed), "{since} s: {:?}", decision.acts);
+        }
+    }
+
+    /// A server newly diverged is told once; one the status already shows is not told again.
+    #[test]
+    fn a_diverged_server_is_told_once() {
+        let start = Instant::now();
+        let mut members = healthy("0-100-9");
+        let mut old = server("0-102-10", true);
+        old.history = History::parse(Flavor::MariaDb, "0-100-9,0-102-10").unwrap();
+        members[2] = member(2, Some(old));
+        let (first, memory) = decide(&observed(members.clone(), start, 0), &remembering("ex-mysql-0"));
+        assert_eq!(first.notes.iter().filter(|n| n.reason == "Diverged").count(), 1, "{:?}", first.notes);
+        let (second, _) = decide(&observed(members.clone(), after(start, 2), 2), &memory);
+        assert!(!second.notes.iter().any(|n| n.reason == "Diverged"), "told once: {:?}", second.notes);
+        let mut shown = observed(members, start, 0);
+        shown.shown_diverged.insert("ex-mysql-2".into());
+        let (after_restart, _) = decide(&shown, &Memory::default());
+        assert!(!after_restart.notes.iter().any(|n| n.reason == "Diverged"), "the status shows it already");
+    }
+
+    /// The memory's primary is newer than the status's (a status write that failed); a
+    /// controller that restarted has only the status's.
+    #[test]
+    fn the_primary_is_the_one_decided_last_else_the_one_the_status_records() {
+        let start = Instant::now();
+        let mut members = healthy("0-100-9");
+        members.swap(0, 1);
+        let mut seen = observed(members, start, 0);
+        seen.recorded_primary = Some("ex-mysql-1".into());
+        let (decision, _) = decide(&seen, &Memory::default());
+        assert_eq!(decision.primary.as_deref(), Some("ex-mysql-1"));
+        let (decision, _) = decide(&seen, &remembering("ex-mysql-0"));
+        assert_eq!(decision.primary.as_deref(), Some("ex-mysql-0"));
+    }
+
+    /// Each case: the decision's problem, and whether the next look comes soon.
+    #[test]
+    fn something_under_way_brings_the_next_look_sooner() {
+        let cases = [
+            (Some(reason::PROMOTING), true),
+            (Some(reason::FAILOVER_WAITS), true),
+            (Some(reason::ELECTION_WAITS), true),
+            (Some(reason::PRIMARY_SILENT), true),
+            (Some(reason::SEEDING), false),
+            (Some(reason::DIVERGED), false),
+            (None, false),
+        ];
+        for (problem, busy) in cases {
+            assert_eq!(under_way(&problem.map(|p| (p, String::new()))), busy, "{problem:?}");
+        }
+    }
+
+    /// Positions of every answering server against a writable primary's go into the samples;
+    /// none while the primary does not take writes.
+    #[test]
+    fn every_look_measures_how_each_server_follows_a_writable_primary() {
+        let start = Instant::now();
+        let (decision, memory) = decide(&observed(healthy("0-100-9"), start, 0), &remembering("ex-mysql-0"));
+        assert_eq!(memory.samples.len(), 3);
+        assert_eq!(decision.followings.get("ex-mysql-1").map(|f| f.behind), Some(0));
+        let mut members = healthy("0-100-12");
+        members[1] = replica(1, "0-100-12", "0-100-10", true);
+        let (decision, memory) = decide(&observed(members.clone(), after(start, 2), 2), &memory);
+        assert_eq!(decision.followings.get("ex-mysql-1").map(|f| (f.behind, f.backlog)), Some((2, 2)));
+        assert_eq!(memory.samples["ex-mysql-1"].len(), 2);
+        fenced(&mut members, 0);
+        let (_, fenced_memory) = decide(&observed(members, after(start, 4), 4), &memory);
+        assert_eq!(fenced_memory.samples["ex-mysql-1"].len(), 2, "no sample against a fenced primary");
     }
 }

@@ -4,6 +4,7 @@
 //! looks and [`following`] judges them.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 /// Rates are measured over this much of the recent looks.
 pub const RATE_WINDOW_SECONDS: f64 = 30.0;
@@ -19,8 +20,8 @@ const KEPT_SECONDS: f64 = FALLING_BEHIND_SECONDS + 30.0;
 /// One look at a server, against the primary at the same look.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
-    /// Seconds on a monotonic clock.
-    pub at: f64,
+    /// When the look was made.
+    pub at: Instant,
     /// The primary's transactions (see `Position::transactions`).
     pub primary: u64,
     /// What the server applied.
@@ -68,11 +69,11 @@ pub fn record(samples: &mut VecDeque<Sample>, sample: Sample) {
     // A server whose counter went back (started again empty) starts a new history.
     if samples.back().is_some_and(|last| sample.applied < last.applied) {
         samples.clear();
-    } else if samples.back().is_some_and(|last| sample.at - last.at < 0.5) {
+    } else if samples.back().is_some_and(|last| sample.at.duration_since(last.at) < Duration::from_millis(500)) {
         samples.pop_back();
     }
     samples.push_back(sample);
-    while samples.front().is_some_and(|first| sample.at - first.at > KEPT_SECONDS) {
+    while samples.front().is_some_and(|first| seconds_between(first, &sample) > KEPT_SECONDS) {
         samples.pop_front();
     }
 }
@@ -80,10 +81,10 @@ pub fn record(samples: &mut VecDeque<Sample>, sample: Sample) {
 /// How the server of `samples` (oldest first) keeps up.
 pub fn following(samples: &VecDeque<Sample>) -> Following {
     let Some(last) = samples.back().copied() else { return Following::default() };
-    let window: Vec<&Sample> = samples.iter().filter(|s| last.at - s.at <= RATE_WINDOW_SECONDS).collect();
+    let window: Vec<&Sample> = samples.iter().filter(|s| seconds_between(s, &last) <= RATE_WINDOW_SECONDS).collect();
     let (apply_rate, commit_rate) = match window.first() {
-        Some(first) if last.at - first.at >= 1.0 => {
-            let span = last.at - first.at;
+        Some(first) if seconds_between(first, &last) >= 1.0 => {
+            let span = seconds_between(first, &last);
             (
                 Some(last.applied.saturating_sub(first.applied) as f64 / span),
                 Some(last.primary.saturating_sub(first.primary) as f64 / span),
@@ -112,9 +113,17 @@ pub fn following(samples: &VecDeque<Sample>) -> Following {
 /// Whether the distance to the primary grew over the whole of the last
 /// [`FALLING_BEHIND_SECONDS`]: larger now than at the start of that span and than halfway.
 fn grew_for_good(samples: &VecDeque<Sample>, last: &Sample) -> bool {
-    let Some(start) = samples.iter().rev().find(|s| last.at - s.at >= FALLING_BEHIND_SECONDS) else { return false };
-    let halfway = samples.iter().rev().find(|s| last.at - s.at >= FALLING_BEHIND_SECONDS / 2.0).unwrap_or(start);
+    let Some(start) = samples.iter().rev().find(|s| seconds_between(s, last) >= FALLING_BEHIND_SECONDS) else {
+        return false;
+    };
+    let halfway =
+        samples.iter().rev().find(|s| seconds_between(s, last) >= FALLING_BEHIND_SECONDS / 2.0).unwrap_or(start);
     last.behind() > start.behind() && last.behind() > halfway.behind()
+}
+
+/// Seconds from `earlier`'s look to `later`'s.
+fn seconds_between(earlier: &Sample, later: &Sample) -> f64 {
+    later.at.duration_since(earlier.at).as_secs_f64()
 }
 
 /// The seconds a failover now would wait for its new primary to apply what it received: the
@@ -135,12 +144,14 @@ mod tests {
     /// Samples every 2 s: the primary commits `commits` a second, the server applies `applies`
     /// a second, from `behind` transactions behind, for `seconds`.
     fn steady(commits: u64, applies: u64, behind: u64, seconds: u64) -> VecDeque<Sample> {
+        let start = Instant::now();
         let mut samples = VecDeque::new();
         for step in 0..=seconds / 2 {
             let t = step * 2;
             let primary = 1_000_000 + commits * t;
             let applied = 1_000_000 - behind + applies * t;
-            record(&mut samples, Sample { at: t as f64, primary, applied, received: primary.min(applied + 50) });
+            let at = start + Duration::from_secs(t);
+            record(&mut samples, Sample { at, primary, applied, received: primary.min(applied + 50) });
         }
         samples
     }
@@ -182,7 +193,8 @@ mod tests {
     #[test]
     fn a_server_started_again_empty_starts_a_new_history() {
         let mut samples = steady(100, 100, 0, 20);
-        record(&mut samples, Sample { at: 30.0, primary: 1_003_000, applied: 10, received: 10 });
+        let at = samples.back().unwrap().at + Duration::from_secs(10);
+        record(&mut samples, Sample { at, primary: 1_003_000, applied: 10, received: 10 });
         assert_eq!(samples.len(), 1);
         assert_eq!(following(&samples).apply_rate, None);
     }

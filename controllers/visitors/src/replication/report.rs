@@ -1,13 +1,14 @@
-//! How a replicated app's servers stand after a look, for its status and metrics, and the
-//! records of the role changes the looks made or refused.
+//! How a replicated app's servers stand after the looks of a reconcile, for its status and
+//! metrics: the last decision's standings, problem and measurements, and the role changes the
+//! looks made or refused. Pure.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use visitors_api::visitors_app::{MemberRole, ReplicationMember, RoleChange};
 
-use super::decide::{self, Change, ChangeKind, Decision, Member, Refusal};
 use super::following::{self, Following};
+use super::model::{Decision, Member, Observed, reason};
+use super::rules;
 
 /// How the servers stand after a look, for the status.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -37,71 +38,33 @@ pub struct Report {
 }
 
 impl Report {
+    /// Adds what a look decided: the primary it leaves, the changes it recorded, how the servers
+    /// stand after it.
+    pub fn add(&mut self, decision: &Decision, observed: &Observed) {
+        if let Some(record) = &decision.failover {
+            self.failover = Some(record.clone());
+        }
+        if let Some((record, asked_by)) = &decision.switchover {
+            self.switched(record.clone(), asked_by);
+        }
+        self.primary = decision.primary.clone();
+        self.busy = decision.busy;
+        fill(self, decision, &observed.members, &decision.followings);
+    }
+
     /// Records a switchover made or refused, and the annotation's request it answers, if an
     /// annotation (not a rolling update) asked for it.
-    pub(super) fn switched(&mut self, record: RoleChange, asked_by: &str) {
-        if asked_by == decide::reason::REQUESTED {
+    fn switched(&mut self, record: RoleChange, asked_by: &str) {
+        if asked_by == reason::REQUESTED {
             self.answered_request = record.request.clone();
         }
         self.switchover = Some(record);
     }
 }
 
-/// The record of `change`: its write gap, and the seconds its promotion waited for the new
-/// primary to apply what it had received.
-pub(super) fn changed(change: &Change, gap: Option<f64>, apply_wait: f64) -> RoleChange {
-    RoleChange {
-        time: Time(jiff::Timestamp::now()),
-        from: change.from.clone(),
-        to: Some(change.to.clone()),
-        reason: change.reason.to_string(),
-        message: Some(change_message(change, apply_wait)),
-        write_gap_seconds: gap,
-        apply_wait_seconds: Some(apply_wait),
-        request: change.request.clone(),
-    }
-}
-
-/// What a change of primary did, why that server, and what its promotion waited for.
-pub(super) fn change_message(change: &Change, apply_wait: f64) -> String {
-    let what = match change.kind {
-        ChangeKind::Failover => "failed over",
-        ChangeKind::Switchover => "switched over",
-    };
-    let mut message = format!("{what} from {} to {}", change.from.as_deref().unwrap_or("none"), change.to);
-    if !change.election.is_empty() {
-        message.push_str(&format!(": {}", change.election));
-    }
-    match change.backlog {
-        0 => message.push_str("; its promotion waited for nothing to apply"),
-        backlog => message.push_str(&format!(
-            "; its promotion waited {apply_wait:.1} s for it to apply the {backlog} transactions it had received"
-        )),
-    }
-    message
-}
-
-pub(super) fn refused(primary: &Option<String>, refusal: &Refusal) -> RoleChange {
-    RoleChange {
-        time: Time(jiff::Timestamp::now()),
-        from: primary.clone(),
-        to: None,
-        reason: refusal.reason.to_string(),
-        message: Some(refusal.message.clone()),
-        write_gap_seconds: None,
-        apply_wait_seconds: None,
-        request: Some(refusal.request.clone()),
-    }
-}
-
 /// The report's members, counts and problem, from the last decision and look, and how each
 /// server follows the primary.
-pub(super) fn fill(
-    report: &mut Report,
-    decision: &Decision,
-    members: &[Member],
-    followings: &BTreeMap<String, Following>,
-) {
+fn fill(report: &mut Report, decision: &Decision, members: &[Member], followings: &BTreeMap<String, Following>) {
     let primary_name = report.primary.clone().unwrap_or_default();
     let primary = members.iter().find(|m| m.name == primary_name).and_then(|m| m.server.as_ref());
     report.acknowledged = primary.is_some_and(|s| s.semi_sync_armed && s.semi_sync_clients > 0);
@@ -136,7 +99,7 @@ pub(super) fn fill(
         .iter()
         .filter(|m| report.members.iter().any(|r| r.name == m.name && r.role == MemberRole::Replica))
         .collect();
-    report.expected_failover_wait = decide::failover_candidate(&replicas)
+    report.expected_failover_wait = rules::failover_candidate(&replicas)
         .and_then(|(member, backlog)| {
             following::expected_failover_wait(backlog, followings.get(&member.name)?.apply_rate)
         })
@@ -150,9 +113,9 @@ fn rounded(value: f64) -> f64 {
 
 /// A role change that answers `request`, and no more, for tests.
 #[cfg(test)]
-pub(super) fn asked_by(request: &str) -> RoleChange {
+fn asked_by(request: &str) -> RoleChange {
     RoleChange {
-        time: Time(jiff::Timestamp::UNIX_EPOCH),
+        time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
         from: None,
         to: None,
         reason: String::new(),
@@ -170,9 +133,12 @@ mod tests {
     #[test]
     fn only_a_switchover_an_annotation_asked_for_answers_it() {
         let mut report = Report::default();
-        report.switched(asked_by("second"), decide::reason::REQUESTED);
-        report.switched(asked_by(decide::UPDATE_REQUEST), decide::reason::ROLLING_UPDATE);
+        report.switched(asked_by("second"), reason::REQUESTED);
+        report.switched(asked_by(crate::replication::model::UPDATE_REQUEST), reason::ROLLING_UPDATE);
         assert_eq!(report.answered_request.as_deref(), Some("second"));
-        assert_eq!(report.switchover.and_then(|s| s.request).as_deref(), Some(decide::UPDATE_REQUEST));
+        assert_eq!(
+            report.switchover.and_then(|s| s.request).as_deref(),
+            Some(crate::replication::model::UPDATE_REQUEST)
+        );
     }
 }

@@ -38,8 +38,8 @@ pub struct Server {
 /// A server's replication from its source.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Replication {
-    /// The host it replicates from.
-    pub source_host: String,
+    /// The host it replicates from: its upstream.
+    pub upstream_host: String,
     /// Its receiver runs (connected, or trying to connect).
     pub receiving: bool,
     /// Its receiver is connected to the source.
@@ -57,7 +57,7 @@ pub struct Replication {
 impl Replication {
     /// Whether its source no longer has the binary logs it needs next (MariaDB's and MySQL's
     /// error 1236, the logs purged): it cannot catch up from that source.
-    pub fn source_purged(&self) -> bool {
+    pub fn upstream_purged(&self) -> bool {
         self.error.as_ref().is_some_and(|(number, text)| *number == 1236 && text.contains("purged"))
     }
 }
@@ -73,7 +73,7 @@ impl Server {
 
     /// Whether it replicates from `host`, receiving and applying without an error.
     pub fn replicates_from(&self, host: &str) -> bool {
-        self.replica.as_ref().is_some_and(|r| r.source_host == host && r.receiving && r.applying && r.error.is_none())
+        self.replica.as_ref().is_some_and(|r| r.upstream_host == host && r.receiving && r.applying && r.error.is_none())
     }
 }
 
@@ -115,9 +115,9 @@ impl Position {
             }
             (Some(GtidSet::MySql(mine)), Some(GtidSet::MySql(theirs))) => {
                 let mut set = GtidSet::MySql(mine.clone());
-                for (source, intervals) in theirs {
+                for (origin, intervals) in theirs {
                     for (first, last) in intervals {
-                        set.add_interval(source, *first, *last);
+                        set.add_interval(origin, *first, *last);
                     }
                 }
                 Position(Some(set))
@@ -157,8 +157,8 @@ impl Position {
                 .sum(),
             (Some(GtidSet::MySql(mine)), Some(GtidSet::MySql(theirs))) => mine
                 .iter()
-                .map(|(source, intervals)| {
-                    let known = theirs.get(source).map_or(&[][..], Vec::as_slice);
+                .map(|(origin, intervals)| {
+                    let known = theirs.get(origin).map_or(&[][..], Vec::as_slice);
                     intervals.iter().map(|interval| uncovered(*interval, known)).sum::<u64>()
                 })
                 .sum(),
@@ -355,7 +355,7 @@ mod tests {
             has_replication_user: true,
             first_binlog: None,
             replica: Some(Replication {
-                source_host: "p".into(),
+                upstream_host: "p".into(),
                 receiving: true,
                 connected: true,
                 applying: true,

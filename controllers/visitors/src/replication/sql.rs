@@ -9,7 +9,7 @@ pub enum Flavor {
     MySql,
 }
 
-/// The account replicas log in to their source with.
+/// The account replicas log in to their upstream with.
 pub const REPLICATION_USER: &str = "visitors_repl";
 
 /// A commit waits this long for a replica's acknowledgement before the server would fall back to
@@ -17,15 +17,15 @@ pub const REPLICATION_USER: &str = "visitors_repl";
 /// controller reports that no replica acknowledges (docs/high-availability.md).
 pub const SEMI_SYNC_TIMEOUT_MS: u64 = 4_294_967_295;
 
-/// Where a replica replicates from.
+/// Where a replica replicates from: its upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Source<'a> {
-    /// The source's stable name, `<pod>.<headless service>.<namespace>.svc`, which its
+pub struct Upstream<'a> {
+    /// The upstream's stable name, `<pod>.<headless service>.<namespace>.svc`, which its
     /// certificate names.
     pub host: &'a str,
     pub port: u16,
     pub password: &'a str,
-    /// The CA file on the replica's own server that the source's certificate is verified with;
+    /// The CA file on the replica's own server that the upstream's certificate is verified with;
     /// `None`: plain text.
     pub ssl_ca: Option<&'a str>,
 }
@@ -65,14 +65,14 @@ impl Flavor {
     pub fn replica_columns(self) -> ReplicaColumns {
         match self {
             Flavor::MariaDb => ReplicaColumns {
-                source_host: "Master_Host",
+                upstream_host: "Master_Host",
                 io_running: "Slave_IO_Running",
                 sql_running: "Slave_SQL_Running",
                 received: "Gtid_IO_Pos",
                 lag: "Seconds_Behind_Master",
             },
             Flavor::MySql => ReplicaColumns {
-                source_host: "Source_Host",
+                upstream_host: "Source_Host",
                 io_running: "Replica_IO_Running",
                 sql_running: "Replica_SQL_Running",
                 received: "Retrieved_Gtid_Set",
@@ -145,7 +145,7 @@ impl Flavor {
         }
     }
 
-    /// Stops receiving from the source, keeping what was received to be applied: the fence of a
+    /// Stops receiving from the upstream, keeping what was received to be applied: the fence of a
     /// failover (the old primary can get no acknowledgement any more, so it cannot commit).
     /// Never the applier: stopping both and starting again throws the unapplied events away.
     pub fn stop_receiving(self) -> Vec<String> {
@@ -169,7 +169,7 @@ impl Flavor {
         }
     }
 
-    /// The replica becomes a primary: it forgets its source. Its writes stay closed until
+    /// The replica becomes a primary: it forgets its upstream. Its writes stay closed until
     /// [`Flavor::open_writes`].
     pub fn promote(self) -> Vec<String> {
         match self {
@@ -231,11 +231,11 @@ impl Flavor {
     /// its binary log holds (a former primary's own transactions included), which the caller has
     /// checked is all on the source. Any waiting commit of a former primary is released first
     /// (see [`Flavor::disarm_semi_sync`]); what it received and not applied is fetched again.
-    pub fn replicate_from(self, source: &Source<'_>) -> Vec<String> {
-        let host = quote(source.host);
-        let password = quote(source.password);
-        let port = source.port;
-        let ssl = match source.ssl_ca {
+    pub fn replicate_from(self, upstream: &Upstream<'_>) -> Vec<String> {
+        let host = quote(upstream.host);
+        let password = quote(upstream.password);
+        let port = upstream.port;
+        let ssl = match upstream.ssl_ca {
             Some(ca) => {
                 format!("1, {}_SSL_CA = {}, {}_SSL_VERIFY_SERVER_CERT = 1", self.prefix(), quote(ca), self.prefix())
             }
@@ -280,7 +280,7 @@ impl Flavor {
 /// The names of the replica status columns the controller reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaColumns {
-    pub source_host: &'static str,
+    pub upstream_host: &'static str,
     pub io_running: &'static str,
     pub sql_running: &'static str,
     /// What the replica received: MariaDB's position, MySQL's retrieved set (to which its
@@ -298,8 +298,8 @@ fn quote(text: &str) -> String {
 mod tests {
     use super::*;
 
-    fn source() -> Source<'static> {
-        Source { host: "ex-mysql-1.ex-mysql-headless.shop.svc", port: 3306, password: "p'w", ssl_ca: Some("/ca.crt") }
+    fn upstream() -> Upstream<'static> {
+        Upstream { host: "ex-mysql-1.ex-mysql-headless.shop.svc", port: 3306, password: "p'w", ssl_ca: Some("/ca.crt") }
     }
 
     #[test]
@@ -310,7 +310,7 @@ mod tests {
 
     #[test]
     fn a_mariadb_replica_starts_from_its_own_log_over_verified_tls() {
-        let statements = Flavor::MariaDb.replicate_from(&source());
+        let statements = Flavor::MariaDb.replicate_from(&upstream());
         assert_eq!(
             statements,
             [
@@ -324,7 +324,7 @@ mod tests {
                 "START SLAVE",
             ]
         );
-        let plain = Source { ssl_ca: None, ..source() };
+        let plain = Upstream { ssl_ca: None, ..upstream() };
         let replica = Flavor::MariaDb.replicate_from(&plain);
         assert!(replica[4].ends_with("MASTER_SSL = 0"), "{}", replica[4]);
     }
@@ -335,7 +335,7 @@ mod tests {
     fn mysql_uses_the_8_4_statements_only() {
         let mysql = Flavor::MySql;
         assert_eq!(
-            mysql.replicate_from(&source()),
+            mysql.replicate_from(&upstream()),
             [
                 "SET GLOBAL rpl_semi_sync_source_enabled = OFF",
                 "STOP REPLICA",

@@ -30,12 +30,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use visitors_api::{MySQLRestore, VisitorsApp, VisitorsAppSpec};
-use visitors_controller::cache::{CachedDeployment, CachedStatefulSet};
 use visitors_controller::context::{self, Context, Stores};
 use visitors_controller::controller;
-use visitors_controller::db::{DatabaseProbe, Target};
+use visitors_controller::database::Target;
+use visitors_controller::database::check::DatabaseCheck;
 use visitors_controller::reconcile;
-use visitors_controller::seen::{Fingerprint, Seen};
+use visitors_controller::wake::cache::{CachedDeployment, CachedStatefulSet};
+use visitors_controller::wake::seen::{Fingerprint, Seen};
 
 pub const NAMESPACE: &str = "shop";
 pub const RESYNC: Duration = Duration::from_secs(600);
@@ -546,14 +547,14 @@ fn status(code: StatusCode, reason: &str, message: &str) -> (StatusCode, Value, 
 
 /// A database check that answers what the test says, and counts its calls.
 #[derive(Default)]
-pub struct FakeProbe {
+pub struct FakeCheck {
     pub answer: Mutex<Option<String>>,
     pub calls: AtomicUsize,
     /// The CA the last check was asked to verify the server with.
     pub ca: Mutex<Option<Vec<u8>>>,
 }
 
-impl FakeProbe {
+impl FakeCheck {
     pub fn fail_with(&self, why: &str) {
         *self.answer.lock().unwrap() = Some(why.to_string());
     }
@@ -567,7 +568,7 @@ impl FakeProbe {
     }
 }
 
-impl DatabaseProbe for FakeProbe {
+impl DatabaseCheck for FakeCheck {
     fn select_one<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<(), String>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         assert!(!target.password.is_empty(), "the check must use the Secret's password");
@@ -580,7 +581,7 @@ impl DatabaseProbe for FakeProbe {
 /// The controller wired to a fake API, with caches the test fills as a watch would.
 pub struct Harness {
     pub api: FakeApi,
-    pub probe: Arc<FakeProbe>,
+    pub check: Arc<FakeCheck>,
     pub ctx: Arc<Context>,
     statefulsets: Mutex<Writer<CachedStatefulSet>>,
     deployments: Mutex<Writer<CachedDeployment>>,
@@ -592,7 +593,7 @@ impl Harness {
     pub fn new() -> Self {
         let api = FakeApi::default();
         let client = api.client();
-        let probe = Arc::new(FakeProbe::default());
+        let check = Arc::new(FakeCheck::default());
         let statefulsets = Writer::default();
         let deployments = Writer::default();
         let restores = Writer::default();
@@ -611,20 +612,20 @@ impl Harness {
             field_manager: controller::NAME.to_string(),
             resync: RESYNC,
         });
-        let probe_handle = Some(probe.clone() as Arc<dyn DatabaseProbe>);
+        let check_handle = Some(check.clone() as Arc<dyn DatabaseCheck>);
         let ctx = Arc::new(Context {
             runtime,
-            probe: probe_handle,
+            database_check: check_handle,
             agent: None,
             stores,
             seen: Seen::default(),
-            hold: visitors_controller::hold::Hold::default(),
+            hold: visitors_controller::wake::hold::Hold::default(),
             replication: Default::default(),
             metrics: Default::default(),
         });
         Self {
             api,
-            probe,
+            check,
             ctx,
             statefulsets: Mutex::new(statefulsets),
             deployments: Mutex::new(deployments),
@@ -738,7 +739,7 @@ impl Harness {
     pub async fn converge(&self) {
         self.reconcile().await.unwrap();
         self.mysql_pod_ready();
-        self.probe.succeed();
+        self.check.succeed();
         self.reconcile().await.unwrap();
         self.deployment_ready("ex-backend");
         self.deployment_ready("ex-frontend");

@@ -17,10 +17,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::watcher;
 
+use super::seen::Fingerprint;
+use super::workload::Workload;
 use crate::build::mysql::{Kept, data_claim_template};
 use crate::build::tls::recorded_mode;
-use crate::seen::Fingerprint;
-use crate::status::Workload;
 
 /// A workload of kind `K` as its cache keeps it.
 #[derive(Debug, Clone)]
@@ -172,10 +172,10 @@ impl<K: Resource<DynamicType = ()>> Fingerprint for Cached<K> {
         self.fingerprint
     }
     fn observed(&self) -> u64 {
-        crate::seen::hash_of(&self.workload)
+        crate::wake::seen::hash_of(&self.workload)
     }
     fn readiness(&self) -> u64 {
-        crate::seen::hash_of(&self.workload.readiness())
+        crate::wake::seen::hash_of(&self.workload.readiness())
     }
 }
 

@@ -1,47 +1,95 @@
-//! The controller's own database check: a `SELECT 1` as the application user, through the
-//! client Service, bounded by a short timeout so that a reconcile never waits on a database.
+//! The reconcile's database step: once a MySQL pod is ready, the controller's own check, a
+//! `SELECT 1` as the application user through the client Service, bounded by a short timeout so
+//! that a reconcile never waits on a database.
 
-use std::fmt;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use mysql_async::prelude::Queryable;
+use tracing::Instrument;
+use visitors_api::VisitorsApp;
 use visitors_api::visitors_app::DATABASE_NAME;
 
-/// Where and as whom to connect. `Debug` never shows the password.
-#[derive(Clone)]
-pub struct Target {
-    pub host: String,
-    pub port: u16,
-    pub user: String,
-    pub password: String,
-    /// The CA certificate (PEM) to verify the server with over TLS; `None`: plain text.
-    pub ca_pem: Option<Vec<u8>>,
+use super::{Target, connect};
+use crate::build;
+use crate::build::secret::Credentials;
+use crate::build::tls::ServingTls;
+
+/// How far the database check got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// The MySQL pod has not passed its readiness probe.
+    PodNotReady,
+    /// The pod is ready, but the controller's `SELECT 1` failed; the text says how, in a few
+    /// stable words (never a password, never a time).
+    QueryFailed(String),
+    /// The controller's `SELECT 1` succeeded.
+    Connected,
+    /// The pod is ready and the controller's own query is switched off.
+    PodReady,
 }
 
-impl fmt::Debug for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Target")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("user", &self.user)
-            .finish_non_exhaustive()
+impl Database {
+    pub fn is_ready(&self) -> bool {
+        matches!(self, Database::Connected | Database::PodReady)
+    }
+}
+
+/// How far the database check of `app` gets, with `ready_pods` MySQL pods ready.
+pub async fn check(
+    checker: Option<&dyn DatabaseCheck>,
+    app: &VisitorsApp,
+    ready_pods: i32,
+    credentials: &Credentials,
+    tls: Option<&ServingTls>,
+) -> Database {
+    if ready_pods < 1 {
+        return Database::PodNotReady;
+    }
+    let Some(checker) = checker else {
+        return Database::PodReady;
+    };
+    let target = Target {
+        host: build::mysql::client_host(app),
+        port: visitors_api::visitors_app::MYSQL_PORT as u16,
+        user: credentials.username.clone(),
+        password: credentials.password.clone(),
+        ca_pem: tls.map(|tls| tls.ca_pem.clone()),
+    };
+    // Host and port only: the target's credentials never reach a span.
+    let span = tracing::info_span!(
+        "db.check",
+        "db.system" = "mysql",
+        "db.query.text" = "SELECT 1",
+        "server.address" = %target.host,
+        "server.port" = target.port,
+        "tls" = target.ca_pem.is_some(),
+        "db.check.result" = tracing::field::Empty,
+    );
+    let result = checker.select_one(&target).instrument(span.clone()).await;
+    span.record("db.check.result", result.as_ref().err().map_or("connected", String::as_str));
+    match result {
+        Ok(()) => Database::Connected,
+        Err(why) => {
+            tracing::info!(%why, "database not answering yet");
+            Database::QueryFailed(why)
+        }
     }
 }
 
 /// Runs the check. A trait so that reconcile tests can answer without a database.
-pub trait DatabaseProbe: Send + Sync {
+pub trait DatabaseCheck: Send + Sync {
     /// `Ok` when `SELECT 1` succeeded; otherwise a few stable words saying why (they end up in
     /// a condition message, so never a time, an address that changes, or a secret).
     fn select_one<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<(), String>>;
 }
 
 /// The real check through mysql_async.
-pub struct MysqlProbe {
+pub struct MysqlCheck {
     pub timeout: Duration,
 }
 
-impl DatabaseProbe for MysqlProbe {
+impl DatabaseCheck for MysqlCheck {
     fn select_one<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             let seconds = self.timeout.as_secs_f64();
@@ -51,25 +99,6 @@ impl DatabaseProbe for MysqlProbe {
             }
         })
     }
-}
-
-/// A connection to `target`, in `database` when given. Over TLS, only the app's CA is trusted
-/// and the certificate must name the host connected to.
-pub async fn connect(target: &Target, database: Option<&str>) -> Result<mysql_async::Conn, mysql_async::Error> {
-    // mysql_async asks rustls for the process's provider; without one chosen, a build that
-    // links both ring and aws-lc-rs panics on the first TLS handshake.
-    controller_common::startup::install_crypto_provider();
-    let opts = mysql_async::OptsBuilder::default()
-        .ip_or_hostname(target.host.clone())
-        .tcp_port(target.port)
-        .prefer_socket(false)
-        .user(Some(target.user.clone()))
-        .pass(Some(target.password.clone()))
-        .db_name(database)
-        .ssl_opts(target.ca_pem.as_ref().map(|ca| {
-            mysql_async::SslOpts::default().with_root_certs(vec![ca.clone().into()]).with_disable_built_in_roots(true)
-        }));
-    mysql_async::Conn::new(opts).await
 }
 
 async fn query(target: &Target) -> Result<(), mysql_async::Error> {
@@ -113,13 +142,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn debug_hides_the_password() {
-        let target =
-            Target { host: "h".into(), port: 3306, user: "u".into(), password: "hunter2".into(), ca_pem: None };
-        assert!(!format!("{target:?}").contains("hunter2"));
-    }
-
-    #[test]
     fn failures_are_described_in_stable_words() {
         let refused = mysql_async::Error::Io(mysql_async::IoError::Io(std::io::ErrorKind::ConnectionRefused.into()));
         assert_eq!(describe(&refused, "visitors"), "connection refused");
@@ -130,10 +152,10 @@ mod tests {
     #[tokio::test]
     async fn unreachable_database_fails_within_the_timeout() {
         // Port 3306 of a reserved TEST-NET address: the connection never completes.
-        let probe = MysqlProbe { timeout: Duration::from_millis(200) };
+        let check = MysqlCheck { timeout: Duration::from_millis(200) };
         let target =
             Target { host: "192.0.2.1".into(), port: 3306, user: "u".into(), password: "p".into(), ca_pem: None };
-        let result = probe.select_one(&target).await;
+        let result = check.select_one(&target).await;
         assert!(result.is_err(), "{result:?}");
     }
 }

@@ -17,14 +17,14 @@ pub const MAX_REPLICA_LAG_SECONDS: i64 = 120;
 
 /// The server a run reads, and how its Job reaches it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Source {
+pub struct ReadFrom {
     pub host: String,
     pub taken_from: TakenFrom,
 }
 
 /// The server `from` asks for among `servers` of app `app` in `namespace`.
-pub fn choose(from: BackupFrom, app: &str, namespace: &str, servers: &MysqlServers) -> Step<Source> {
-    let primary = || Source {
+pub fn choose(from: BackupFrom, app: &str, namespace: &str, servers: &MysqlServers) -> Step<ReadFrom> {
+    let primary = || ReadFrom {
         host: mysql_host(app, namespace),
         taken_from: TakenFrom {
             pod: servers.primary.clone().unwrap_or_else(|| names::mysql_pod(app, 0)),
@@ -46,7 +46,7 @@ pub fn choose(from: BackupFrom, app: &str, namespace: &str, servers: &MysqlServe
         let message = format!("VisitorsApp {app} has not chosen its primary MySQL server yet");
         return Step::wait(reason::WAITING_FOR_VISITORS_APP, message);
     }
-    let replica = best_replica(servers).map(|pod| Source {
+    let replica = best_replica(servers).map(|pod| ReadFrom {
         host: names::mysql_pod_host(app, &pod, namespace),
         taken_from: TakenFrom { pod, role: ServerRole::Replica },
     });
@@ -89,9 +89,9 @@ mod tests {
     }
 
     /// The pod read and its role, or the reason of the wait.
-    fn outcome(step: Step<Source>) -> Result<(String, ServerRole, String), &'static str> {
+    fn outcome(step: Step<ReadFrom>) -> Result<(String, ServerRole, String), &'static str> {
         match step {
-            Step::Ready(source) => Ok((source.taken_from.pod, source.taken_from.role, source.host)),
+            Step::Ready(read_from) => Ok((read_from.taken_from.pod, read_from.taken_from.role, read_from.host)),
             Step::Wait(wait) => Err(wait.reason),
             other => panic!("unexpected {other:?}"),
         }

@@ -29,9 +29,9 @@ use serde::Serialize;
 use visitors_api::VisitorsApp;
 use visitors_api::visitors_app::{SWITCHOVER_REQUESTED_AT_ANNOTATION, SWITCHOVER_TO_ANNOTATION};
 
+use super::workload::Workload;
 use crate::build::secret::Credentials;
 use crate::build::tls::ServingTls;
-use crate::status::Workload;
 
 /// The part of an object a reconcile acts on, as hashes: two states with the same fingerprints
 /// lead to the same reconcile.
@@ -493,7 +493,7 @@ mod tests {
         ];
         let distinct: std::collections::HashSet<_> = keys.iter().collect();
         assert_eq!(distinct.len(), keys.len());
-        assert_eq!(key(&sts), key(&crate::cache::CachedStatefulSet::from(&sts)));
+        assert_eq!(key(&sts), key(&crate::wake::cache::CachedStatefulSet::from(&sts)));
         assert_eq!(key(&sts), Key::of("StatefulSet", &sts.namespace().unwrap(), &sts.name_any()));
     }
 

@@ -1,4 +1,4 @@
-//! When a wake-up that only refreshes an app's status ([`crate::seen::News::Status`]) is let
+//! When a wake-up that only refreshes an app's status ([`super::seen::News::Status`]) is let
 //! through, for two reasons.
 //!
 //! **First reconciles first.** When every worker is busy, kube's scheduler hands out the pending
@@ -19,7 +19,7 @@
 //! wake-up comes no sooner than [`FIRST_LOOK`] after the app's last reconcile began, and once one
 //! had to wait for that, the next ones come no sooner than [`SLOWEST_LOOK`] after it. Several
 //! status wake-ups inside the wait make one reconcile at its end. What the app's readiness
-//! depends on ([`crate::seen::News::Readiness`]: a pod ready, a rollout done, readiness lost),
+//! depends on ([`super::seen::News::Readiness`]: a pod ready, a rollout done, readiness lost),
 //! drift, deletions and spec changes never wait for the pace, and bring it back to [`FIRST_LOOK`]
 //! (see [`Hold::wake`]); they wait for new apps only as before (readiness), or not at all.
 
@@ -34,7 +34,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use visitors_api::VisitorsApp;
 
-use crate::seen::News;
+use super::seen::News;
 
 /// The longest a status wake-up is held past its due time for new apps, and the longest an app
 /// counts as waiting.

@@ -16,7 +16,7 @@ fn freed_memory_between_live_allocations_is_handed_back() {
     let kept: Vec<Box<[u8; 1024]>> = blocks.drain(..).step_by(64).collect();
     let before = resident_kib();
 
-    assert!(controller_common::memory::trim(), "some memory was handed back");
+    assert!(controller_common::heap::trim(), "some memory was handed back");
 
     let after = resident_kib();
     assert!(after + 32 * 1024 < before, "resident {before} KiB before, {after} KiB after");
