@@ -274,15 +274,26 @@ async fn a_lost_replica_is_reseeded_from_a_replica_and_a_restore_to_a_second_cro
     }))
     .unwrap();
     backups.create(&PostParams::default(), &schedule).await.expect("create the schedule");
-    let ticks = r#"for i in $(seq 1 60); do mariadb -h "$HOST" -uroot --connect-timeout=2 -e "INSERT INTO visitors.ticks VALUES ($i, NOW())" 2>/dev/null; sleep 1; done; echo done > /dev/termination-log"#;
-    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
-    let writer = serde_json::from_value(mariadb_shell_job(DATA_APP, &ns, "ticks", ticks, &[])).unwrap();
-    jobs.create(&PostParams::default(), &writer).await.expect("start the ticks");
     let (base, _) = archive::a_successful_run(&backups, SCHEDULE).await;
     backups
         .patch(SCHEDULE, &PatchParams::default(), &Patch::Merge(json!({"spec": {"schedule": {"suspend": true}}})))
         .await
         .expect("suspend the schedule: the restore starts from the run before the failover");
+    // The ticks start after the run (every one of them is then replayed from the archive) and
+    // the primary goes once some are in: the failover and the target fall inside the ticks.
+    let ticks = r#"for i in $(seq 1 60); do mariadb -h "$HOST" -uroot --connect-timeout=2 -e "INSERT INTO visitors.ticks VALUES ($i, NOW())" 2>/dev/null; sleep 1; done; echo done > /dev/termination-log"#;
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
+    let writer = serde_json::from_value(mariadb_shell_job(DATA_APP, &ns, "ticks", ticks, &[])).unwrap();
+    jobs.create(&PostParams::default(), &writer).await.expect("start the ticks");
+    let primary = site.primary().await;
+    let mut ticked = 0;
+    for _ in 0..20 {
+        ticked = site.on(&primary, "SELECT COUNT(*) FROM visitors.ticks").await.trim().parse::<u32>().unwrap_or(0);
+        if ticked >= 2 {
+            break;
+        }
+    }
+    assert!(ticked >= 2, "the ticks did not reach the primary {primary}: {ticked} rows");
     let base_status = backups.get(&base).await.expect("read the run").status.unwrap();
     let taken_from = base_status.taken_from.clone().expect("the run names its server");
     let primary = site.primary().await;

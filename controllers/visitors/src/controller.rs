@@ -87,7 +87,7 @@ pub async fn watch_and_reconcile(reconciling: Reconciling<DatabaseCheckArgs>) {
 
 /// The watches of the controller: VisitorsApps (filtered so that status writes do not wake
 /// them), and the children, whose changes and deletions wake their owner. The StatefulSet and
-/// Deployment watches also fill [`Stores`] (with what [`crate::cache`] keeps of each); Services
+/// Deployment watches also fill [`Stores`] (with what [`crate::wake::cache`] keeps of each); Services
 /// are watched as metadata only.
 pub struct Watches {
     pub stores: Stores,

@@ -1,12 +1,21 @@
 //! The VisitorsApp controller: keeps a Visitors Site (MySQL, the REST backend and the web
 //! frontend) converged with its VisitorsApp.
 //!
-//! [`controller`] wires the watches to [`reconcile`], whose pipeline is: [`validate`] the app,
-//! read the [`credentials`], find or issue MySQL's certificate ([`tls`]), [`build`] the desired
-//! children (pure), [`apply`] them, check the database ([`db_check`], through [`db`]), apply the
-//! backend, then compute the [`status`]. A deleted app goes through [`cleanup`]. [`seen`] and
-//! [`hold`] decide which watch events wake an app; [`repair`] finds what apply cannot fix;
-//! [`cache`] is what the caches keep of the workloads.
+//! [`controller`] wires the watches to [`reconcile`]; [`wake`] says when an app is looked at
+//! again and why (the watches' news, the held wake-ups, the requeues). The pipeline of a live app,
+//! each step a module:
+//!
+//! 1. [`validate`] the spec;
+//! 2. read the [`credentials`] and find or issue MySQL's certificate ([`tls`]), side by side;
+//! 3. [`build`] the desired children (pure);
+//! 4. [`apply`] every child but the backend ([`repair`] for what apply cannot fix);
+//! 5. with replicas, [`replication`]: the manager of the MySQL servers (observe → decide → act:
+//!    failover, switchover, seeding, rolling updates, the role labels);
+//! 6. check the [`database`] (the controller's own `SELECT 1` through the client Service);
+//! 7. [`apply`] the backend, once the database is ready (or held stopped by a restore);
+//! 8. compute the [`status`] (pure; [`metrics`] for the replicated apps' series) and write it.
+//!
+//! A deleted app goes through [`cleanup`]. [`context`] is what every step shares.
 
 pub mod apply;
 pub mod build;

@@ -1,9 +1,11 @@
 //! The reconcile of a VisitorsApp and its error policy. A deleted app goes through
 //! [`crate::cleanup`]; a live one down one pipeline, each step in its own module:
-//! [`crate::validate`] → [`crate::credentials`] → [`crate::tls`] → [`crate::build`] (the whole
-//! desired set, pure) → [`crate::apply`] (every child but the backend) → [`crate::db_check`] →
-//! [`crate::apply`] (the backend, once the database is ready) → [`crate::status`] (pure), written
-//! here. A step that cannot go on stops the pipeline with a [`Step`] that the status names.
+//! [`crate::validate`] → [`crate::credentials`] and [`crate::tls`] → [`crate::build`] (the whole
+//! desired set, pure) → [`crate::apply`] (every child but the backend) → [`crate::replication`]
+//! (with replicas: the servers' manager) → [`crate::database`] (the check) → [`crate::apply`]
+//! (the backend, once the database is ready) → [`crate::status`] (pure), written here, and the
+//! next look ([`crate::wake::next_look`]). A step that cannot go on stops the pipeline with a
+//! [`Step`] that the status names.
 
 use std::sync::Arc;
 

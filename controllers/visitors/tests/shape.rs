@@ -35,7 +35,8 @@ fn no_decision_of_replication_lives_outside_decide() {
         // The bounds of I/O are the carriers' own (a read, an act, a wait for apply); any other
         // duration is a time-out of a decision.
         for line in code.lines().filter(|l| l.contains("Duration::from_")) {
-            let allowed = ["READ_TIMEOUT", "ACT_TIMEOUT", "LOOK_INTERVAL", "BUSY_LOOK_INTERVAL"];
+            let allowed =
+                ["READ_TIMEOUT", "ACT_TIMEOUT", "STOP_RECEIVING_TIMEOUT", "LOOK_INTERVAL", "BUSY_LOOK_INTERVAL"];
             assert!(allowed.iter().any(|name| line.contains(name)), "replication/{file}: {line}");
         }
     }

@@ -32,6 +32,11 @@ use crate::database::{Target, connect};
 pub const APPLY_WAIT_SECONDS: f64 = 2.0;
 /// The longest one act's statements may take.
 const ACT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the fence of a failover waits for a replica's receiver to stop before it goes on
+/// without the answer: a MariaDB replica that stops receiving from an upstream that is gone can
+/// hold its `STOP SLAVE IO_THREAD` for seconds (it tries to end its session there). The next
+/// look reads whether the receiver runs: nothing is promoted while one does.
+const STOP_RECEIVING_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// An act on a server that failed: on which member, doing what, and the server's answer.
 #[derive(Debug, thiserror::Error)]
@@ -127,10 +132,16 @@ async fn run_one(act: &Act, access: &Access<'_>) -> Result<bool, ActError> {
     let target = access.targets.get(member).ok_or_else(|| failed("no address".into()))?;
     let span = tracing::info_span!("replication.act", member, action);
     let run = run(target, &statements, matches!(act, Act::WaitApplied { .. })).instrument(span);
-    match tokio::time::timeout(ACT_TIMEOUT, run).await {
+    let stopping = matches!(act, Act::StopReceiving { .. });
+    let timeout = if stopping { STOP_RECEIVING_TIMEOUT } else { ACT_TIMEOUT };
+    match tokio::time::timeout(timeout, run).await {
         Ok(Ok(done)) => Ok(done),
         Ok(Err(error)) => Err(failed(error.to_string())),
-        Err(_) => Err(failed(format!("no answer within {} s", ACT_TIMEOUT.as_secs()))),
+        Err(_) if stopping => {
+            tracing::info!(member, "its receiver is still stopping: the next look reads whether it stopped");
+            Ok(true)
+        }
+        Err(_) => Err(failed(format!("no answer within {} s", timeout.as_secs()))),
     }
 }
 
