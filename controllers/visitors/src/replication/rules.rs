@@ -663,21 +663,22 @@ fn finish_switchover(cluster: &Cluster, primary: &str, switching: &Switchover, d
     };
     let target_server = target_member.server.as_ref().expect("checked above");
     decision.switching = Some(switching.clone());
+    let backlog = old.position.count_beyond(&target_server.position);
+    let change = Change {
+        kind: ChangeKind::Switchover,
+        from: Some(primary.into()),
+        to: target.clone(),
+        reason: switching.reason,
+        request: Some(switching.request.clone()),
+        election: format!(
+            "{target} was the switchover's target; it had {backlog} of {primary}'s transactions left to apply"
+        ),
+        backlog,
+    };
     if !target_server.position.includes(&old.position) {
         // Promoted at a later look, once it applied everything the fenced primary holds.
         decision.acts.push(Act::WaitApplied { member: target.clone(), position: old.position.to_string() });
-        let backlog = old.position.count_beyond(&target_server.position);
-        decision.pending = Some(Change {
-            kind: ChangeKind::Switchover,
-            from: Some(primary.into()),
-            to: target.clone(),
-            reason: switching.reason,
-            request: Some(switching.request.clone()),
-            election: format!(
-                "{target} was the switchover's target; it had {backlog} of {primary}'s transactions left to apply"
-            ),
-            backlog,
-        });
+        decision.pending = Some(change);
         decision.look_again = true;
         decision.problem = Some((reason::PROMOTING, format!("switching over from {primary} to {target}")));
         decision.standings = cluster.members.iter().map(|m| standing(m, primary, m.name == primary)).collect();
@@ -692,20 +693,9 @@ fn finish_switchover(cluster: &Cluster, primary: &str, switching: &Switchover, d
     }
     decision.acts.push(Act::OpenWrites { member: target.clone() });
     decision.acts.push(Act::DisconnectClients { member: primary.into() });
-    let backlog = old.position.count_beyond(&target_server.position);
     decision.primary = Some(target.clone());
     decision.switching = None;
-    decision.change = Some(Change {
-        kind: ChangeKind::Switchover,
-        from: Some(primary.into()),
-        to: target.clone(),
-        reason: switching.reason,
-        request: Some(switching.request.clone()),
-        election: format!(
-            "{target} was the switchover's target; it had {backlog} of {primary}'s transactions left to apply"
-        ),
-        backlog,
-    });
+    decision.change = Some(change);
     decision.standings = cluster
         .members
         .iter()
