@@ -296,7 +296,6 @@ async fn a_lost_replica_is_reseeded_from_a_replica_and_a_restore_to_a_second_cro
     assert!(ticked >= 2, "the ticks did not reach the primary {primary}: {ticked} rows");
     let base_status = backups.get(&base).await.expect("read the run").status.unwrap();
     let taken_from = base_status.taken_from.clone().expect("the run names its server");
-    let primary = site.primary().await;
     assert_eq!(taken_from.role, ServerRole::Replica, "{taken_from:?}");
     assert_ne!(taken_from.pod, primary, "a replica, not the primary");
     assert!(base_status.snapshot.and_then(|s| s.gtid).is_some(), "the run records its GTID position");
