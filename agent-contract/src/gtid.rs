@@ -115,6 +115,19 @@ fn parse_source(source: &str, whole: &str) -> Result<String, String> {
     })
 }
 
+/// How many numbers of the inclusive `interval` none of the sorted, merged `known` intervals
+/// holds.
+fn uncovered((first, last): (u64, u64), known: &[(u64, u64)]) -> u64 {
+    let covered: u64 = known
+        .iter()
+        .map(|(a, b)| {
+            let (from, to) = ((*a).max(first), (*b).min(last));
+            if from <= to { to - from + 1 } else { 0 }
+        })
+        .sum();
+    (last - first + 1).saturating_sub(covered)
+}
+
 impl GtidSet {
     /// Parses a MariaDB position (`0-1-42,1-2-7`) or a MySQL set (`uuid:1-5:7,uuid2:1-3`); an
     /// empty text is refused (a server that has logged nothing has no position yet).
@@ -230,6 +243,38 @@ impl GtidSet {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// How many transactions it holds: a counter that grows by one with each commit (MariaDB:
+    /// the sum of each domain's sequence number; MySQL: the size of the set).
+    pub fn transactions(&self) -> u64 {
+        match self {
+            GtidSet::MariaDb(domains) => domains.values().map(|(_, sequence)| sequence).sum(),
+            GtidSet::MySql(sources) => {
+                sources.values().flatten().map(|(first, last)| last.saturating_sub(*first) + 1).sum()
+            }
+        }
+    }
+
+    /// How many of its transactions `other` lacks (for MariaDB, per domain, by sequence number);
+    /// 0 against a set of the other family.
+    pub fn count_beyond(&self, other: &GtidSet) -> u64 {
+        match (self, other) {
+            (GtidSet::MariaDb(mine), GtidSet::MariaDb(theirs)) => mine
+                .iter()
+                .map(|(domain, (_, sequence))| {
+                    sequence.saturating_sub(theirs.get(domain).map_or(0, |(_, known)| *known))
+                })
+                .sum(),
+            (GtidSet::MySql(mine), GtidSet::MySql(theirs)) => mine
+                .iter()
+                .map(|(source, intervals)| {
+                    let known = theirs.get(source).map_or(&[][..], Vec::as_slice);
+                    intervals.iter().map(|interval| uncovered(*interval, known)).sum::<u64>()
+                })
+                .sum(),
+            _ => 0,
         }
     }
 
@@ -360,6 +405,18 @@ mod tests {
         let diverged = GtidSet::parse("0-2-9,1-1-3").unwrap();
         assert_eq!(set.disagreement(&diverged), Some((Gtid::parse("0-1-9").unwrap(), Gtid::parse("0-2-9").unwrap())));
         assert_eq!(set.disagreement(&GtidSet::parse("0-2-10").unwrap()), None, "another point, not a disagreement");
+    }
+
+    #[test]
+    fn transactions_are_counted_and_compared() {
+        let mariadb = GtidSet::parse("0-1-5,1-2-3").unwrap();
+        assert_eq!(mariadb.transactions(), 8);
+        assert_eq!(mariadb.count_beyond(&GtidSet::parse("0-2-4").unwrap()), 4, "one of domain 0, three of 1");
+        assert_eq!(GtidSet::parse("0-2-4").unwrap().count_beyond(&mariadb), 0);
+        let mysql = GtidSet::parse(&format!("{UUID}:1-5:9")).unwrap();
+        assert_eq!(mysql.transactions(), 6);
+        assert_eq!(mysql.count_beyond(&GtidSet::parse(&format!("{UUID}:2-4")).unwrap()), 3, "1, 5 and 9");
+        assert_eq!(mysql.count_beyond(&mariadb), 0, "another family");
     }
 
     #[test]

@@ -109,6 +109,18 @@ pub struct Desired<'a> {
     pub message: String,
 }
 
+impl<'a> Desired<'a> {
+    /// A condition that holds (`True`).
+    pub fn met(type_: &'a str, reason: &'a str, message: impl Into<String>) -> Self {
+        Desired { type_, status: Status::True, reason, message: message.into() }
+    }
+
+    /// A condition that does not hold (`False`).
+    pub fn unmet(type_: &'a str, reason: &'a str, message: impl Into<String>) -> Self {
+        Desired { type_, status: Status::False, reason, message: message.into() }
+    }
+}
+
 /// Sets `desired` in `conditions`, keeping `lastTransitionTime` when the status is unchanged.
 pub fn set(conditions: &mut Vec<Condition>, desired: Desired<'_>, observed_generation: Option<i64>, now: Time) {
     let existing = conditions.iter_mut().find(|c| c.type_ == desired.type_);

@@ -179,8 +179,8 @@ pub enum Error {
     ForeignItemsReturn { child: String, items: String },
     /// A replication operation on one MySQL server failed (the server's answer, never a
     /// statement: some hold a password).
-    #[error("{action} on MySQL server {member} failed: {problem}")]
-    Replication { member: String, action: &'static str, problem: String },
+    #[error(transparent)]
+    Replication(#[from] replication::act::ActError),
 }
 
 impl From<ApiError> for Error {
@@ -193,9 +193,7 @@ impl From<replication::Error> for Error {
     fn from(error: replication::Error) -> Self {
         match error {
             replication::Error::Api(error) => error.into(),
-            replication::Error::Act(act) => {
-                Error::Replication { member: act.member, action: act.action, problem: act.problem }
-            }
+            replication::Error::Act(act) => act.into(),
         }
     }
 }
@@ -218,7 +216,7 @@ impl ReconcileFailure for Error {
         match self {
             Error::Common(error) => error.metric_label(),
             Error::ForeignItemsReturn { .. } => "ForeignItemsReturn",
-            Error::Replication { .. } => "Replication",
+            Error::Replication(_) => "Replication",
         }
     }
 }

@@ -82,7 +82,7 @@ pub async fn watch_and_reconcile(reconciling: Reconciling<DatabaseCheckArgs>) {
     let database_check = reconciling.args.check();
     let agent = reconciling.args.agent_image.clone().map(AgentSettings::from_env);
     let Reconciling { runtime, namespace, shutdown, .. } = reconciling;
-    Watches::new().watch_and_reconcile(runtime, namespace.as_deref(), database_check, agent, shutdown).await
+    Watches::default().watch_and_reconcile(runtime, namespace.as_deref(), database_check, agent, shutdown).await
 }
 
 /// The watches of the controller: VisitorsApps (filtered so that status writes do not wake
@@ -98,20 +98,6 @@ pub struct Watches {
 }
 
 impl Watches {
-    pub fn new() -> Self {
-        let statefulsets = reflector::store::Writer::default();
-        let deployments = reflector::store::Writer::default();
-        let restores = reflector::store::Writer::default();
-        let pods = reflector::store::Writer::default();
-        let stores = Stores {
-            statefulsets: statefulsets.as_reader(),
-            deployments: deployments.as_reader(),
-            restores: restores.as_reader(),
-            pods: pods.as_reader(),
-        };
-        Self { stores, statefulsets, deployments, restores, pods }
-    }
-
     /// Watches and reconciles until `shutdown` is cancelled.
     pub async fn watch_and_reconcile(
         self,
@@ -201,6 +187,16 @@ impl Watches {
 
 impl Default for Watches {
     fn default() -> Self {
-        Self::new()
+        let statefulsets = reflector::store::Writer::default();
+        let deployments = reflector::store::Writer::default();
+        let restores = reflector::store::Writer::default();
+        let pods = reflector::store::Writer::default();
+        let stores = Stores {
+            statefulsets: statefulsets.as_reader(),
+            deployments: deployments.as_reader(),
+            restores: restores.as_reader(),
+            pods: pods.as_reader(),
+        };
+        Self { stores, statefulsets, deployments, restores, pods }
     }
 }

@@ -73,9 +73,7 @@ pub fn compute(app: &VisitorsApp, observed: &Facts, now: Time) -> VisitorsAppSta
     let frontend = workload_condition(FRONTEND_READY, "frontend", Some(&observed.frontend));
     let ready = match observed.failed_children.as_slice() {
         [] => ready_condition([&database, &backend, &frontend]),
-        failed => {
-            Desired { type_: READY, status: Status::False, reason: CHILD_APPLY_FAILED, message: failed.join("; ") }
-        }
+        failed => Desired::unmet(READY, CHILD_APPLY_FAILED, failed.join("; ")),
     };
     for desired in [ready, database, backend, frontend] {
         conditions::set(&mut status.conditions, desired, generation, now.clone());
@@ -133,52 +131,46 @@ fn replication_status(app: &VisitorsApp, status: &mut VisitorsAppStatus, report:
         Some((reason, message)) => {
             Desired { type_: REPLICATING, status: Status::False, reason, message: message.clone() }
         }
-        None => Desired {
-            type_: REPLICATING,
-            status: Status::True,
-            reason: replication_reason::REPLICATING,
-            message: format!("every replica replicates from primary {primary}"),
-        },
+        None => Desired::met(
+            REPLICATING,
+            replication_reason::REPLICATING,
+            format!("every replica replicates from primary {primary}"),
+        ),
     };
     let acknowledged = match (app.spec.durability(), report.acknowledged) {
-        (Durability::Asynchronous, _) => Desired {
-            type_: WRITES_ACKNOWLEDGED,
-            status: Status::False,
-            reason: reason::ASYNCHRONOUS,
-            message: "spec.mysql.replication.durability is Asynchronous: commits do not wait for a replica, and a failover can lose the last ones".into(),
-        },
-        (Durability::Acknowledged, true) => Desired {
-            type_: WRITES_ACKNOWLEDGED,
-            status: Status::True,
-            reason: reason::ACKNOWLEDGED,
-            message: format!("a replica acknowledges every commit of primary {primary} before the client hears of it"),
-        },
-        (Durability::Acknowledged, false) => Desired {
-            type_: WRITES_ACKNOWLEDGED,
-            status: Status::False,
-            reason: replication_reason::NO_ACKNOWLEDGING_REPLICA,
-            message: format!("no replica acknowledges the commits of primary {primary}: writes wait until one does"),
-        },
+        (Durability::Asynchronous, _) => Desired::unmet(
+            WRITES_ACKNOWLEDGED,
+            reason::ASYNCHRONOUS,
+            "spec.mysql.replication.durability is Asynchronous: commits do not wait for a replica, and a failover can lose the last ones",
+        ),
+        (Durability::Acknowledged, true) => Desired::met(
+            WRITES_ACKNOWLEDGED,
+            reason::ACKNOWLEDGED,
+            format!("a replica acknowledges every commit of primary {primary} before the client hears of it"),
+        ),
+        (Durability::Acknowledged, false) => Desired::unmet(
+            WRITES_ACKNOWLEDGED,
+            replication_reason::NO_ACKNOWLEDGING_REPLICA,
+            format!("no replica acknowledges the commits of primary {primary}: writes wait until one does"),
+        ),
     };
     let falling_behind = match report.falling_behind.as_slice() {
-        [] => Desired {
-            type_: REPLICA_FALLING_BEHIND,
-            status: Status::False,
-            reason: reason::KEEPING_UP,
-            message: format!("every replica applies what primary {primary} commits"),
-        },
-        behind => Desired {
-            type_: REPLICA_FALLING_BEHIND,
-            status: Status::True,
-            reason: reason::FALLING_BEHIND,
-            message: format!(
-                "{} {} applied fewer transactions than primary {primary} committed, falling further behind for minutes: a failover to {} would wait for {} backlog (status.replication.members says how far and how fast)",
-                if behind.len() == 1 { "replica" } else { "replicas" },
-                behind.join(", "),
-                if behind.len() == 1 { "it" } else { "them" },
-                if behind.len() == 1 { "its" } else { "their" },
-            ),
-        },
+        [] => Desired::unmet(
+            REPLICA_FALLING_BEHIND,
+            reason::KEEPING_UP,
+            format!("every replica applies what primary {primary} commits"),
+        ),
+        behind => {
+            let (replicas, them, their) = match behind.len() {
+                1 => ("replica", "it", "its"),
+                _ => ("replicas", "them", "their"),
+            };
+            let message = format!(
+                "{replicas} {} applied fewer transactions than primary {primary} committed, falling further behind for minutes: a failover to {them} would wait for {their} backlog (status.replication.members says how far and how fast)",
+                behind.join(", ")
+            );
+            Desired::met(REPLICA_FALLING_BEHIND, reason::FALLING_BEHIND, message)
+        }
     };
     for desired in [replicating, acknowledged, falling_behind] {
         conditions::set(&mut status.conditions, desired, app.metadata.generation, now.clone());
@@ -224,12 +216,7 @@ fn tls_status(tls: Option<&ServingTls>) -> TlsStatus {
 pub fn stopped(app: &VisitorsApp, reason: &'static str, message: String, now: Time) -> VisitorsAppStatus {
     let mut status = app.status.clone().unwrap_or_default();
     let generation = app.metadata.generation;
-    conditions::set(
-        &mut status.conditions,
-        Desired { type_: READY, status: Status::False, reason, message },
-        generation,
-        now.clone(),
-    );
+    conditions::set(&mut status.conditions, Desired::unmet(READY, reason, message), generation, now.clone());
     for type_ in [DATABASE_READY, BACKEND_READY, FRONTEND_READY] {
         let message = "not reconciled until the problem in the Ready condition is fixed".to_string();
         conditions::set(
@@ -306,12 +293,11 @@ fn database_condition(app: &str, database: &Database) -> Desired<'static> {
 
 fn backend_condition(backend: Option<&Workload>, held: bool) -> Desired<'static> {
     if held && backend.is_none() {
-        return Desired {
-            type_: BACKEND_READY,
-            status: Status::False,
-            reason: reason::WAITING_FOR_DATABASE,
-            message: "the backend is rolled out once the database is ready".to_string(),
-        };
+        return Desired::unmet(
+            BACKEND_READY,
+            reason::WAITING_FOR_DATABASE,
+            "the backend is rolled out once the database is ready",
+        );
     }
     let mut desired = workload_condition(BACKEND_READY, "backend", backend);
     if held && desired.status != Status::True {
@@ -324,14 +310,13 @@ fn backend_condition(backend: Option<&Workload>, held: bool) -> Desired<'static>
 fn quiesced_condition(restore: &str, backend: Option<&Workload>) -> Desired<'static> {
     let stopped = backend.is_none_or(|b| b.total == 0);
     let state = if stopped { "is stopped" } else { "is stopping" };
-    Desired {
-        type_: BACKEND_READY,
-        status: Status::False,
-        reason: QUIESCED,
-        message: format!(
+    Desired::unmet(
+        BACKEND_READY,
+        QUIESCED,
+        format!(
             "MySQLRestore {restore} is restoring the database: the backend {state} (0 replicas) until the restore ends"
         ),
-    }
+    )
 }
 
 fn workload_condition(type_: &'static str, tier: &str, workload: Option<&Workload>) -> Desired<'static> {
@@ -353,15 +338,8 @@ fn workload_condition(type_: &'static str, tier: &str, workload: Option<&Workloa
 
 fn ready_condition(parts: [&Desired<'static>; 3]) -> Desired<'static> {
     match parts.into_iter().find(|c| c.status != Status::True) {
-        Some(blocking) => {
-            Desired { type_: READY, status: Status::False, reason: blocking.reason, message: blocking.message.clone() }
-        }
-        None => Desired {
-            type_: READY,
-            status: Status::True,
-            reason: reason::READY,
-            message: "the database, the backend and the frontend are ready".to_string(),
-        },
+        Some(blocking) => Desired::unmet(READY, blocking.reason, blocking.message.clone()),
+        None => Desired::met(READY, reason::READY, "the database, the backend and the frontend are ready"),
     }
 }
 

@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use controller_common::agent_job::{DatabaseAccess, ServerTls};
-use controller_common::apply::create_unless_present;
+use controller_common::apply::{create_unless_present, delete_if_present};
 use controller_common::error::{ApiError, api_err};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use mysql_async::prelude::Queryable;
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
@@ -23,6 +23,7 @@ use visitors_api::visitors_app::MemberRole;
 use super::backup_seed::{self, POSITION_ANNOTATION, RUN_ANNOTATION, VerifiedRun};
 use super::model::{Act, Decision, Member, ReseedCause};
 use super::observe::{DIVERGED_FILE_ANNOTATION, Look, extraction_job_name};
+use super::server::Server;
 use super::sql::{Flavor, Upstream};
 use super::{Error, Scope};
 use crate::build;
@@ -49,10 +50,8 @@ pub struct ActError {
 
 /// How to reach each member and what replication needs of it.
 struct Access<'a> {
-    /// Root's connection to each member, by name.
-    targets: &'a BTreeMap<String, Target>,
-    /// Each member's family and the CA file it serves TLS with, as it answered.
-    servers: BTreeMap<String, (Flavor, Option<String>)>,
+    /// Root's connection to each member, and each server as it answered.
+    look: &'a Look,
     /// The replication account's password.
     replication_password: String,
     /// MySQL's TLS is on: replicas verify their source.
@@ -61,7 +60,7 @@ struct Access<'a> {
 
 /// Carries `decision`, made at `look`, out.
 pub async fn carry_out(scope: &Scope<'_>, look: &Look, decision: &Decision) -> Result<(), Error> {
-    let access = access(scope, look);
+    let access = Access { look, replication_password: replication_password(scope), tls: scope.tls.is_some() };
     if !run_sql(&decision.acts, &access).await? {
         return Ok(());
     }
@@ -80,18 +79,13 @@ pub async fn carry_out(scope: &Scope<'_>, look: &Look, decision: &Decision) -> R
     Ok(())
 }
 
-fn access<'a>(scope: &Scope<'_>, look: &'a Look) -> Access<'a> {
-    let servers = look
-        .observed
-        .members
-        .iter()
-        .filter_map(|m| m.server.as_ref().map(|s| (m.name.clone(), (s.flavor, s.ssl_ca.clone()))))
-        .collect();
-    Access {
-        targets: &look.targets,
-        servers,
-        replication_password: replication_password(scope),
-        tls: scope.tls.is_some(),
+impl Access<'_> {
+    fn server(&self, member: &str) -> Option<&Server> {
+        self.look.observed.members.iter().find(|m| m.name == member)?.server.as_ref()
+    }
+
+    fn flavor(&self, member: &str) -> Flavor {
+        self.server(member).map_or(Flavor::MariaDb, |server| server.flavor)
     }
 }
 
@@ -112,7 +106,7 @@ pub fn replication_password(scope: &Scope<'_>) -> String {
 /// slowest server's, not their sum.
 async fn run_sql(acts: &[Act], access: &Access<'_>) -> Result<bool, ActError> {
     let sql: Vec<&Act> = acts.iter().filter(|act| act.is_sql() && !act.after_labels()).collect();
-    for group in sql.chunk_by(|a, b| matches!((a, b), (Act::StopReceiving { .. }, Act::StopReceiving { .. }))) {
+    for group in sql.chunk_by(|a, b| matches!((a, b), (Act::StopReceiving(_), Act::StopReceiving(_)))) {
         let outcomes = futures::future::join_all(group.iter().map(|act| run_one(act, access))).await;
         for outcome in outcomes {
             if !outcome? {
@@ -127,12 +121,11 @@ async fn run_sql(acts: &[Act], access: &Access<'_>) -> Result<bool, ActError> {
 async fn run_one(act: &Act, access: &Access<'_>) -> Result<bool, ActError> {
     let (member, action) = describe(act);
     let failed = |problem: String| ActError { member: member.to_string(), action, problem };
-    let flavor = access.servers.get(member).map_or(Flavor::MariaDb, |(flavor, _)| *flavor);
-    let statements = statements(act, flavor, access).map_err(failed)?;
-    let target = access.targets.get(member).ok_or_else(|| failed("no address".into()))?;
+    let statements = statements(act, access.flavor(member), access).map_err(failed)?;
+    let target = access.look.targets.get(member).ok_or_else(|| failed("no address".into()))?;
     let span = tracing::info_span!("replication.act", member, action);
     let run = run(target, &statements, matches!(act, Act::WaitApplied { .. })).instrument(span);
-    let stopping = matches!(act, Act::StopReceiving { .. });
+    let stopping = matches!(act, Act::StopReceiving(_));
     let timeout = if stopping { STOP_RECEIVING_TIMEOUT } else { ACT_TIMEOUT };
     match tokio::time::timeout(timeout, run).await {
         Ok(Ok(done)) => Ok(done),
@@ -153,14 +146,14 @@ async fn act_on_pods(scope: &Scope<'_>, look: &Look, acts: &[Act]) -> Result<(),
         let span = tracing::info_span!("replication.act", member, action);
         let done = async {
             match act {
-                Act::Restart { member } => {
+                Act::Restart(member) => {
                     delete_pod(scope, member).await?;
                     let note = format!(
                         "restarted MySQL server {member}: commits on it waited for an acknowledgement no replica will send; it holds transactions the primary lacks"
                     );
                     events.normal(scope.app, "Restarted", "Replication", note).await;
                 }
-                Act::Update { member } => {
+                Act::Update(member) => {
                     delete_pod(scope, member).await?;
                     let note = format!("restarting MySQL server {member} on the StatefulSet's new pod template");
                     events.normal(scope.app, "Updating", "Replication", note).await;
@@ -188,7 +181,7 @@ async fn act_on_pods(scope: &Scope<'_>, look: &Look, acts: &[Act]) -> Result<(),
                         load_backup_run(scope, seeded, seed).await?;
                     }
                 }
-                Act::ClearSeed { member } => set_seed_token(scope, member, None).await?,
+                Act::ClearSeed(member) => set_seed_token(scope, member, None).await?,
                 _ => {}
             }
             Ok::<(), Error>(())
@@ -199,11 +192,7 @@ async fn act_on_pods(scope: &Scope<'_>, look: &Look, acts: &[Act]) -> Result<(),
 }
 
 async fn delete_pod(scope: &Scope<'_>, pod: &str) -> Result<(), Error> {
-    match scope.api::<Pod>().delete(pod, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(source) => Err(ApiError { action: format!("deleting pod {pod}"), source }.into()),
-    }
+    Ok(delete_if_present(&scope.api::<Pod>(), "pod", pod).await?)
 }
 
 /// Writes (or, `None`, removes) pod `member`'s seeding token.
@@ -342,19 +331,14 @@ async fn after_labels(acts: &[Act], access: &Access<'_>) -> Vec<ActError> {
     let mut failures = Vec::new();
     for act in acts.iter().filter(|act| act.after_labels()) {
         let (member, action) = describe(act);
-        let Some(target) = access.targets.get(member) else { continue };
-        let flavor = access.servers.get(member).map_or(Flavor::MariaDb, |(flavor, _)| *flavor);
+        let Some(target) = access.look.targets.get(member) else { continue };
+        let flavor = access.flavor(member);
         tracing::info!(member, action, "replication");
-        match tokio::time::timeout(ACT_TIMEOUT, disconnect_clients(target, flavor)).await {
-            Ok(Ok(closed)) => tracing::info!(member, closed, "closed client sessions"),
-            Ok(Err(error)) => {
-                failures.push(ActError { member: member.to_string(), action, problem: error.to_string() })
-            }
-            Err(_) => failures.push(ActError {
-                member: member.to_string(),
-                action,
-                problem: format!("no answer within {} s", ACT_TIMEOUT.as_secs()),
-            }),
+        let closing = tokio::time::timeout(ACT_TIMEOUT, disconnect_clients(target, flavor)).await;
+        let timed_out = || format!("no answer within {} s", ACT_TIMEOUT.as_secs());
+        match closing.map_err(|_| timed_out()).and_then(|closed| closed.map_err(|error| error.to_string())) {
+            Ok(closed) => tracing::info!(member, closed, "closed client sessions"),
+            Err(problem) => failures.push(ActError { member: member.to_string(), action, problem }),
         }
     }
     failures
@@ -399,27 +383,27 @@ async fn run(target: &Target, statements: &[String], wait: bool) -> Result<bool,
 fn statements(act: &Act, flavor: Flavor, access: &Access<'_>) -> Result<Vec<String>, String> {
     Ok(match act {
         Act::SetServerId { id, .. } => flavor.set_server_id(*id),
-        Act::EnsureReplicationUser { .. } => flavor.ensure_replication_user(&access.replication_password),
-        Act::Fence { .. } => flavor.fence(),
-        Act::StopReceiving { .. } => flavor.stop_receiving(),
+        Act::EnsureReplicationUser(_) => flavor.ensure_replication_user(&access.replication_password),
+        Act::Fence(_) => flavor.fence(),
+        Act::StopReceiving(_) => flavor.stop_receiving(),
         Act::WaitApplied { position, .. } => vec![flavor.wait_applied(position, APPLY_WAIT_SECONDS)],
-        Act::Promote { .. } => flavor.promote(),
-        Act::ArmSemiSync { .. } => flavor.arm_semi_sync(),
-        Act::DisarmSemiSync { .. } => flavor.disarm_semi_sync(),
-        Act::OpenWrites { .. } => flavor.open_writes(),
+        Act::Promote(_) => flavor.promote(),
+        Act::ArmSemiSync(_) => flavor.arm_semi_sync(),
+        Act::DisarmSemiSync(_) => flavor.disarm_semi_sync(),
+        Act::OpenWrites(_) => flavor.open_writes(),
         Act::AdoptPosition { position, .. } => flavor.adopt_position(position),
-        Act::DisconnectClients { .. } => {
+        Act::DisconnectClients(_) => {
             return Err("closing client sessions is not a list of statements (see disconnect_clients)".into());
         }
-        Act::Restart { .. }
-        | Act::Update { .. }
+        Act::Restart(_)
+        | Act::Update(_)
         | Act::Extract { .. }
         | Act::Reseed { .. }
         | Act::SeedFromBackup { .. }
-        | Act::ClearSeed { .. } => Vec::new(),
+        | Act::ClearSeed(_) => Vec::new(),
         Act::Replicate { member, upstream } => {
-            let host = access.targets.get(upstream).map(|t| t.host.clone()).ok_or("no address of the upstream")?;
-            let ssl_ca = access.servers.get(member).and_then(|(_, ca)| ca.clone());
+            let host = access.look.targets.get(upstream).map(|t| t.host.clone()).ok_or("no address of the upstream")?;
+            let ssl_ca = access.server(member).and_then(|server| server.ssl_ca.clone());
             if access.tls && ssl_ca.is_none() {
                 return Err("the server serves no TLS CA file to verify its upstream with".into());
             }
@@ -439,22 +423,22 @@ fn statements(act: &Act, flavor: Flavor, access: &Access<'_>) -> Result<Vec<Stri
 pub fn describe(act: &Act) -> (&str, &'static str) {
     match act {
         Act::SetServerId { member, .. } => (member, "setting the server id"),
-        Act::EnsureReplicationUser { member } => (member, "creating the replication account"),
-        Act::Fence { member } => (member, "fencing (read-only)"),
-        Act::StopReceiving { member } => (member, "stopping replication's receiver"),
+        Act::EnsureReplicationUser(member) => (member, "creating the replication account"),
+        Act::Fence(member) => (member, "fencing (read-only)"),
+        Act::StopReceiving(member) => (member, "stopping replication's receiver"),
         Act::WaitApplied { member, .. } => (member, "waiting for the replica to apply what it received"),
-        Act::Promote { member } => (member, "promoting"),
+        Act::Promote(member) => (member, "promoting"),
         Act::Replicate { member, .. } => (member, "pointing replication at the primary"),
-        Act::ArmSemiSync { member } => (member, "arming semi-synchronous replication"),
-        Act::DisarmSemiSync { member } => (member, "disarming semi-synchronous replication"),
-        Act::OpenWrites { member } => (member, "opening writes"),
-        Act::Restart { member } => (member, "restarting"),
-        Act::Update { member } => (member, "restarting on the new pod template"),
+        Act::ArmSemiSync(member) => (member, "arming semi-synchronous replication"),
+        Act::DisarmSemiSync(member) => (member, "disarming semi-synchronous replication"),
+        Act::OpenWrites(member) => (member, "opening writes"),
+        Act::Restart(member) => (member, "restarting"),
+        Act::Update(member) => (member, "restarting on the new pod template"),
         Act::Extract { member, .. } => (member, "copying its transactions the primary lacks"),
         Act::Reseed { member, .. } => (member, "starting it again empty"),
         Act::SeedFromBackup { member, .. } => (member, "loading a backup run into it"),
         Act::AdoptPosition { member, .. } => (member, "starting its binary log at the loaded backup's position"),
-        Act::ClearSeed { member } => (member, "spending its seeding token"),
-        Act::DisconnectClients { member } => (member, "closing its client sessions"),
+        Act::ClearSeed(member) => (member, "spending its seeding token"),
+        Act::DisconnectClients(member) => (member, "closing its client sessions"),
     }
 }

@@ -13,8 +13,9 @@ use visitors_api::visitors_app::{MemberRole, RoleChange};
 
 use super::following::{self, Sample};
 use super::model::{
-    Act, Change, ChangeKind, Cluster, Decision, Member, Memory, Note, Observed, PodState, Refusal, Switchover, reason,
+    Act, Change, ChangeKind, Cluster, Decision, Memory, Note, Observed, PodState, Refusal, Switchover, reason,
 };
+use super::report::rounded;
 use super::rules;
 
 /// A switchover whose target does not apply the fenced primary's transactions within this is
@@ -58,8 +59,8 @@ pub fn decide(observed: &Observed, memory: &Memory) -> (Decision, Memory) {
     if let Some(switching) = decision.switching.clone().filter(|_| next.switching.is_none()) {
         next.switching = Some((switching, observed.at));
     }
-    if let Some(member) = decision.acts.iter().find_map(Act::updated_member) {
-        next.updating = Some((member.to_string(), observed.at));
+    if let Some(Act::Update(member)) = decision.acts.iter().find(|act| matches!(act, Act::Update(_))) {
+        next.updating = Some((member.clone(), observed.at));
     }
     match decision.change.clone() {
         Some(change) => changed(observed, &mut decision, &mut next, &change),
@@ -80,13 +81,9 @@ fn give_up_a_late_switchover(observed: &Observed, next: &mut Memory) -> Option<R
         return None;
     }
     let (switching, _) = next.switching.take()?;
-    Some(Refusal {
-        asked_by: switching.reason,
-        request: switching.request,
-        to: switching.to,
-        reason: reason::TARGET_NOT_A_HEALTHY_REPLICA,
-        message: format!("the target did not apply the primary's transactions within {} s", SWITCHOVER_LIMIT.as_secs()),
-    })
+    let message =
+        format!("the target did not apply the primary's transactions within {} s", SWITCHOVER_LIMIT.as_secs());
+    Some(switching.refused(reason::TARGET_NOT_A_HEALTHY_REPLICA, message))
 }
 
 /// Counts the looks in a row in which the primary's pod is ready and its server silent, and
@@ -138,7 +135,8 @@ fn recently_demoted(observed: &Observed, next: &Memory) -> Option<String> {
 fn changed(observed: &Observed, decision: &mut Decision, next: &mut Memory, made: &Change) {
     let gap = write_gap(observed, next, made);
     let waited = next.applying.take().filter(|(pending, _)| pending.to == made.to && pending.kind == made.kind);
-    let apply_wait = waited.as_ref().map_or(0.0, |(_, since)| tenths(observed.at.duration_since(*since).as_secs_f64()));
+    let apply_wait =
+        waited.as_ref().map_or(0.0, |(_, since)| rounded(observed.at.duration_since(*since).as_secs_f64()));
     let change = &match waited {
         Some((pending, _)) => Change { reason: made.reason, request: made.request.clone(), ..pending },
         None => made.clone(),
@@ -164,24 +162,18 @@ fn changed(observed: &Observed, decision: &mut Decision, next: &mut Memory, made
     let note = match change.kind {
         ChangeKind::Failover => {
             decision.failover = Some(record);
-            Note {
-                warning: false,
-                reason: "Failover",
-                action: "Replication",
-                message: format!(
-                    "primary {from} is gone ({}); promoted {}{paused}{waited} ({})",
-                    change.reason, change.to, change.election
-                ),
-            }
+            let (reason, to, election) = (change.reason, &change.to, &change.election);
+            Note::replication(
+                "Failover",
+                format!("primary {from} is gone ({reason}); promoted {to}{paused}{waited} ({election})"),
+            )
         }
         ChangeKind::Switchover => {
             decision.switchover = Some((record, change.reason));
-            Note {
-                warning: false,
-                reason: "Switchover",
-                action: "Replication",
-                message: format!("switched the primary over from {from} to {}{paused}{waited}", change.to),
-            }
+            Note::replication(
+                "Switchover",
+                format!("switched the primary over from {from} to {}{paused}{waited}", change.to),
+            )
         }
     };
     decision.notes.push(note);
@@ -193,7 +185,7 @@ fn changed(observed: &Observed, decision: &mut Decision, next: &mut Memory, made
 /// Seconds from the last moment the old primary was seen accepting writes to this look.
 fn write_gap(observed: &Observed, next: &Memory, change: &Change) -> Option<f64> {
     let (pod, at) = next.writable.as_ref()?;
-    (change.from.as_deref() == Some(pod.as_str())).then(|| tenths(observed.time.duration_since(*at).as_secs_f64()))
+    (change.from.as_deref() == Some(pod.as_str())).then(|| rounded(observed.time.duration_since(*at).as_secs_f64()))
 }
 
 /// What a change of primary did, why that server, and what its promotion waited for.
@@ -253,14 +245,11 @@ fn note_seeding(decision: &mut Decision) {
         .acts
         .iter()
         .filter_map(|act| match act {
-            Act::Replicate { member, upstream } if *upstream != primary => Some(Note {
-                warning: false,
-                reason: "Seeding",
-                action: "Replication",
-                message: format!(
-                    "MySQL server {member} is seeded from replica {upstream}, not from the primary {primary}"
-                ),
-            }),
+            Act::Replicate { member, upstream } if *upstream != primary => {
+                let message =
+                    format!("MySQL server {member} is seeded from replica {upstream}, not from the primary {primary}");
+                Some(Note::replication("Seeding", message))
+            }
             _ => None,
         })
         .collect();
@@ -281,19 +270,16 @@ fn note_divergence(observed: &Observed, decision: &mut Decision, next: &mut Memo
         if observed.shown_diverged.contains(&member) || !next.told_diverged.insert(member.clone()) {
             continue;
         }
-        decision.notes.push(Note {
-            warning: true,
-            reason: "Diverged",
-            action: "Replication",
-            message: format!("MySQL server {member} {}", message.unwrap_or_default()),
-        });
+        let message = format!("MySQL server {member} {}", message.unwrap_or_default());
+        decision.notes.push(Note { warning: true, ..Note::replication("Diverged", message) });
     }
 }
 
 /// Adds this look's positions of every answering server to their samples, against the primary
 /// the decision leaves (when it takes writes), and judges how each follows it.
 fn follow(observed: &Observed, decision: &mut Decision, next: &mut Memory) {
-    let primary = decision.primary.as_deref().and_then(|p| server_of(&observed.members, p));
+    let primary = observed.members.iter().find(|m| decision.primary.as_deref() == Some(m.name.as_str()));
+    let primary = primary.and_then(|m| m.server.as_ref());
     if let Some(primary) = primary.filter(|s| !s.read_only) {
         let committed = primary.position.transactions();
         for member in &observed.members {
@@ -312,10 +298,6 @@ fn follow(observed: &Observed, decision: &mut Decision, next: &mut Memory) {
         next.samples.iter().map(|(name, samples)| (name.clone(), following::following(samples))).collect();
 }
 
-fn server_of<'a>(members: &'a [Member], name: &str) -> Option<&'a super::server::Server> {
-    members.iter().find(|m| m.name == name).and_then(|m| m.server.as_ref())
-}
-
 /// Whether a problem means something under way that the next look may finish.
 fn under_way(problem: &Option<(&'static str, String)>) -> bool {
     use reason::{ELECTION_WAITS, FAILOVER_WAITS, PRIMARY_SILENT, PROMOTING};
@@ -324,13 +306,9 @@ fn under_way(problem: &Option<(&'static str, String)>) -> bool {
         .is_some_and(|(reason, _)| [PROMOTING, FAILOVER_WAITS, ELECTION_WAITS, PRIMARY_SILENT].contains(reason))
 }
 
-/// A number of seconds to one decimal.
-fn tenths(seconds: f64) -> f64 {
-    (seconds * 10.0).round() / 10.0
-}
-
 #[cfg(test)]
 mod tests {
+    use crate::replication::model::Member;
     use std::collections::BTreeSet;
     use std::time::Instant;
 
@@ -512,7 +490,7 @@ mod tests {
                 ..remembering("ex-mysql-0")
             };
             let (decision, next) = decide(&observed(members, now, 1000), &memory);
-            let restarted = decision.acts.contains(&Act::Update { member: "ex-mysql-2".into() });
+            let restarted = decision.acts.contains(&Act::Update("ex-mysql-2".into()));
             let kept = next.updating.as_ref().is_some_and(|(_, at)| *at < now);
             assert_eq!((kept, restarted), (remembered, again), "outdated {outdated}, ready {ready}, {since} s");
             assert_eq!(next.updating.as_ref().is_some_and(|(_, at)| *at == now), again, "a new restart is remembered");
@@ -537,7 +515,7 @@ mod tests {
             seen.answered_request = answered.map(Into::into);
             let memory = Memory { switching: switching.clone(), ..remembering("ex-mysql-0") };
             let (decision, _) = decide(&seen, &memory);
-            let fenced = decision.acts.contains(&Act::Fence { member: "ex-mysql-0".into() });
+            let fenced = decision.acts.contains(&Act::Fence("ex-mysql-0".into()));
             assert_eq!(fenced, started, "{case}: {:?}", decision.acts);
         }
         assert_eq!(UPDATE_REQUEST, "rolling update", "a rolling update's request never answers an annotation");
@@ -557,7 +535,7 @@ mod tests {
         members[0].pod = PodState::Missing;
         members[0].server = None;
         let (first, memory) = decide(&observed(members.clone(), after(start, 2), 2), &memory);
-        assert!(first.acts.iter().all(|a| matches!(a, Act::StopReceiving { .. })) && first.busy, "{first:?}");
+        assert!(first.acts.iter().all(|a| matches!(a, Act::StopReceiving(_))) && first.busy, "{first:?}");
 
         members[1] = replica(1, "0-100-12", "0-100-10", false);
         members[2] = replica(2, "0-100-11", "0-100-11", false);
@@ -606,7 +584,7 @@ mod tests {
                 ..remembering("ex-mysql-1")
             };
             let (decision, _) = decide(&observed(members, now, 100), &memory);
-            let disconnects = decision.acts.contains(&Act::DisconnectClients { member: "ex-mysql-0".into() });
+            let disconnects = decision.acts.contains(&Act::DisconnectClients("ex-mysql-0".into()));
             assert_eq!((disconnects, decision.busy), (closed, closed), "{since} s: {:?}", decision.acts);
         }
     }

@@ -147,6 +147,11 @@ impl Switchover {
     pub fn requested(request: String, to: Option<String>) -> Self {
         Switchover { request, to, reason: reason::REQUESTED }
     }
+
+    /// This switchover will not happen, for `reason`.
+    pub fn refused(&self, reason: &'static str, message: String) -> Refusal {
+        Refusal { request: self.request.clone(), asked_by: self.reason, to: self.to.clone(), reason, message }
+    }
 }
 
 /// What the server rules ([`super::rules`]) read: the servers as observed, with what the memory
@@ -175,55 +180,37 @@ pub struct Cluster {
     pub demoted: Option<String>,
 }
 
-/// One step, on one member.
+/// One step, on one member (the `String` of a one-field act names it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Act {
     SetServerId {
         member: String,
         id: u32,
     },
-    EnsureReplicationUser {
-        member: String,
-    },
+    EnsureReplicationUser(String),
     /// No writes from clients.
-    Fence {
-        member: String,
-    },
+    Fence(String),
     /// Stops receiving from its source, keeping what it received to apply.
-    StopReceiving {
-        member: String,
-    },
+    StopReceiving(String),
     /// Waits (briefly) until it has applied `position`; the rest of the decision waits for it.
     WaitApplied {
         member: String,
         position: String,
     },
     /// Forgets its source: it may become the primary.
-    Promote {
-        member: String,
-    },
+    Promote(String),
     /// Replicates from `upstream` (the primary, or a replica an empty server is seeded from).
     Replicate {
         member: String,
         upstream: String,
     },
-    ArmSemiSync {
-        member: String,
-    },
-    DisarmSemiSync {
-        member: String,
-    },
-    OpenWrites {
-        member: String,
-    },
+    ArmSemiSync(String),
+    DisarmSemiSync(String),
+    OpenWrites(String),
     /// Restarts its pod: releases commits that wait for an acknowledgement nobody will send.
-    Restart {
-        member: String,
-    },
+    Restart(String),
     /// Restarts its pod on the StatefulSet's new template.
-    Update {
-        member: String,
-    },
+    Update(String),
     /// Copies the transactions it holds and the primary lacks to a file: those after `after`
     /// (MariaDB: the last GTID it shares with the primary, per domain) or outside `primary_set`
     /// (MySQL), read from its binary log from `first_log` on.
@@ -251,16 +238,12 @@ pub enum Act {
         position: String,
     },
     /// It started empty: its seeding token is spent.
-    ClearSeed {
-        member: String,
-    },
+    ClearSeed(String),
     /// Closes the client sessions on it (every account's but the operator's own), so that
     /// connection pools holding connections to a server that no longer takes writes connect
     /// again, through the client Service, to the primary. Done once the pods' role labels
     /// moved.
-    DisconnectClients {
-        member: String,
-    },
+    DisconnectClients(String),
 }
 
 /// Why a server starts again empty.
@@ -296,6 +279,14 @@ pub struct Change {
     pub backlog: u64,
 }
 
+impl Change {
+    /// A failover from `from` to `to` (what it waits for and why `to` is filled in later).
+    pub fn failover(from: Option<&str>, to: &str, reason: &'static str) -> Self {
+        let (from, to) = (from.map(Into::into), to.into());
+        Change { kind: ChangeKind::Failover, from, to, reason, request: None, election: String::new(), backlog: 0 }
+    }
+}
+
 /// A switchover that will not happen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -313,6 +304,12 @@ pub struct Standing {
     pub member: String,
     pub role: MemberRole,
     pub message: Option<String>,
+}
+
+impl Standing {
+    pub fn new(member: &str, role: MemberRole, message: impl Into<Option<String>>) -> Self {
+        Standing { member: member.into(), role, message: message.into() }
+    }
 }
 
 /// What to do, and what it means.
@@ -356,6 +353,13 @@ pub struct Note {
     pub message: String,
 }
 
+impl Note {
+    /// A normal Event of replication.
+    pub fn replication(reason: &'static str, message: String) -> Self {
+        Note { warning: false, reason, action: "Replication", message }
+    }
+}
+
 /// Reasons of the `Replicating` condition and of the decision's problems.
 pub mod reason {
     pub const REPLICATING: &str = "Replicating";
@@ -383,30 +387,22 @@ pub mod reason {
 }
 
 impl Act {
-    /// The member this restarts on the new pod template, if it does.
-    pub fn updated_member(&self) -> Option<&str> {
-        match self {
-            Act::Update { member } => Some(member),
-            _ => None,
-        }
-    }
-
     /// Whether it waits until the pods' role labels moved: closing a demoted server's client
     /// sessions before the client Service leads elsewhere would only bring them back to it.
     pub fn after_labels(&self) -> bool {
-        matches!(self, Act::DisconnectClients { .. })
+        matches!(self, Act::DisconnectClients(_))
     }
 
     /// Whether it runs SQL on its server (the others act on its pod or a Job).
     pub fn is_sql(&self) -> bool {
         !matches!(
             self,
-            Act::Restart { .. }
-                | Act::Update { .. }
+            Act::Restart(_)
+                | Act::Update(_)
                 | Act::Extract { .. }
                 | Act::Reseed { .. }
                 | Act::SeedFromBackup { .. }
-                | Act::ClearSeed { .. }
+                | Act::ClearSeed(_)
         )
     }
 }

@@ -102,13 +102,10 @@ async fn servers(scope: &Scope<'_>, targets: &BTreeMap<String, Target>) -> Vec<M
         let state = pod_state(pod.as_deref());
         let server = match state {
             PodState::Missing => None,
-            _ => match read(target).await {
-                Ok(server) => Some(server),
-                Err(why) => {
-                    tracing::debug!(member = %pod_name, %why, "MySQL server not answering");
-                    None
-                }
-            },
+            _ => read(target)
+                .await
+                .inspect_err(|why| tracing::debug!(member = %pod_name, %why, "MySQL server not answering"))
+                .ok(),
         };
         Member {
             name: pod_name.clone(),
@@ -276,10 +273,7 @@ pub enum ReadError {
 
 /// Server `target` as it answers now.
 pub async fn read(target: &Target) -> Result<Server, ReadError> {
-    match tokio::time::timeout(READ_TIMEOUT, read_unbounded(target)).await {
-        Ok(result) => result,
-        Err(_) => Err(ReadError::Timeout),
-    }
+    tokio::time::timeout(READ_TIMEOUT, read_unbounded(target)).await.unwrap_or(Err(ReadError::Timeout))
 }
 
 async fn read_unbounded(target: &Target) -> Result<Server, ReadError> {

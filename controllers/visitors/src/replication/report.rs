@@ -107,7 +107,7 @@ fn fill(report: &mut Report, decision: &Decision, members: &[Member], followings
 }
 
 /// A rate or a duration to one decimal: what the status shows.
-fn rounded(value: f64) -> f64 {
+pub fn rounded(value: f64) -> f64 {
     (value * 10.0).round() / 10.0
 }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use visitors_agent_contract::gtid::GtidSet;
+use visitors_agent_contract::gtid::{Gtid, GtidSet};
 
 use super::sql::Flavor;
 
@@ -103,27 +103,12 @@ impl Position {
         match (&self.0, &other.0) {
             (None, _) => other.clone(),
             (_, None) => self.clone(),
-            (Some(GtidSet::MariaDb(mine)), Some(GtidSet::MariaDb(theirs))) => {
-                let mut domains = mine.clone();
-                for (domain, (server, sequence)) in theirs {
-                    let entry = domains.entry(*domain).or_insert((*server, *sequence));
-                    if *sequence > entry.1 {
-                        *entry = (*server, *sequence);
-                    }
-                }
-                Position(Some(GtidSet::MariaDb(domains)))
-            }
-            (Some(GtidSet::MySql(mine)), Some(GtidSet::MySql(theirs))) => {
-                let mut set = GtidSet::MySql(mine.clone());
-                for (origin, intervals) in theirs {
-                    for (first, last) in intervals {
-                        set.add_interval(origin, *first, *last);
-                    }
-                }
+            // Theirs joined by mine: a MariaDB domain at the same sequence number keeps mine.
+            (Some(mine), Some(theirs)) => {
+                let mut set = theirs.clone();
+                set.union_with(mine);
                 Position(Some(set))
             }
-            // Two families never meet in one app.
-            (Some(_), Some(_)) => self.clone(),
         }
     }
 
@@ -132,52 +117,20 @@ impl Position {
     }
 
     /// How many transactions it holds: a counter that grows by one with each commit, whose
-    /// difference between two looks is how many were committed or applied meanwhile (MariaDB:
-    /// the sum of each domain's sequence number; MySQL: the size of the set).
+    /// difference between two looks is how many were committed or applied meanwhile (see
+    /// [`GtidSet::transactions`]).
     pub fn transactions(&self) -> u64 {
-        match &self.0 {
-            None => 0,
-            Some(GtidSet::MariaDb(domains)) => domains.values().map(|(_, sequence)| sequence).sum(),
-            Some(GtidSet::MySql(sources)) => {
-                sources.values().flatten().map(|(first, last)| last.saturating_sub(*first) + 1).sum()
-            }
-        }
+        self.0.as_ref().map_or(0, GtidSet::transactions)
     }
 
-    /// How many of its transactions `other` lacks (for MariaDB, per domain, by sequence number).
+    /// How many of its transactions `other` lacks (see [`GtidSet::count_beyond`]).
     pub fn count_beyond(&self, other: &Position) -> u64 {
         match (&self.0, &other.0) {
             (None, _) => 0,
             (Some(_), None) => self.transactions(),
-            (Some(GtidSet::MariaDb(mine)), Some(GtidSet::MariaDb(theirs))) => mine
-                .iter()
-                .map(|(domain, (_, sequence))| {
-                    sequence.saturating_sub(theirs.get(domain).map_or(0, |(_, known)| *known))
-                })
-                .sum(),
-            (Some(GtidSet::MySql(mine)), Some(GtidSet::MySql(theirs))) => mine
-                .iter()
-                .map(|(origin, intervals)| {
-                    let known = theirs.get(origin).map_or(&[][..], Vec::as_slice);
-                    intervals.iter().map(|interval| uncovered(*interval, known)).sum::<u64>()
-                })
-                .sum(),
-            (Some(_), Some(_)) => 0,
+            (Some(mine), Some(theirs)) => mine.count_beyond(theirs),
         }
     }
-}
-
-/// How many numbers of the inclusive `interval` none of the sorted, merged `known` intervals
-/// holds.
-fn uncovered((first, last): (u64, u64), known: &[(u64, u64)]) -> u64 {
-    let covered: u64 = known
-        .iter()
-        .map(|(a, b)| {
-            let (from, to) = ((*a).max(first), (*b).min(last));
-            if from <= to { to - from + 1 } else { 0 }
-        })
-        .sum();
-    (last - first + 1).saturating_sub(covered)
 }
 
 impl fmt::Display for Position {
@@ -204,14 +157,7 @@ impl History {
             Flavor::MariaDb => {
                 let mut last = BTreeMap::new();
                 for item in text.split(',').map(str::trim).filter(|item| !item.is_empty()) {
-                    let numbers: Vec<&str> = item.split('-').collect();
-                    let parsed = match numbers.as_slice() {
-                        [domain, server, sequence] => {
-                            (domain.parse::<u32>(), server.parse::<u32>(), sequence.parse::<u64>())
-                        }
-                        _ => return Err(format!("{item:?} is not a MariaDB GTID")),
-                    };
-                    let (Ok(domain), Ok(server), Ok(sequence)) = parsed else {
+                    let Ok(Gtid::MariaDb { domain, server, sequence }) = Gtid::parse(item) else {
                         return Err(format!("{item:?} is not a MariaDB GTID"));
                     };
                     last.insert((domain, server), sequence);

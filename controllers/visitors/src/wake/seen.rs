@@ -52,19 +52,10 @@ pub trait Fingerprint: Resource<DynamicType = ()> {
 /// Identity and metadata a reconcile reads or repairs: the object's incarnation (uid), its spec
 /// (generation: every spec change moves it), labels, owners and deletion. Not annotations: the
 /// children carry none of ours, and the Deployment controller writes its own (the revision).
-fn hash_metadata<K: Resource>(object: &K, hasher: &mut DefaultHasher) {
-    let meta = object.meta();
-    meta.uid.hash(hasher);
-    meta.generation.hash(hasher);
-    meta.labels.hash(hasher);
-    serde_json::to_string(&meta.owner_references).unwrap_or_default().hash(hasher);
-    meta.deletion_timestamp.is_some().hash(hasher);
-}
-
 fn metadata_fingerprint<K: Resource>(object: &K) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    hash_metadata(object, &mut hasher);
-    hasher.finish()
+    let meta = object.meta();
+    let owners = serde_json::to_string(&meta.owner_references).unwrap_or_default();
+    hash_of(&(&meta.uid, meta.generation, &meta.labels, owners, meta.deletion_timestamp.is_some()))
 }
 
 /// What the app's status reads of a workload ([`Workload`]), or of that its readiness
@@ -103,10 +94,7 @@ impl Fingerprint for Deployment {
 /// A Service has no generation: any change moves its resourceVersion, and only ours leave it
 /// where the apply response says.
 fn version_fingerprint<K: Resource>(object: &K) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    object.meta().uid.hash(&mut hasher);
-    object.meta().resource_version.hash(&mut hasher);
-    hasher.finish()
+    hash_of(&(&object.meta().uid, &object.meta().resource_version))
 }
 
 impl Fingerprint for Service {
@@ -125,24 +113,16 @@ impl Fingerprint for PartialObjectMeta<Service> {
 /// deletion (status writes never do): the same here, so the finalizer a reconcile adds is no news.
 impl Fingerprint for VisitorsApp {
     fn fingerprint(&self) -> u64 {
-        let mut hasher = DefaultHasher::new();
-        self.meta().uid.hash(&mut hasher);
-        self.meta().generation.hash(&mut hasher);
-        self.finalizers().hash(&mut hasher);
-        self.meta().deletion_timestamp.is_some().hash(&mut hasher);
-        for request in [SWITCHOVER_REQUESTED_AT_ANNOTATION, SWITCHOVER_TO_ANNOTATION] {
-            self.annotations().get(request).hash(&mut hasher);
-        }
-        hasher.finish()
+        let meta = self.meta();
+        let requests =
+            [SWITCHOVER_REQUESTED_AT_ANNOTATION, SWITCHOVER_TO_ANNOTATION].map(|a| self.annotations().get(a));
+        hash_of(&(&meta.uid, meta.generation, self.finalizers(), meta.deletion_timestamp.is_some(), requests))
     }
 }
 
 /// The app's incarnation and spec: what names its credentials Secret.
 fn spec_fingerprint(app: &VisitorsApp) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    app.meta().uid.hash(&mut hasher);
-    app.meta().generation.hash(&mut hasher);
-    hasher.finish()
+    hash_of(&(&app.meta().uid, app.meta().generation))
 }
 
 /// How long what a watch reports of a child waits for the answer of an apply on its way.
@@ -247,10 +227,7 @@ struct Reads {
     tls: Option<(u64, Instant, Option<ServingTls>)>,
 }
 
-#[derive(Default)]
-struct Records {
-    objects: HashMap<Key, Record>,
-}
+type Records = HashMap<Key, Record>;
 
 /// Taken before an apply: what the watches had reported of the object then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,20 +240,6 @@ impl Record {
     }
 }
 
-impl Records {
-    fn get(&self, key: &Key) -> Option<&Record> {
-        self.objects.get(key)
-    }
-
-    fn entry(&mut self, key: Key) -> &mut Record {
-        self.objects.entry(key).or_default()
-    }
-
-    fn reads(&mut self, key: Key) -> &mut Reads {
-        self.entry(key).reads.get_or_insert_default()
-    }
-}
-
 /// The seen states, shared by the reconciles (which record) and the watches (which ask).
 #[derive(Clone, Default)]
 pub struct Seen {
@@ -284,9 +247,7 @@ pub struct Seen {
 }
 
 fn desired_hash<K: Serialize>(desired: &K) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    serde_json::to_vec(desired).unwrap_or_default().hash(&mut hasher);
-    hasher.finish()
+    hash_of(&serde_json::to_vec(desired).unwrap_or_default())
 }
 
 fn key<K: Resource<DynamicType = ()>>(object: &K) -> Key {
@@ -298,7 +259,7 @@ fn key<K: Resource<DynamicType = ()>>(object: &K) -> Key {
 impl Seen {
     /// A reconcile has seen `object` in this state (it read it, or an apply returned it).
     pub fn record<K: Fingerprint>(&self, object: &K) {
-        self.lock().entry(key(object)).state = Some(state(object));
+        self.lock().entry(key(object)).or_default().state = Some(state(object));
     }
 
     /// To take before applying `desired`, for [`Seen::record_apply`] (or [`Seen::abandon`] when
@@ -306,7 +267,7 @@ impl Seen {
     /// the echo of the apply often comes before its answer.
     pub fn ticket<K: Fingerprint>(&self, desired: &K) -> Ticket {
         let mut records = self.lock();
-        let record = records.entry(key(desired));
+        let record = records.entry(key(desired)).or_default();
         record.in_flight = Some(Box::new((Instant::now(), None)));
         Ticket(record.epoch)
     }
@@ -314,7 +275,7 @@ impl Seen {
     /// The apply of `desired` failed: what a watch reports of the child is news again (the
     /// failed reconcile is retried anyway).
     pub fn abandon<K: Fingerprint>(&self, desired: &K) {
-        if let Some(record) = self.lock().objects.get_mut(&key(desired)) {
+        if let Some(record) = self.lock().get_mut(&key(desired)) {
             record.in_flight = None;
         }
     }
@@ -329,11 +290,11 @@ impl Seen {
     pub fn record_apply<K: Fingerprint + Serialize>(&self, desired: &K, response: &K, ticket: Ticket) -> News {
         let (key, response_state) = (key(response), state(response));
         let mut records = self.lock();
-        let record = records.entry(key);
+        let record = records.entry(key).or_default();
         let reported = record.in_flight.take().and_then(|in_flight| in_flight.1);
         if record.epoch != ticket.0 && record.state != Some(response_state) {
             if record.is_tombstone() {
-                records.objects.remove(&key);
+                records.remove(&key);
             }
             return News::Nothing;
         }
@@ -359,7 +320,7 @@ impl Seen {
         let key = key(sent);
         let sent = desired_hash(sent);
         let mut records = self.lock();
-        let applied = records.objects.get_mut(&key).and_then(|record| record.applied.as_mut());
+        let applied = records.get_mut(&key).and_then(|record| record.applied.as_mut());
         if let Some(applied) = applied.filter(|applied| applied.desired == sent) {
             applied.settled = desired_hash(settled);
         }
@@ -390,7 +351,7 @@ impl Seen {
     pub fn news<K: Fingerprint>(&self, object: &K) -> News {
         let state = state(object);
         let mut records = self.lock();
-        let record = records.entry(key(object));
+        let record = records.entry(key(object)).or_default();
         let news = match record.state.replace(state) {
             Some(previous) => previous.news(state),
             None => News::Change,
@@ -411,7 +372,8 @@ impl Seen {
 
     /// The reconcile of `app` read its credentials Secret and found these usable.
     pub fn record_credentials(&self, app: &VisitorsApp, credentials: Credentials) {
-        self.lock().reads(key(app)).credentials = Some((spec_fingerprint(app), Instant::now(), credentials));
+        self.lock().entry(key(app)).or_default().reads.get_or_insert_default().credentials =
+            Some((spec_fingerprint(app), Instant::now(), credentials));
     }
 
     /// The credentials of `app` (as it is now) when they were found usable less than `max_age`
@@ -426,7 +388,8 @@ impl Seen {
 
     /// The reconcile of `app` found (or made) the TLS its MySQL serves: `None` for plain text.
     pub fn record_tls(&self, app: &VisitorsApp, tls: Option<ServingTls>) {
-        self.lock().reads(key(app)).tls = Some((spec_fingerprint(app), Instant::now(), tls));
+        self.lock().entry(key(app)).or_default().reads.get_or_insert_default().tls =
+            Some((spec_fingerprint(app), Instant::now(), tls));
     }
 
     /// The TLS of `app` (as it is now) as a reconcile found it less than `max_age` ago: like
@@ -442,19 +405,19 @@ impl Seen {
     pub fn forget<K: Fingerprint>(&self, object: &K) {
         let key = key(object);
         let mut records = self.lock();
-        let Some(record) = records.objects.get_mut(&key) else { return };
+        let Some(record) = records.get_mut(&key) else { return };
         if record.in_flight.is_some() {
             // The answer of that apply must not record the object as it was: the record stays,
             // emptied, with its epoch moved (see `record_apply`).
             *record = Record { epoch: record.epoch.wrapping_add(1), ..Record::default() };
         } else {
-            records.objects.remove(&key);
+            records.remove(&key);
         }
     }
 
     /// Objects remembered.
     pub fn len(&self) -> usize {
-        self.lock().objects.values().filter(|record| record.state.is_some()).count()
+        self.lock().values().filter(|record| record.state.is_some()).count()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -623,15 +586,15 @@ mod tests {
         seen.record_credentials(&app, Credentials::generate());
         seen.forget(&sts);
         seen.forget(&app);
-        assert_eq!(seen.lock().objects.len(), 0);
+        assert_eq!(seen.lock().len(), 0);
 
         let desired =
             build::mysql::statefulset(&book_app(), "ex-mysql-credentials", crate::build::mysql::Kept::default(), None);
         let ticket = seen.ticket(&desired);
         seen.forget(&sts);
-        assert_eq!(seen.lock().objects.len(), 1, "kept for the answer of the apply on its way");
+        assert_eq!(seen.lock().len(), 1, "kept for the answer of the apply on its way");
         assert_eq!(seen.record_apply(&desired, &sts, ticket), News::Nothing);
-        assert_eq!(seen.lock().objects.len(), 0, "and that answer records nothing, and ends it");
+        assert_eq!(seen.lock().len(), 0, "and that answer records nothing, and ends it");
     }
 
     #[test]
