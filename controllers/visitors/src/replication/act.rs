@@ -21,7 +21,7 @@ use visitors_api::labels::{Component, MYSQL_ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLI
 use visitors_api::visitors_app::MemberRole;
 
 use super::backup_seed::{self, POSITION_ANNOTATION, RUN_ANNOTATION, VerifiedRun};
-use super::model::{Act, Decision, Member, ReseedCause};
+use super::model::{Act, Decision, Member, ReseedCause, server_of};
 use super::observe::{DIVERGED_FILE_ANNOTATION, Look, extraction_job_name};
 use super::server::Server;
 use super::sql::{Flavor, Upstream};
@@ -81,7 +81,7 @@ pub async fn carry_out(scope: &Scope<'_>, look: &Look, decision: &Decision) -> R
 
 impl Access<'_> {
     fn server(&self, member: &str) -> Option<&Server> {
-        self.look.observed.members.iter().find(|m| m.name == member)?.server.as_ref()
+        server_of(&self.look.observed.members, member)
     }
 
     fn flavor(&self, member: &str) -> Flavor {

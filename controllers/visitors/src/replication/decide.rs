@@ -14,6 +14,7 @@ use visitors_api::visitors_app::{MemberRole, RoleChange};
 use super::following::{self, Sample};
 use super::model::{
     Act, Change, ChangeKind, Cluster, Decision, Memory, Note, Observed, PodState, Refusal, Switchover, reason,
+    server_of,
 };
 use super::report::rounded;
 use super::rules;
@@ -278,8 +279,7 @@ fn note_divergence(observed: &Observed, decision: &mut Decision, next: &mut Memo
 /// Adds this look's positions of every answering server to their samples, against the primary
 /// the decision leaves (when it takes writes), and judges how each follows it.
 fn follow(observed: &Observed, decision: &mut Decision, next: &mut Memory) {
-    let primary = observed.members.iter().find(|m| decision.primary.as_deref() == Some(m.name.as_str()));
-    let primary = primary.and_then(|m| m.server.as_ref());
+    let primary = decision.primary.as_deref().and_then(|p| server_of(&observed.members, p));
     if let Some(primary) = primary.filter(|s| !s.read_only) {
         let committed = primary.position.transactions();
         for member in &observed.members {
@@ -308,7 +308,6 @@ fn under_way(problem: &Option<(&'static str, String)>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use crate::replication::model::Member;
     use std::collections::BTreeSet;
     use std::time::Instant;
 
@@ -320,7 +319,7 @@ mod tests {
     use visitors_api::visitors_app::Durability;
 
     use super::*;
-    use crate::replication::model::{BackupSeed, Extraction, UPDATE_REQUEST};
+    use crate::replication::model::{BackupSeed, Extraction, Member, UPDATE_REQUEST};
     use crate::replication::server::{History, Position, Replication, Server};
     use crate::replication::sql::Flavor;
 

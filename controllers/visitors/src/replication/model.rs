@@ -96,6 +96,11 @@ pub struct Member {
     pub outdated: bool,
 }
 
+/// The server of member `name` of `members`, as it answered.
+pub fn server_of<'a>(members: &'a [Member], name: &str) -> Option<&'a Server> {
+    members.iter().find(|m| m.name == name)?.server.as_ref()
+}
+
 /// The extraction of a diverged server's transactions to a file.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Extraction {

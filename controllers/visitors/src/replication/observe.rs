@@ -23,7 +23,7 @@ use visitors_api::visitors_app::{
 };
 
 use super::backup_seed::{self, VerifiedRun};
-use super::model::{BackupSeed, Extraction, Member, Memory, Observed, PodState};
+use super::model::{BackupSeed, Extraction, Member, Memory, Observed, PodState, server_of};
 use super::server::{History, Position, Replication, Server};
 use super::sql::Flavor;
 use super::{Error, Scope};
@@ -129,7 +129,7 @@ async fn servers(scope: &Scope<'_>, targets: &BTreeMap<String, Target>) -> Vec<M
 /// after it is its own.
 async fn read_the_primary_last(primary: Option<&str>, targets: &BTreeMap<String, Target>, members: &mut [Member]) {
     let Some(primary) = primary else { return };
-    let reference = members.iter().find(|m| m.name == primary).and_then(|m| m.server.as_ref());
+    let reference = server_of(members, primary);
     let Some(reference) = reference else { return };
     let ahead = |m: &Member| {
         m.name != primary && m.server.as_ref().is_some_and(|s| !s.history.beyond(&reference.history).is_empty())
@@ -148,7 +148,7 @@ async fn read_the_primary_last(primary: Option<&str>, targets: &BTreeMap<String,
 /// is empty or holds transactions the primary lacks: the seeding tokens, and each diverged
 /// server's extraction Job.
 async fn set_aside_state(scope: &Scope<'_>, primary: Option<&str>, members: &mut [Member]) -> Result<(), Error> {
-    let reference = primary.and_then(|p| members.iter().find(|m| m.name == p)).and_then(|m| m.server.clone());
+    let reference = primary.and_then(|p| server_of(members, p)).cloned();
     let errant: Vec<(usize, Vec<String>)> = members
         .iter()
         .enumerate()

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use visitors_api::visitors_app::{MemberRole, ReplicationMember, RoleChange};
 
 use super::following::{self, Following};
-use super::model::{Decision, Member, Observed, reason};
+use super::model::{Decision, Member, Observed, reason, server_of};
 use super::rules;
 
 /// How the servers stand after a look, for the status.
@@ -66,14 +66,14 @@ impl Report {
 /// server follows the primary.
 fn fill(report: &mut Report, decision: &Decision, members: &[Member], followings: &BTreeMap<String, Following>) {
     let primary_name = report.primary.clone().unwrap_or_default();
-    let primary = members.iter().find(|m| m.name == primary_name).and_then(|m| m.server.as_ref());
+    let primary = server_of(members, &primary_name);
     report.acknowledged = primary.is_some_and(|s| s.semi_sync_armed && s.semi_sync_clients > 0);
     let follows = |role: MemberRole| matches!(role, MemberRole::Replica | MemberRole::Seeding);
     report.members = decision
         .standings
         .iter()
         .map(|standing| {
-            let server = members.iter().find(|m| m.name == standing.member).and_then(|m| m.server.as_ref());
+            let server = server_of(members, &standing.member);
             let follows_at = followings.get(&standing.member).filter(|_| follows(standing.role) && primary.is_some());
             ReplicationMember {
                 name: standing.member.clone(),

@@ -28,7 +28,7 @@ use visitors_api::visitors_app::{Durability, MemberRole};
 
 use super::model::{
     Act, BackupSeed, Change, ChangeKind, Cluster, Decision, Extraction, Member, PodState, ReseedCause, Standing,
-    Switchover, UPDATE_REQUEST, reason,
+    Switchover, UPDATE_REQUEST, reason, server_of,
 };
 use super::server::{Position, Server};
 /// Looks in a row in which the primary's pod is ready but its server does not answer before it
@@ -89,7 +89,7 @@ fn member<'a>(cluster: &'a Cluster, name: &str) -> Option<&'a Member> {
 }
 
 fn server<'a>(cluster: &'a Cluster, name: &str) -> Option<&'a Server> {
-    member(cluster, name).and_then(|m| m.server.as_ref())
+    server_of(&cluster.members, name)
 }
 
 /// What every answering server needs whatever else happens: its own server id, the

@@ -103,7 +103,8 @@ impl Position {
         match (&self.0, &other.0) {
             (None, _) => other.clone(),
             (_, None) => self.clone(),
-            // Theirs joined by mine: a MariaDB domain at the same sequence number keeps mine.
+            // Theirs joined by mine: a MariaDB domain at the same sequence number keeps mine (two
+            // families never meet in one app).
             (Some(mine), Some(theirs)) => {
                 let mut set = theirs.clone();
                 set.union_with(mine);

@@ -58,9 +58,9 @@ fn metadata_fingerprint<K: Resource>(object: &K) -> u64 {
     hash_of(&(&meta.uid, meta.generation, &meta.labels, owners, meta.deletion_timestamp.is_some()))
 }
 
-/// What the app's status reads of a workload ([`Workload`]), or of that its readiness
-/// ([`Workload::readiness`]). A status update that moves none of it (a condition's timestamp,
-/// say) is no news.
+/// A hash of `part`: of what a fingerprint covers (for a workload's status, what the app's status
+/// reads of it, [`Workload`], or of that its readiness, [`Workload::readiness`]: a status update
+/// that moves none of it, a condition's timestamp say, is no news).
 pub(crate) fn hash_of(part: &impl Hash) -> u64 {
     let mut hasher = DefaultHasher::new();
     part.hash(&mut hasher);
