@@ -277,7 +277,7 @@ impl Archive {
             .iter()
             .map(|epoch| EpochStatus {
                 epoch: epoch.epoch,
-                start_time: epoch.started_time.clone(),
+                start_time: epoch.first_time.map_or_else(|| epoch.started_time.clone(), rfc3339),
                 last_transaction_time: (epoch.epoch == self.current_epoch())
                     .then(|| self.last_time.map(rfc3339))
                     .flatten(),
@@ -700,6 +700,7 @@ impl<'a> Session<'a> {
             first_seq: self.archive.next_seq(),
             start,
             started_time: jiff::Timestamp::now().to_string(),
+            first_time: None,
             gap_before,
             server: self.server.clone(),
             continues: continues.clone(),
@@ -1090,7 +1091,19 @@ impl<'a> Session<'a> {
             self.archive.last_gtid = segment.last_gtid.or(self.archive.last_gtid.take());
         }
         self.archive.stored_bytes += stored_bytes;
-        self.record(entry).await
+        let first_time = entry.first_time;
+        self.record(entry).await?;
+        self.date_epoch(first_time).await
+    }
+
+    /// Dates the newest epoch by its first stored transaction, once.
+    async fn date_epoch(&mut self, first_time: Option<i64>) -> Result<()> {
+        let Some(epoch) = self.archive.epochs.last_mut().filter(|e| e.first_time.is_none()) else { return Ok(()) };
+        if first_time.is_none() {
+            return Ok(());
+        }
+        epoch.first_time = first_time;
+        self.archive.storage.put(EPOCHS_FILE, to_json(&self.archive.epochs)).await.map(drop)
     }
 
     /// Writes a segment's record (create-only) and moves the checkpoint.
@@ -1188,6 +1201,7 @@ mod tests {
             first_seq: n + 1,
             start: BinlogPos { file: "b.1".into(), position: 4 },
             started_time: String::new(),
+            first_time: None,
             gap_before: None,
             server: None,
             continues: continues.then(|| Continuation {

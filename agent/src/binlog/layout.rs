@@ -88,6 +88,11 @@ pub struct Epoch {
     pub start: BinlogPos,
     /// When the archiver began it (RFC 3339).
     pub started_time: String,
+    /// The commit time (Unix seconds, server clock) of its first stored transaction, written
+    /// with its first record: an epoch begun from a server's oldest binary log may hold
+    /// transactions from long before it was begun. Absent in archives of older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_time: Option<i64>,
     /// Why the one before it ended, when there is one before it and a gap between them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gap_before: Option<GapRecord>,

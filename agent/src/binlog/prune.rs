@@ -337,6 +337,7 @@ mod tests {
             first_seq: 1,
             start: BinlogPos { file: "b.1".into(), position: 4 },
             started_time: String::new(),
+            first_time: None,
             gap_before: None,
             server: Some(server(1)),
             continues: None,

@@ -1176,6 +1176,7 @@ mod tests {
             first_seq,
             start: BinlogPos { file: "binlog.000001".into(), position: 4 },
             started_time: "2026-11-25T10:00:00Z".into(),
+            first_time: None,
             gap_before: None,
             server: Some(server(server_id)),
             continues: continues.map(|(gtids, previous_end)| super::super::layout::Continuation {

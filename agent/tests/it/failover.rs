@@ -249,3 +249,45 @@ async fn a_server_whose_history_diverged_is_a_gap_as_before() {
     assert_eq!(gap.reason, "serverChanged", "{status:#?}");
     assert!(gap.message.contains("refused to stream after the archive's GTIDs"), "{}", gap.message);
 }
+
+/// The failover of a write peak: the old primary committed (and the archiver stored) a
+/// transaction no replica received, so the new primary refuses to stream after the archive's
+/// GTIDs and a new epoch begins at its oldest binary log. That log holds the whole history,
+/// so the new epoch is dated by its first stored transaction, not by when it was begun, and a
+/// run of a replica taken before the failover still restores to a second after it, without
+/// the transaction that no longer exists anywhere but in the old epoch.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_commit_no_replica_received_begins_an_epoch_that_still_holds_the_runs_before_it() {
+    let Some(Servers { mut primary, replica, scratch, archive, base, _dir }) = servers() else { return };
+    let archiver = Archiver::start(&primary, &archive);
+    insert_rows(&primary, 1..=2).await;
+    replica.catch_up_with(&primary);
+    let run = back_up(&small_backup(&replica, &base)).await;
+    let run_time: jiff::Timestamp = run.manifest.position.clone().unwrap().time.unwrap().parse().unwrap();
+    // Fenced: the replica receives nothing more, and the old primary commits one row alone.
+    replica.sql("STOP SLAVE IO_THREAD");
+    primary.sql("INSERT INTO app.t VALUES (3, NOW(), 'lost')");
+    archiver.wait_until_archived(unix_now(&primary)).await;
+    primary.kill();
+    archiver.stop().await;
+    replica.sql("START SLAVE SQL_THREAD");
+    replica.promote();
+    let archiver = Archiver::start(&replica, &archive);
+    insert_rows(&replica, 4..=5).await;
+    let written = written(&replica);
+    archiver.wait_until_archived(written.last().unwrap().1).await;
+    let status = archiver.reports.last().unwrap();
+    archiver.stop().await;
+
+    let newest = status.epochs.last().unwrap();
+    let gap = newest.gap_before.as_ref().expect("the old primary's lone commit ends its epoch");
+    assert_eq!(gap.reason, "serverChanged", "{status:#?}");
+    let epoch_start: jiff::Timestamp = newest.start_time.parse().unwrap();
+    assert!(
+        epoch_start <= run_time,
+        "the new epoch holds the run's position: it starts {epoch_start}, the run {run_time}"
+    );
+    restore_to(&scratch, &base, &archive, Target::Time(written.last().unwrap().1)).await.unwrap();
+    assert_eq!(rows(&scratch), first_rows(&written, 4), "rows 1, 2, 4 and 5: the lost row is not replayed");
+    assert_eq!(checksum(&scratch), checksum(&replica));
+}
