@@ -210,6 +210,12 @@ pub struct BackupArgs {
     pub progress_interval: u64,
     #[command(flatten)]
     pub encryption: EncryptArgs,
+    /// A physical backup: store the stream `mariadb-backup --backup --stream=mbstream` writes,
+    /// read from standard input (`-`) or from this named pipe (made if missing), whose
+    /// `<pipe>.status` and `<pipe>.log` then hold the tool's exit status and messages. --host
+    /// names the server the tool reads, for its identity, version and clock.
+    #[arg(long, value_name = "PIPE")]
+    pub physical_stream: Option<String>,
 }
 
 /// Client-side encryption of what a backup or an archiver stores.
@@ -506,7 +512,8 @@ impl Command {
                     .optional("--chunk-bytes", backup.chunk_bytes)
                     .flag("--table-checksums", backup.table_checksums)
                     .flag("--users", backup.users)
-                    .value("--progress-interval", backup.progress_interval);
+                    .value("--progress-interval", backup.progress_interval)
+                    .optional("--physical-stream", backup.physical_stream.as_ref());
                 backup.encryption.render(&mut args);
             }
             Command::Restore(restore) => {
@@ -661,6 +668,7 @@ impl BackupArgs {
             users: false,
             progress_interval: 10,
             encryption: EncryptArgs::default(),
+            physical_stream: None,
         }
     }
 }
@@ -781,7 +789,11 @@ mod tests {
         };
         vec![
             Command::Backup(BackupArgs::to("file:///backup/plain")),
-            Command::Backup(backup),
+            Command::Backup(backup.clone()),
+            Command::Backup(BackupArgs {
+                physical_stream: Some("/var/run/visitors-physical/mbstream".into()),
+                ..backup
+            }),
             Command::Restore(RestoreArgs::from("s3://bucket/plain")),
             Command::Restore(RestoreArgs { stage_only: false, from_stage: true, ..restore.clone() }),
             Command::Restore(RestoreArgs { point_in_time: point_in_time.clone(), ..restore.clone() }),

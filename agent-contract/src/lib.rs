@@ -7,12 +7,14 @@
 //!   the Job's termination message;
 //! - [`archive`]: what the binary-log archiver and the backup controller tell each other
 //!   through the archiver's Lease;
-//! - [`gtid`]: global transaction identifiers of MariaDB and MySQL, and their sets.
+//! - [`gtid`]: global transaction identifiers of MariaDB and MySQL, and their sets;
+//! - [`physical`]: how a physical backup's tool container hands its stream to the agent.
 
 pub mod archive;
 pub mod command;
 pub mod env;
 pub mod gtid;
+pub mod physical;
 pub mod summary;
 pub mod text;
 

@@ -1,4 +1,4 @@
-//! `backup`: reads the catalog, writes schema files, opens one snapshot for all workers,
+//! `backup`: (logical; [`crate::physical`] stores a physical one) reads the catalog, writes schema files, opens one snapshot for all workers,
 //! streams every table (large ones split into primary key ranges) into compressed chunks,
 //! and writes `manifest.json` last. On failure it removes what it wrote and leaves no manifest.
 
@@ -25,6 +25,7 @@ use crate::mysql::catalog::{self, Definitions, TableInfo};
 use crate::mysql::connection::describe_server;
 use crate::mysql::wire::{DataConn, WireError};
 use crate::mysql::{ConnectionSettings, Connector, FirstRow, snapshot, users};
+use crate::physical::{self, StreamSource};
 use crate::progress::Progress;
 use crate::storage::{FileWriter, S3Settings, Storage, Syncer};
 
@@ -50,6 +51,9 @@ pub struct BackupOptions {
     pub progress_interval: Duration,
     /// Encrypt every file but the manifest's envelope with age, to this key's recipient.
     pub encrypt: Option<SealKey>,
+    /// A physical backup: store this stream of the server's backup tool instead of reading
+    /// tables over SQL (the connection then only names the server).
+    pub physical: Option<StreamSource>,
     /// Called once the catalog is read, before the snapshot opens (tests use it to try DDL).
     #[doc(hidden)]
     pub after_catalog: Option<Hook>,
@@ -81,11 +85,12 @@ impl BackupOptions {
             users: false,
             progress_interval: Duration::from_secs(10),
             encrypt: None,
+            physical: None,
             after_catalog: None,
         }
     }
 
-    fn level(&self) -> i32 {
+    pub(crate) fn level(&self) -> i32 {
         self.compression_level.unwrap_or(match self.compression {
             Compression::Zstd => 1,
             Compression::Gzip => 6,
@@ -101,7 +106,7 @@ pub struct BackupReport {
 }
 
 /// Files written so far, removed if the backup fails.
-type Written = Arc<Mutex<Vec<String>>>;
+pub(crate) type Written = Arc<Mutex<Vec<String>>>;
 
 /// Takes a backup to `options.to`, holding the location's lock file; on failure, what it
 /// wrote is removed.
@@ -118,7 +123,10 @@ pub async fn back_up(options: &BackupOptions) -> Result<BackupReport> {
         });
     }
     let written: Written = Arc::default();
-    let result = write_backup(options, &storage, &written).await;
+    let result = match &options.physical {
+        Some(stream) => physical::write_backup(options, stream, &storage, &written).await,
+        None => write_backup(options, &storage, &written).await,
+    };
     if result.is_err() {
         // Only while holding the lock: no other run writes here.
         remove_written(&storage, &written).await;
@@ -261,6 +269,7 @@ async fn write_backup(options: &BackupOptions, storage: &Storage, written: &Writ
         users,
         user_names,
         encryption,
+        physical: None,
     };
     write_manifest(storage, written, manifest, options.encrypt.as_ref()).await
 }
@@ -321,7 +330,7 @@ async fn dump_all(
 /// Stores `manifest.json`, create-only: the last file of a backup, the one that makes it whole.
 /// If the write fails (a timeout after the store took it, say), the stored manifest is read
 /// back: ours, the backup is whole; another run's, the files it lists are left alone.
-async fn write_manifest(
+pub(crate) async fn write_manifest(
     storage: &Storage,
     written: &Written,
     manifest: Manifest,
@@ -981,6 +990,7 @@ mod tests {
             users: None,
             user_names: Vec::new(),
             encryption: None,
+            physical: None,
         };
 
         let outcome = write_manifest(&storage, &written, manifest, None).await;

@@ -26,6 +26,7 @@ use crate::encryption::SealKey;
 use crate::error::{AgentError, Result};
 use crate::format::Manifest;
 use crate::mysql::{ConnectionSettings, TlsSettings};
+use crate::physical::StreamSource;
 use crate::restore::{self, EventStatus, PointInTimeOptions, RestoreOptions, RestoreStep};
 use crate::storage::{S3Settings, Storage};
 use crate::verify::{self, VerifyOptions};
@@ -181,6 +182,7 @@ async fn execute_backup(args: BackupArgs) -> Result<AgentSummary> {
     options.users = args.users;
     options.progress_interval = Duration::from_secs(args.progress_interval);
     options.encrypt = seal_key(&args.encryption)?;
+    options.physical = args.physical_stream.as_deref().map(StreamSource::parse);
     let report = backup::back_up(&options).await?;
     let mut summary = manifest_summary(&report.manifest, &args.to);
     summary.stored_bytes = Some(report.manifest.stored_bytes() + report.manifest_bytes);

@@ -17,7 +17,7 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 
 use crate::error::{AgentError, Result};
-use crate::format::{FORMAT_NAME, LOCK_FILE, MANIFEST_FILE};
+use crate::format::{LOCK_FILE, MANIFEST_FILE, is_format_name};
 use crate::storage::{Location, S3Settings, Storage};
 
 /// Deletions in flight at once.
@@ -160,7 +160,7 @@ async fn check_evidence(target: &Target, text: &str, files: &[(String, u64)]) ->
 fn is_backup_manifest(content: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(content)
         .ok()
-        .and_then(|value| value.get("format").and_then(|f| f.as_str()).map(|f| f == FORMAT_NAME))
+        .and_then(|value| value.get("format").and_then(|f| f.as_str()).map(is_format_name))
         .unwrap_or(false)
 }
 

@@ -22,7 +22,7 @@ use crate::mysql::connection::describe_server;
 use crate::mysql::{ConnectionSettings, Connector};
 use crate::restore::{self, RestoreOptions};
 use crate::storage::{S3Settings, Storage};
-use crate::verify::load_manifest;
+use crate::verify::{load_manifest, logical_only};
 
 #[derive(Clone, Debug)]
 pub struct DrillOptions {
@@ -54,6 +54,7 @@ pub async fn drill(options: &DrillOptions) -> Result<DrillReport> {
     let storage = Storage::open(&options.from, &options.s3, false)?;
     let manifest =
         load_manifest(&storage, options.expect_manifest_sha256.as_deref(), options.decrypt_keys_dir.as_deref()).await?;
+    logical_only(&manifest, &options.from)?;
     let connector = Connector::new(options.connection.clone());
     refuse_a_server_that_is_not_scratch(&connector).await?;
 

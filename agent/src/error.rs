@@ -244,6 +244,22 @@ pub enum AgentError {
     #[error("the archived binary log cannot be replayed: {0}")]
     ReplayUnsupported(String),
 
+    #[error("the backup tool failed ({status}): {message}; nothing was kept")]
+    BackupToolFailed { status: String, message: String },
+
+    #[error(
+        "the backup tool is {tool} and the server is {server}: a physical backup needs the tool of the server's own version (run it from the server's image); nothing was kept"
+    )]
+    BackupToolMismatch { tool: String, server: String },
+
+    #[error("the physical backup's stream is not whole: {0}; nothing was kept")]
+    BackupStreamInvalid(String),
+
+    #[error(
+        "the backup at {location} is a physical backup (the stream of {tool}): this command reads logical backups; restore it as docs/disaster-recovery.md says"
+    )]
+    PhysicalBackup { location: String, tool: String },
+
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -298,6 +314,10 @@ impl AgentError {
             Self::InsufficientSpace { .. } => "insufficientSpace",
             Self::VerifyMismatch(_) => "verifyMismatch",
             Self::ContentDiffers { .. } => "contentDiffers",
+            Self::BackupToolFailed { .. } => "backupToolFailed",
+            Self::BackupToolMismatch { .. } => "backupToolMismatch",
+            Self::BackupStreamInvalid(_) => "backupStreamInvalid",
+            Self::PhysicalBackup { .. } => "physicalBackup",
             Self::ContentDiffersAcrossVersions { .. } => "contentDiffersAcrossVersions",
             Self::DrillObjectMissing { .. } => "objectMissing",
             Self::DrillTargetNotEmpty { .. } => "targetNotEmpty",

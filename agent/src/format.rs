@@ -6,6 +6,14 @@ use serde::{Deserialize, Serialize};
 use visitors_agent_contract::archive::ServerIdentity;
 
 pub const FORMAT_NAME: &str = "visitors-backup";
+/// The format of a physical backup's manifest: an agent that reads logical backups only
+/// refuses it by its name, where it would otherwise read a backup of no database.
+pub const PHYSICAL_FORMAT_NAME: &str = "visitors-physical-backup";
+
+/// Whether `name` is the format of a backup of this agent, logical or physical.
+pub fn is_format_name(name: &str) -> bool {
+    name == FORMAT_NAME || name == PHYSICAL_FORMAT_NAME
+}
 pub const FORMAT_VERSION: u32 = 1;
 /// The format version of an encrypted backup's manifest (its envelope and the sealed manifest):
 /// an agent that reads only version 1 refuses it by its version, not by a missing field.
@@ -91,6 +99,28 @@ pub struct Manifest {
     /// An encrypted backup's key, as its envelope says it too (the sealed manifest only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<Encryption>,
+    /// A physical backup: the stream of the server's own backup tool, in chunks (`databases`
+    /// is then empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical: Option<PhysicalEntry>,
+}
+
+/// `dataFormat` of a physical backup: mariadb-backup's `--stream=mbstream`.
+pub const PHYSICAL_DATA_FORMAT: &str = "mbstream";
+
+/// What a physical backup holds: the tool's stream, cut into chunks that, decrypted,
+/// decompressed and put end to end, are the stream as the tool wrote it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PhysicalEntry {
+    /// The tool, as it names itself (`mariadb-backup 10.11.19-MariaDB`).
+    pub tool: String,
+    /// Bytes of the stream, before compression.
+    pub stream_bytes: u64,
+    /// Files the stream holds.
+    pub files: u64,
+    /// The chunks, in the stream's order.
+    pub chunks: Vec<FileEntry>,
 }
 
 /// How an encrypted backup's files are encrypted: public, in the clear part of its envelope.
@@ -260,6 +290,7 @@ impl Manifest {
             );
         }
         files.extend(&self.users);
+        files.extend(self.physical.iter().flat_map(|physical| &physical.chunks));
         files
     }
 
@@ -271,8 +302,10 @@ impl Manifest {
         self.databases.iter().flat_map(|d| &d.tables).map(|t| t.rows).sum()
     }
 
+    /// Bytes of table data read, or of a physical backup's stream.
     pub fn data_bytes(&self) -> u64 {
-        self.databases.iter().flat_map(|d| &d.tables).map(|t| t.data_bytes).sum()
+        let tables: u64 = self.databases.iter().flat_map(|d| &d.tables).map(|t| t.data_bytes).sum();
+        tables + self.physical.as_ref().map_or(0, |physical| physical.stream_bytes)
     }
 
     pub fn stored_bytes(&self) -> u64 {
@@ -303,6 +336,15 @@ impl Manifest {
                     return Some(format!("table {name} has {} data bytes, its chunks {chunk_bytes}", table.data_bytes));
                 }
             }
+        }
+        let physical = self.format == PHYSICAL_FORMAT_NAME;
+        if physical != self.physical.is_some() || (physical && !self.databases.is_empty()) {
+            return Some(format!(
+                "a manifest of format {} lists {} and {} databases",
+                self.format,
+                if self.physical.is_some() { "a physical stream" } else { "no physical stream" },
+                self.databases.len()
+            ));
         }
         let mut paths = std::collections::HashSet::new();
         for file in self.files() {
@@ -632,6 +674,7 @@ mod tests {
             users: None,
             user_names: vec![],
             encryption: None,
+            physical: None,
         }
     }
 

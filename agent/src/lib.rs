@@ -1,7 +1,8 @@
-//! visitors-agent: consistent, parallel, verifiable MySQL/MariaDB logical backups.
+//! visitors-agent: consistent, parallel, verifiable MySQL/MariaDB backups, logical and physical.
 //!
 //! - [`cli`]: the command line and the JSON summary;
 //! - [`backup`], [`restore`], [`verify`], [`delete`]: the operations;
+//! - [`physical`]: physical backups, the stream of the server's own backup tool;
 //! - [`binlog`]: the binary log archive, its archiver and its replay (point-in-time recovery);
 //! - [`mysql`]: connections, catalog, the shared snapshot;
 //! - [`storage`]: directories and S3 buckets through `object_store`;
@@ -18,6 +19,7 @@ pub mod encryption;
 pub mod error;
 pub mod format;
 pub mod mysql;
+pub mod physical;
 pub mod progress;
 pub mod restore;
 pub mod shutdown;

@@ -28,7 +28,7 @@ use crate::format::{DatabaseEntry, FileEntry, Manifest, quote_ident, read_statem
 use crate::mysql::connection::describe_server;
 use crate::mysql::{ConnectionSettings, Connector, catalog};
 use crate::storage::{S3Settings, Storage};
-use crate::verify::{load_manifest_and_sha256, verify_files, verify_object_files};
+use crate::verify::{load_manifest_and_sha256, logical_only, verify_files, verify_object_files};
 
 use context::RestoreContext;
 pub use context::{REPLAYED_MARKER, STAGED_MARKER, replaced_schema_name, staging_schema_name};
@@ -146,6 +146,7 @@ pub async fn restore(options: &RestoreOptions) -> Result<RestoreReport> {
         options.decrypt_keys_dir.as_deref(),
     )
     .await?;
+    logical_only(&manifest, &options.from)?;
     let databases = select_databases(&manifest, &options.databases)?;
     if options.users && manifest.users.is_none() {
         return Err(AgentError::Usage("the backup holds no users: it was taken without --users".into()));

@@ -9,7 +9,10 @@ use sha2::{Digest, Sha256};
 
 use crate::encryption::{self, OpenKey};
 use crate::error::{AgentError, Result};
-use crate::format::{ENCRYPTED_FORMAT_VERSION, Envelope, FORMAT_NAME, FileEntry, MANIFEST_FILE, Manifest, Position};
+use crate::format::{
+    ENCRYPTED_FORMAT_VERSION, Envelope, FORMAT_NAME, FileEntry, MANIFEST_FILE, Manifest, PHYSICAL_FORMAT_NAME,
+    Position, is_format_name,
+};
 use crate::mysql::{ConnectionSettings, Connector, catalog};
 use crate::storage::{S3Settings, Storage};
 
@@ -62,9 +65,9 @@ pub async fn load_manifest_and_sha256(
         }
         None => serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?,
     };
-    if manifest.format != FORMAT_NAME || manifest.format_version > ENCRYPTED_FORMAT_VERSION {
+    if !is_format_name(&manifest.format) || manifest.format_version > ENCRYPTED_FORMAT_VERSION {
         return Err(invalid(format!(
-            "format {} version {} is not one this agent reads ({FORMAT_NAME} up to version {ENCRYPTED_FORMAT_VERSION})",
+            "format {} version {} is not one this agent reads ({FORMAT_NAME} or {PHYSICAL_FORMAT_NAME}, up to version {ENCRYPTED_FORMAT_VERSION})",
             manifest.format, manifest.format_version
         )));
     }
@@ -78,6 +81,15 @@ pub async fn load_manifest_and_sha256(
         return Err(invalid(format!("{problem}: the manifest was edited or is corrupt; use another backup")));
     }
     Ok((manifest, actual))
+}
+
+/// Refuses a physical backup where only a logical one can be read (its rows loaded or
+/// compared over SQL).
+pub fn logical_only(manifest: &Manifest, location: &str) -> Result<()> {
+    match &manifest.physical {
+        Some(physical) => Err(AgentError::PhysicalBackup { location: location.into(), tool: physical.tool.clone() }),
+        None => Ok(()),
+    }
 }
 
 async fn read_manifest_file(storage: &Storage) -> Result<bytes::Bytes> {
@@ -96,9 +108,9 @@ fn parse_envelope(bytes: &[u8], location: &str) -> Result<Option<Envelope>> {
         return Ok(None);
     }
     let envelope: Envelope = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
-    if envelope.format != FORMAT_NAME || envelope.format_version != ENCRYPTED_FORMAT_VERSION {
+    if !is_format_name(&envelope.format) || envelope.format_version != ENCRYPTED_FORMAT_VERSION {
         return Err(invalid(format!(
-            "format {} version {} is not one this agent reads ({FORMAT_NAME} up to version {ENCRYPTED_FORMAT_VERSION})",
+            "format {} version {} is not one this agent reads ({FORMAT_NAME} or {PHYSICAL_FORMAT_NAME}, up to version {ENCRYPTED_FORMAT_VERSION})",
             envelope.format, envelope.format_version
         )));
     }
@@ -204,6 +216,7 @@ pub async fn verify(options: &VerifyOptions) -> Result<VerifyReport> {
     let Some(settings) = &options.connection else {
         return Ok(VerifyReport { manifest, tables_checked: 0 });
     };
+    logical_only(&manifest, &options.from)?;
     let connector = Connector::new(settings.clone());
     let mut conn = connector.connect().await?;
     let mut differences = Vec::new();

@@ -197,7 +197,7 @@ async fn read_position(coordinator: &mut Conn, mariadb: bool) -> Option<Position
 
 /// Which server this is: its id, host name and (MySQL) UUID, as the binary log archive
 /// records the servers it follows.
-async fn server_identity(coordinator: &mut Conn, mariadb: bool) -> Option<ServerIdentity> {
+pub(crate) async fn server_identity(coordinator: &mut Conn, mariadb: bool) -> Option<ServerIdentity> {
     let sql = if mariadb {
         "SELECT @@GLOBAL.server_id, @@hostname, NULL, VERSION()"
     } else {

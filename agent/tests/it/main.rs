@@ -14,6 +14,7 @@ mod failover;
 mod failures;
 mod manifest;
 mod objects;
+mod physical;
 mod point_in_time;
 mod refusal;
 mod roundtrip;
