@@ -167,7 +167,7 @@ step "building the scenarios"
 # those of SIDE_BY_SIDE in the background, their scenarios in parallel, while the others run
 # one file after another. Apps of every scenario take turns to initialise their database
 # (visitors_e2e::AppInitLock), which is what kept the suite sequential.
-SIDE_BY_SIDE=" point_in_time drill security high_availability replication_under_load backup_schedule plugin examples "
+SIDE_BY_SIDE=" point_in_time drill security high_availability replication_under_load backup_schedule plugin examples physical "
 # Files that measure a controller's own counters (reconciles of the whole controller) run
 # last, alone: another file's apps reconciling meanwhile would count as theirs.
 ALONE=" bad_input "

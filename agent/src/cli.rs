@@ -402,8 +402,9 @@ fn manifest_summary(manifest: &Manifest, location: &str) -> AgentSummary {
         ok: true,
         location: Some(location.to_string()),
         server_version: Some(manifest.server.version.clone()),
-        tables: Some(manifest.table_count()),
-        rows: Some(manifest.row_count()),
+        // A physical backup counts no table or row: it holds files.
+        tables: manifest.physical.is_none().then(|| manifest.table_count()),
+        rows: manifest.physical.is_none().then(|| manifest.row_count()),
         data_bytes: Some(manifest.data_bytes()),
         stored_bytes: Some(manifest.stored_bytes()),
         consistent_position: manifest

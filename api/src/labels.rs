@@ -136,6 +136,11 @@ pub mod names {
     pub fn mysql_pod(app: &str, ordinal: i32) -> String {
         format!("{app}-mysql-{ordinal}")
     }
+    /// The data claim of MySQL pod `pod` (the StatefulSet's `data` claim template): the
+    /// server's data directory, which a physical backup's tool reads.
+    pub fn mysql_data_claim(pod: &str) -> String {
+        format!("data-{pod}")
+    }
     /// The stable DNS name of MySQL pod `pod` of `app` in `namespace`, through the headless
     /// Service: how replicas reach their source and a backup reads a replica.
     pub fn mysql_pod_host(app: &str, pod: &str, namespace: &str) -> String {

@@ -6,6 +6,7 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::MySQLBackup;
+use crate::backup::BackupMethod;
 use crate::point_in_time::ArchiveGap;
 use crate::restore::reason;
 
@@ -94,9 +95,12 @@ pub fn schedule_archives(schedule: &MySQLBackup) -> Result<(), Refusal> {
 
 /// The runs a restore to a point in time can start from, with the server time of their
 /// snapshots (a run without a known snapshot position is none: the agent could not find it in
-/// the archive).
+/// the archive; nor is a physical run, which the agent does not restore yet).
 pub fn bases(runs: &[MySQLBackup]) -> Vec<TimeBase<'_>> {
-    runs.iter().filter_map(|run| run.base_snapshot().map(|base| TimeBase { run, snapshot_time: base.time })).collect()
+    runs.iter()
+        .filter(|run| run.spec.method() == BackupMethod::Logical)
+        .filter_map(|run| run.base_snapshot().map(|base| TimeBase { run, snapshot_time: base.time }))
+        .collect()
 }
 
 /// The newest base at or before `target`, among the runs of schedule `schedule`.
@@ -186,5 +190,10 @@ mod tests {
             let got = got.as_ref().map(|base| base.run.name_any()).map_err(|refusal| refusal.reason);
             assert_eq!(got.as_deref().map_err(|r| *r), expected, "target {target}");
         }
+        let mut physical = succeeded("n-3", 300);
+        physical.spec.method = Some(crate::backup::BackupMethod::Physical);
+        let with_physical = [runs[0].clone(), runs[1].clone(), physical];
+        let base = base_for_time(&plain, &with_physical, at(350), at(500)).unwrap();
+        assert_eq!(base.run.name_any(), "n-2", "a physical run is no base yet");
     }
 }

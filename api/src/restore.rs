@@ -131,6 +131,8 @@ pub mod reason {
     pub const BACKUP_NOT_FINISHED: &str = "BackupNotFinished";
     pub const BACKUP_LOCATION_UNKNOWN: &str = "BackupLocationUnknown";
     pub const BACKUP_UNVERIFIABLE: &str = "BackupUnverifiable";
+    /// The run is physical: restoring physical runs is not built yet.
+    pub const BACKUP_IS_PHYSICAL: &str = "BackupIsPhysical";
     /// The agent's summary does not match what the backup run recorded.
     pub const VERIFY_MISMATCH: &str = "VerifyMismatch";
     /// `Pending` False: the restore holds the database lock and quiesces the app.

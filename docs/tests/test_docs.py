@@ -50,7 +50,7 @@ NOT_REASONS = {
     **dict.fromkeys(["True", "False", "Unknown"], "a condition status"),
     # printer column names (CRD attributes)
     **dict.fromkeys(["Active", "Age", "App", "Backend", "Duration", "Error", "Last", "LastBackup", "LastSuccessful", "Next",
-                     "Phase", "Reason", "Recoverable", "Rows", "Size", "Primary", "Replicas", "TakenFrom"], "a printer column"),
+                     "Method", "Phase", "Reason", "Recoverable", "Rows", "Size", "Primary", "Replicas", "TakenFrom"], "a printer column"),
     # the `action` of an Event (its reason is another argument)
     **dict.fromkeys(["Apply", "Backup", "Create", "CreateJob", "Delete", "GrowClaim", "Quiesce", "Reconcile",
                      "Recreate", "RepairLists", "Restore", "Retention", "Schedule", "Start", "Validate", "DeleteStorage",

@@ -99,6 +99,7 @@ pub enum Command {
     #[command(after_help = "Examples:
   kubectl visitors backup shop                     # the app's only schedule
   kubectl visitors backup shop --schedule nightly
+  kubectl visitors backup shop --physical
   kubectl visitors backup shop --no-wait")]
     Backup(BackupArgs),
     /// Restore an app from a run, to a point in time, or to the latest recoverable state.
@@ -130,6 +131,10 @@ pub struct BackupArgs {
     /// The schedule whose storage and options the backup takes (needed when the app has several).
     #[arg(long)]
     pub schedule: Option<String>,
+    /// A physical run (the server's files, streamed by its own mariadb-backup) whatever the
+    /// schedule's method; it is not drilled.
+    #[arg(long)]
+    pub physical: bool,
     #[command(flatten)]
     pub wait: WaitArgs,
 }

@@ -159,6 +159,8 @@ pub struct Run {
     pub name: String,
     pub schedule: Option<String>,
     pub phase: String,
+    /// `Logical` or `Physical` (`spec.method`).
+    pub method: String,
     pub created: Option<Timestamp>,
     pub completed: Option<Timestamp>,
     pub size_bytes: Option<i64>,
@@ -467,6 +469,7 @@ pub fn run(run: &MySQLBackup) -> Run {
         name: run.name_any(),
         schedule: schedule_of(run).map(str::to_string),
         phase: status.phase.map_or_else(|| "Pending".to_string(), |p| format!("{p:?}")),
+        method: format!("{:?}", run.spec.method()),
         created: created(run),
         completed: time(&status.completion_time),
         size_bytes: status.size_bytes,

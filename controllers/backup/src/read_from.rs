@@ -85,6 +85,7 @@ mod tests {
             wanted,
             primary: primary.map(Into::into),
             replicas: replicas.iter().map(|(pod, lag)| (pod.to_string(), *lag)).collect(),
+            image: String::new(),
         }
     }
 

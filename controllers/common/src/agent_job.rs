@@ -34,7 +34,8 @@ pub const AGENT_CONTAINER: &str = "agent";
 pub const AGENT_USER: i64 = 65532;
 /// The label the Job controller puts on a Job's pods.
 pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
-const TMP_VOLUME: &str = "tmp";
+/// The writable `/tmp` of an agent Job, an emptyDir.
+pub const TMP_VOLUME: &str = "tmp";
 
 /// What an agent Job is made of; [`AgentJob::build`] adds everything every such Job shares.
 #[derive(Debug, Clone)]
@@ -285,6 +286,9 @@ pub struct MysqlServers {
     pub primary: Option<String>,
     /// The pods that replicate from the primary, with their lag in seconds when known.
     pub replicas: Vec<(String, Option<i64>)>,
+    /// The image they run (`status.mysqlImage`, else the spec's): a physical backup's tool
+    /// runs from it, so that it is the server's own version.
+    pub image: String,
 }
 
 impl MysqlServers {
@@ -299,10 +303,12 @@ impl MysqlServers {
                     .collect()
             })
             .unwrap_or_default();
+        let running = app.status.as_ref().and_then(|s| s.mysql_image.clone());
         MysqlServers {
             wanted: app.spec.mysql_replicas(),
             primary: replication.and_then(|r| r.primary.clone()),
             replicas,
+            image: running.unwrap_or_else(|| app.spec.mysql_image().to_string()),
         }
     }
 
@@ -328,7 +334,8 @@ pub const KEYS_VOLUME: &str = "backup-keys";
 
 /// Where an agent Job mounts the CA certificate it verifies MySQL with.
 pub const CA_MOUNT: &str = "/etc/visitors/mysql-ca";
-const CA_VOLUME: &str = "mysql-ca";
+/// The volume of [`CA_MOUNT`].
+pub const CA_VOLUME: &str = "mysql-ca";
 
 fn secret_items_volume(name: &str, secret: &str, keys: &[&str]) -> Volume {
     secret_keys_volume(name, secret, keys, 0o440)
@@ -355,7 +362,7 @@ fn secret_volume(name: &str, secret: &str, items: Option<Vec<KeyToPath>>, mode: 
     }
 }
 
-fn read_only_mount(volume: &str, path: &str) -> VolumeMount {
+pub fn read_only_mount(volume: &str, path: &str) -> VolumeMount {
     VolumeMount { name: volume.into(), mount_path: path.into(), read_only: Some(true), ..VolumeMount::default() }
 }
 

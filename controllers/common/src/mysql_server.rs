@@ -15,6 +15,8 @@ pub const TLS_MOUNT: &str = "/etc/mysql/tls";
 /// The group MySQL's official images (and MariaDB's) run mysqld as: the server's key is
 /// readable by that group only, through the pod's `fsGroup`.
 pub const MYSQL_GROUP: i64 = 999;
+/// The user those images run mysqld as, owner of the data directory.
+pub const MYSQL_UID: i64 = 999;
 
 /// mysqld's TLS options: the certificate mounted at [`TLS_MOUNT`], and no plain-text
 /// connection over TCP.

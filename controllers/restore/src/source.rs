@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use visitors_agent_contract::gtid::GtidSet;
 use visitors_api::MySQLBackup;
-use visitors_api::backup::{BackupPhase, condition as backup_condition};
+use visitors_api::backup::{BackupMethod, BackupPhase, condition as backup_condition};
 use visitors_api::conditions;
 use visitors_api::point_in_time::{PointInTimeSource, archive_path};
 use visitors_api::recovery;
@@ -48,6 +48,12 @@ pub fn backup_of_run(run: &MySQLBackup) -> Step<Backup> {
                 format!("MySQLBackup {name} (spec.source.backup) is {phase}; the restore waits until it succeeds");
             return Step::wait(reason::BACKUP_NOT_FINISHED, message);
         }
+    }
+    if run.spec.method() == BackupMethod::Physical {
+        let message = format!(
+            "MySQLBackup {name} (spec.source.backup) is a physical run, and restoring physical runs is not built yet (docs/disaster-recovery.md restores one by hand); nothing was touched"
+        );
+        return Step::blocked(reason::BACKUP_IS_PHYSICAL, message);
     }
     if run.failed_drill() {
         let why = status.drill.as_ref().and_then(|d| d.message.clone()).map(|m| format!(": {m}")).unwrap_or_default();
@@ -213,6 +219,9 @@ mod tests {
         assert!(backup_of_run(&drill_trouble).is_ready(), "a drill that could not run proves nothing");
         let unverifiable = run(serde_json::json!({"phase": "Succeeded", "location": "s3://b/x"}));
         assert!(matches!(backup_of_run(&unverifiable), Step::Blocked(Blocked { reason: "BackupUnverifiable", .. })));
+        let mut physical = succeeded.clone();
+        physical.spec.method = Some(BackupMethod::Physical);
+        assert!(matches!(backup_of_run(&physical), Step::Blocked(Blocked { reason: "BackupIsPhysical", .. })));
     }
 }
 

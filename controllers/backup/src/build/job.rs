@@ -1,6 +1,7 @@
 //! The Job that runs one backup: `visitors-agent backup --to <location>` against the MySQL
 //! server the run reads (the app's client Service, or a replica's own name), as root, with
-//! every credential from a Secret reference.
+//! every credential from a Secret reference; a physical run's adds the tool's container
+//! ([`super::physical`]).
 
 use std::collections::BTreeMap;
 
@@ -9,10 +10,11 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::{Resource, ResourceExt};
 use visitors_agent_contract::command::{BackupArgs, Command, Compression, DeleteArgs, EncryptArgs};
 use visitors_api::MySQLBackup;
-use visitors_api::backup::{Compression as SpecCompression, ServerRole, TakenFrom};
+use visitors_api::backup::{BackupMethod, Compression as SpecCompression, ServerRole, TakenFrom};
 use visitors_api::encryption::BackupEncryption;
 use visitors_api::labels::names;
 
+use super::physical::with_backup_tool;
 use super::{backup_path, run_labels};
 use crate::read_from::ReadFrom;
 
@@ -33,11 +35,13 @@ pub const PROGRESS_INTERVAL: u64 = 30;
 /// What the agent of run `backup` does; an encrypted run encrypts to the key
 /// `spec.encryption.keyId`, mounted from its Secret (see [`backup_job`]).
 pub fn backup_command(backup: &MySQLBackup) -> Command {
+    let physical = backup.spec.method() == BackupMethod::Physical;
     Command::Backup(BackupArgs {
         compression: compression(backup.spec.compression()),
         parallelism: usize::try_from(backup.spec.parallelism()).unwrap_or(1),
         progress_interval: PROGRESS_INTERVAL,
         encryption: encrypt_args(backup.spec.encryption.as_ref()),
+        physical_stream: physical.then(|| visitors_agent_contract::physical::PIPE.to_string()),
         ..BackupArgs::to(agent_location(backup))
     })
 }
@@ -79,8 +83,15 @@ pub const TAKEN_FROM_ROLE: &str = "example.com/taken-from-role";
 /// The Job of run `backup`, reading the server `read_from` names, as `access` says.
 pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseAccess, read_from: &ReadFrom) -> Job {
     let namespace = backup.namespace().unwrap_or_default();
+    let physical = backup.spec.method() == BackupMethod::Physical;
+    // A physical run reads one pod's files: its SQL must reach that very server, by its own
+    // name, even the primary's (the client Service could lead elsewhere after a failover).
+    let host = match physical {
+        true => names::mysql_pod_host(&backup.spec.source.visitors_app, &read_from.taken_from.pod, &namespace),
+        false => read_from.host.clone(),
+    };
     let agent = AgentJob::of(inputs, backup_command(backup))
-        .with_server(&read_from.host, access)
+        .with_server(&host, access)
         .with_storage(&backup.spec.storage, StorageAccess::ReadWrite);
     let agent = with_encryption_key(agent, backup.spec.encryption.as_ref(), None);
     let mut job = AgentJob {
@@ -101,7 +112,10 @@ pub fn backup_job(backup: &MySQLBackup, inputs: &AgentInputs, access: &DatabaseA
         (TAKEN_FROM_POD.to_string(), read_from.taken_from.pod.clone()),
         (TAKEN_FROM_ROLE.to_string(), role.to_string()),
     ]));
-    job
+    match physical {
+        true => with_backup_tool(job, &host, access, &read_from.taken_from.pod),
+        false => job,
+    }
 }
 
 /// The server a backup Job reads, as its annotations name it.
@@ -164,6 +178,7 @@ mod tests {
             wanted: 3,
             primary: Some("ex-mysql-0".into()),
             replicas: vec![("ex-mysql-1".into(), Some(0))],
+            ..Default::default()
         };
         let replica = crate::read_from::choose(Default::default(), "ex", "shop", &servers).into_ready::<()>().unwrap();
         let job = backup_job(&run(), &inputs(), &credentials(), &replica);

@@ -3,6 +3,7 @@
 pub mod archiver;
 pub mod drill;
 pub mod job;
+pub mod physical;
 pub mod scheduled_run;
 
 use std::collections::BTreeMap;
