@@ -25,7 +25,7 @@ use crate::mysql::catalog::{self, Definitions, TableInfo};
 use crate::mysql::connection::describe_server;
 use crate::mysql::wire::{DataConn, WireError};
 use crate::mysql::{ConnectionSettings, Connector, FirstRow, snapshot, users};
-use crate::physical::{self, StreamSource};
+use crate::physical::{self, PhysicalOptions, StreamSource};
 use crate::progress::Progress;
 use crate::storage::{FileWriter, S3Settings, Storage, Syncer};
 
@@ -90,7 +90,17 @@ impl BackupOptions {
         }
     }
 
-    pub(crate) fn level(&self) -> i32 {
+    fn physical_options(&self) -> PhysicalOptions {
+        PhysicalOptions {
+            connection: self.connection.clone(),
+            compression: self.compression,
+            level: self.level(),
+            chunk_bytes: self.chunk_bytes,
+            encrypt: self.encrypt.clone(),
+        }
+    }
+
+    fn level(&self) -> i32 {
         self.compression_level.unwrap_or(match self.compression {
             Compression::Zstd => 1,
             Compression::Gzip => 6,
@@ -106,7 +116,7 @@ pub struct BackupReport {
 }
 
 /// Files written so far, removed if the backup fails.
-pub(crate) type Written = Arc<Mutex<Vec<String>>>;
+type Written = Arc<Mutex<Vec<String>>>;
 
 /// Takes a backup to `options.to`, holding the location's lock file; on failure, what it
 /// wrote is removed.
@@ -124,7 +134,10 @@ pub async fn back_up(options: &BackupOptions) -> Result<BackupReport> {
     }
     let written: Written = Arc::default();
     let result = match &options.physical {
-        Some(stream) => physical::write_backup(options, stream, &storage, &written).await,
+        Some(stream) => match physical::store_backup(&options.physical_options(), stream, &storage, &written).await {
+            Ok(manifest) => write_manifest(&storage, &written, manifest, options.encrypt.as_ref()).await,
+            Err(error) => Err(error),
+        },
         None => write_backup(options, &storage, &written).await,
     };
     if result.is_err() {
@@ -330,7 +343,7 @@ async fn dump_all(
 /// Stores `manifest.json`, create-only: the last file of a backup, the one that makes it whole.
 /// If the write fails (a timeout after the store took it, say), the stored manifest is read
 /// back: ours, the backup is whole; another run's, the files it lists are left alone.
-pub(crate) async fn write_manifest(
+async fn write_manifest(
     storage: &Storage,
     written: &Written,
     manifest: Manifest,

@@ -15,7 +15,7 @@
 #
 # Usage: bench/agent/run.sh [--size-mib N] [--threads N] [--levels "1 3"] [--datasets "compressible realistic"]
 #                           [--work-dir DIR] [--agent PATH] [--other-agent PATH] [--repeat N] [--no-mydumper]
-#                           [--backups-only] [--no-dump] [--drill] [--secure] [--keep]
+#                           [--backups-only] [--no-dump] [--drill] [--secure] [--physical] [--keep]
 # --work-dir: where the server's data and the backups go (default /tmp); a tmpfs such as /dev/shm
 # takes the disk (and fsync) out of the measurement.
 # --repeat N: every backup and restore N times, interleaved (agent, dump, ..., agent, dump, ...), so a
@@ -31,6 +31,11 @@
 # also runs the agent over TLS, verifying the CA, with its backup encrypted with age (a key
 # made by age-keygen) and restored from it: "visitors-agent (TLS + age)" beside the agent in
 # plain text, what TLS and encryption cost. Needs openssl and age (Debian packages).
+# --physical: every round also takes physical backups (issue 42): `mariadb-backup --backup
+# --stream=mbstream | zstd -1` alone, and the same stream stored by `visitors-agent backup
+# --physical-stream -` (zstd -1, SHA-256 per chunk; with --secure also encrypted with age): what
+# the agent costs beside the tool. The agent's peak RSS is its own, not the tool's. Needs
+# mariadb-backup (Debian package).
 # With --repeat, the agent builds (plain, --other-agent, secure) run in reverse order every
 # second round.
 # Backups run at each zstd level of --levels (agent and mariadb-dump at the same level);
@@ -52,6 +57,7 @@ RESTORES=1
 DUMP=1
 DRILL=0
 SECURE=0
+PHYSICAL=0
 KEEP=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -68,6 +74,7 @@ while [[ $# -gt 0 ]]; do
     --no-dump) DUMP=0; shift ;;
     --drill) DRILL=1; shift ;;
     --secure) SECURE=1; shift ;;
+    --physical) PHYSICAL=1; shift ;;
     --keep) KEEP=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -80,6 +87,7 @@ fi
 TOOLS=(mariadbd mariadb-install-db mariadb mariadb-dump zstd /usr/bin/time "$AGENT" ${OTHER_AGENT:+"$OTHER_AGENT"})
 [[ "$MYDUMPER" == 0 ]] || TOOLS+=(mydumper myloader)
 [[ "$SECURE" == 0 ]] || TOOLS+=(openssl age-keygen)
+[[ "$PHYSICAL" == 0 ]] || TOOLS+=(mariadb-backup)
 for program in "${TOOLS[@]}"; do
   command -v "$program" >/dev/null || [[ -x "$program" ]] || { echo "missing: $program" >&2; exit 1; }
 done
@@ -185,6 +193,11 @@ measure() {
   if [[ "$tool" == visitors-agent* ]]; then
     rss=$(awk '/Maximum resident set size/ { printf "%.0f", $6 / 1024 }' "$WORK/time.txt")
   fi
+  # A pipeline's agent measured on its own (physical backups: the tool beside it is not ours).
+  if [[ -s "$WORK/agent-time.txt" ]]; then
+    rss=$(awk '/Maximum resident set size/ { printf "%.0f", $6 / 1024 }' "$WORK/agent-time.txt")
+    rm -f "$WORK/agent-time.txt"
+  fi
   [[ -n "$stored" ]] && size=$(du -sm "$stored" | cut -f1)
   local wall; wall=$(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }")
   local rate; rate=$(awk "BEGIN { printf \"%.1f\", $DATA_MIB / ($t1 - $t0) }")
@@ -236,6 +249,19 @@ agent_builds_of_round() {
   if (( $1 % 2 == 0 )); then agent_builds | tac; else agent_builds; fi
 }
 
+# physical_backups: the tool's stream through zstd -1 alone, then stored by the agent.
+physical_backups() {
+  local tool="rm -rf '$WORK/mbtarget'; mariadb-backup --backup --stream=mbstream --host=127.0.0.1 --port=$PORT --user=bench --target-dir='$WORK/mbtarget' 2> '$WORK/mariadb-backup.err'"
+  measure backup "mariadb-backup --stream=mbstream | zstd -1" "$WORK/physical.mbstream.zst" \
+    bash -c "$tool | zstd -q -1 -o '$WORK/physical.mbstream.zst'"
+  local agent="/usr/bin/time -v -o '$WORK/agent-time.txt' '$AGENT' backup --physical-stream - ${AGENT_TCP[*]} --ssl-mode disabled --progress-interval 0"
+  measure backup "visitors-agent physical (mariadb-backup | agent, zstd -1)" "$WORK/physical-agent" \
+    bash -c "set -o pipefail; $tool | $agent --to 'file://$WORK/physical-agent'"
+  [[ "$SECURE" == 1 ]] || return 0
+  measure backup "visitors-agent physical (mariadb-backup | agent, zstd -1 + age)" "$WORK/physical-secure" \
+    bash -c "set -o pipefail; $tool | $agent --to 'file://$WORK/physical-secure' --encrypt-key-file '$WORK/keys/bench' --encrypt-key-id bench"
+}
+
 run_round() {
   local round=$1 label path
   # ---- backups ---------------------------------------------------------------------------
@@ -250,6 +276,7 @@ run_round() {
     measure backup "mariadb-dump --single-transaction --quick | zstd -$LEVEL" "$WORK/dump-$LEVEL.sql.zst" \
       bash -c "mariadb-dump ${TCP[*]} --single-transaction --quick --databases bench | zstd -q -$LEVEL -o '$WORK/dump-$LEVEL.sql.zst'"
   done
+  [[ "$PHYSICAL" == 0 ]] || physical_backups
   FIRST_LEVEL="${LEVELS%% *}"
   if [[ "$MYDUMPER" == 1 ]]; then
     measure backup "mydumper -t $THREADS -c --rows 500000 (gzip)" "$WORK/mydumper" \
@@ -311,6 +338,9 @@ best_of() {
             printf "%s: %.2fx myloader\n", substr(k, 13), wall["| restore | myloader -t '"$THREADS"'"] / wall[k]
           if ("| restore | zstd -dc \\| mariadb" in wall)
             printf "%s: %.2fx zstd -dc | mariadb\n", substr(k, 13), wall["| restore | zstd -dc \\| mariadb"] / wall[k] }
+        raw = "| backup | mariadb-backup --stream=mbstream \\| zstd -1"
+        for (k in wall) if (k ~ /^[|] backup [|] visitors-agent physical/ && (raw in wall))
+          printf "%s: %.2fx the throughput of mariadb-backup | zstd -1\n", substr(k, 12), wall[raw] / wall[k]
       }' "$RESULTS"
   } > "$WORK/best.md"
   cat "$WORK/best.md" >> "$RESULTS"

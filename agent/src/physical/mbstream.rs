@@ -41,7 +41,8 @@ pub struct Described {
     /// Files the stream holds (each ended by an `E` record).
     pub files: u64,
     pub bytes: u64,
-    pub binlog: BinlogInfo,
+    /// None when the server writes no binary log.
+    pub binlog: Option<BinlogInfo>,
     /// `xtrabackup_info`'s `key = value` lines.
     pub info: BTreeMap<String, String>,
 }
@@ -101,7 +102,7 @@ impl Scanner {
                 .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
                 .ok_or_else(|| format!("the stream holds no {name}: it is not a whole backup of mariadb-backup"))
         };
-        let binlog = parse_binlog_info(&text(BINLOG_INFO)?)?;
+        let binlog = text(BINLOG_INFO).ok().map(|info| parse_binlog_info(&info)).transpose()?;
         text(CHECKPOINTS)?;
         let info = parse_info(&text(LAST_FILE)?);
         Ok(Described { files: self.files, bytes: self.consumed, binlog, info })
@@ -236,7 +237,7 @@ mod tests {
             assert_eq!(described.bytes, stream.len() as u64);
             assert_eq!(
                 described.binlog,
-                BinlogInfo { file: "bin.000002".into(), position: 817, gtid: Some("0-7-3,1-7-9".into()) }
+                Some(BinlogInfo { file: "bin.000002".into(), position: 817, gtid: Some("0-7-3,1-7-9".into()) })
             );
             assert_eq!(described.info["tool_version"], "10.11.19-MariaDB");
         }
@@ -255,9 +256,9 @@ mod tests {
             ),
             ("not mbstream", b"# a mysqldump file\n".to_vec(), "byte 0 of the stream is not an mbstream record"),
             (
-                "no position",
+                "no checkpoints",
                 [payload(LAST_FILE, b"x = y\n"), end(LAST_FILE)].concat(),
-                "holds no xtrabackup_binlog_info",
+                "holds no xtrabackup_checkpoints",
             ),
         ];
         for (case, stream, expected) in cases {

@@ -15,15 +15,33 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::backup::{BackupOptions, BackupReport, Written, write_manifest};
+use std::sync::{Arc, Mutex};
+
 use crate::encryption::{self, SealKey};
 use crate::error::{AgentError, Result};
+use crate::format::Compression;
 use crate::format::{
     ENCRYPTED_FORMAT_VERSION, Encryption, FORMAT_VERSION, FileEntry, Manifest, PHYSICAL_DATA_FORMAT,
     PHYSICAL_FORMAT_NAME, PhysicalEntry, Position, ServerInfo,
 };
+use crate::mysql::ConnectionSettings;
 use crate::mysql::connection::describe_server;
 use crate::mysql::{Connector, snapshot};
+
+/// What a physical backup takes from the backup's options.
+#[derive(Clone, Debug)]
+pub struct PhysicalOptions {
+    /// The server the tool reads, for its identity, version and clock.
+    pub connection: ConnectionSettings,
+    pub compression: Compression,
+    pub level: i32,
+    /// Uncompressed bytes of the stream per chunk.
+    pub chunk_bytes: u64,
+    pub encrypt: Option<SealKey>,
+}
+
+/// The paths written so far, which a failed backup removes.
+type Written = Arc<Mutex<Vec<String>>>;
 use crate::storage::Storage;
 use mbstream::{Described, Scanner};
 
@@ -154,20 +172,22 @@ fn make_pipe(path: &Path) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let name = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
     // SAFETY: `name` is a NUL-terminated path that lives across the call.
-    match unsafe { libc::mkfifo(name.as_ptr(), 0o600) } {
-        0 => Ok(()),
-        _ => Err(std::io::Error::last_os_error()),
+    if unsafe { libc::mkfifo(name.as_ptr(), 0o660) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    // The tool runs as the server's user; it writes through the pod's group (its fsGroup), which
+    // the umask would take write access from.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o660))
 }
 
-/// Takes a physical backup to `storage` from the stream of `source`; `written` lists what a
-/// failed backup must remove.
-pub async fn write_backup(
-    options: &BackupOptions,
+/// Stores a physical backup in `storage` from the stream of `source` and returns its manifest,
+/// which the caller writes last; `written` lists what a failed backup must remove.
+pub async fn store_backup(
+    options: &PhysicalOptions,
     source: &StreamSource,
     storage: &Storage,
     written: &Written,
-) -> Result<BackupReport> {
+) -> Result<Manifest> {
     let started_at = jiff::Timestamp::now();
     let connector = Connector::new(options.connection.clone());
     let mut conn = connector.connect().await?;
@@ -191,11 +211,11 @@ pub async fn write_backup(
         .map_err(|e| connector.error("reading the server's clock", e))?
         .unwrap_or_default();
     let _ = conn.disconnect().await;
-    let binlog = &described.binlog;
+    let binlog = described.binlog.as_ref();
     let position = Position {
-        gtid: binlog.gtid.clone(),
-        binlog_file: Some(binlog.file.clone()),
-        binlog_position: Some(binlog.position),
+        gtid: binlog.and_then(|b| b.gtid.clone()),
+        binlog_file: binlog.map(|b| b.file.clone()),
+        binlog_position: binlog.map(|b| b.position),
         // The server's clock once the stream ended: at or after the tool's snapshot, so a
         // restore to a time before it starts from an older run.
         time: jiff::Timestamp::from_second(now).ok().map(|t| t.to_string()),
@@ -209,7 +229,7 @@ pub async fn write_backup(
         position.describe().unwrap_or_default()
     );
     let encryption = options.encrypt.as_ref().map(encryption_of);
-    let manifest = Manifest {
+    Ok(Manifest {
         format: PHYSICAL_FORMAT_NAME.into(),
         format_version: if encryption.is_some() { ENCRYPTED_FORMAT_VERSION } else { FORMAT_VERSION },
         tool: format!("visitors-agent {}", env!("CARGO_PKG_VERSION")),
@@ -225,8 +245,7 @@ pub async fn write_backup(
         user_names: Vec::new(),
         encryption,
         physical: Some(PhysicalEntry { tool, stream_bytes: described.bytes, files: described.files, chunks }),
-    };
-    write_manifest(storage, written, manifest, options.encrypt.as_ref()).await
+    })
 }
 
 fn encryption_of(key: &SealKey) -> Encryption {
@@ -263,7 +282,7 @@ struct ChunkTask {
 /// records; returns the chunks, in order, and what the whole stream says (or why it is not
 /// whole). Two chunks are in flight at a time, so compression and upload run beside the read.
 async fn store_stream(
-    options: &BackupOptions,
+    options: &PhysicalOptions,
     storage: &Storage,
     written: &Written,
     mut reader: impl AsyncRead + Unpin,
@@ -282,6 +301,11 @@ async fn store_stream(
         }
         let piece = &buffer[..read];
         if let Err(error) = scanner.feed(piece) {
+            // What was sent is stored before the failed backup removes it, not after.
+            if let Some(chunk) = current.take() {
+                chunks.close(chunk);
+            }
+            let _ = chunks.all().await;
             return Ok((Vec::new(), Err(error)));
         }
         let mut offset = 0;
@@ -341,10 +365,10 @@ impl Chunks {
     }
 }
 
-fn start_chunk(options: &BackupOptions, storage: &Storage, written: &Written, number: usize) -> Result<ChunkTask> {
+fn start_chunk(options: &PhysicalOptions, storage: &Storage, written: &Written, number: usize) -> Result<ChunkTask> {
     let path = format!("{CHUNKS_DIR}/{number:06}.mbstream{}", options.compression.extension());
     written.lock().unwrap().push(path.clone());
-    let mut writer = storage.sealed_writer(&path, options.compression, options.level(), options.encrypt.as_ref())?;
+    let mut writer = storage.sealed_writer(&path, options.compression, options.level, options.encrypt.as_ref())?;
     let (pieces, mut received) = mpsc::channel::<bytes::Bytes>(PIECES_IN_FLIGHT);
     let syncer = storage.syncer();
     let done = tokio::spawn(async move {
@@ -357,4 +381,33 @@ fn start_chunk(options: &BackupOptions, storage: &Storage, written: &Written, nu
         Ok(entry)
     });
     Ok(ChunkTask { pieces, done, bytes: 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn described(tool_version: Option<&str>) -> Described {
+        let info = tool_version.map(|v| ("tool_version".to_string(), v.to_string())).into_iter().collect();
+        Described { files: 1, bytes: 1, binlog: None, info }
+    }
+
+    #[test]
+    fn the_tool_must_be_the_servers_release() {
+        let cases = [
+            (Some("10.11.19-MariaDB"), "10.11.19-MariaDB-0+deb12u1-log", true),
+            (Some("10.11.19-MariaDB"), "10.11.19-MariaDB", true),
+            (Some("10.11.9-MariaDB"), "10.11.19-MariaDB-log", false),
+            (Some("11.4.2-MariaDB"), "10.11.19-MariaDB", false),
+            (None, "10.11.19-MariaDB", true),
+        ];
+        for (tool, server, accepted) in cases {
+            let checked = check_tool_version(&described(tool), server);
+            assert_eq!(checked.is_ok(), accepted, "{tool:?} on {server}: {checked:?}");
+            if let Err(error) = checked {
+                assert_eq!(error.kind(), "backupToolMismatch");
+                assert!(error.to_string().contains(server), "{error}");
+            }
+        }
+    }
 }
