@@ -17,7 +17,7 @@ use crate::content::{ContentDigest, encode_row_counting, enum_error_texts, selec
 use crate::encryption::{self, SealKey};
 use crate::error::{AgentError, Result};
 use crate::format::{
-    ChunkEntry, Compression, DATA_FORMAT, DatabaseEntry, ENCRYPTED_FORMAT_VERSION, Encryption, Envelope, FORMAT_NAME,
+    ChunkEntry, Compression, DATA_FORMAT, DatabaseEntry, ENCRYPTED_FORMAT_VERSION, Envelope, FORMAT_NAME,
     FORMAT_VERSION, FileEntry, LOCK_FILE, MANIFEST_FILE, Manifest, ServerInfo, TableEntry, layout, load_data_sql,
     quote_ident, write_statements,
 };
@@ -262,11 +262,7 @@ async fn write_backup(options: &BackupOptions, storage: &Storage, written: &Writ
     // Every file is durable before the manifest names it.
     output.syncer.finish().await?;
 
-    let encryption = options.encrypt.as_ref().map(|key| Encryption {
-        scheme: encryption::SCHEME.into(),
-        key_id: key.key_id().into(),
-        recipient: key.recipient(),
-    });
+    let encryption = options.encrypt.as_ref().map(SealKey::manifest_entry);
     let manifest = Manifest {
         format: FORMAT_NAME.into(),
         format_version: if encryption.is_some() { ENCRYPTED_FORMAT_VERSION } else { FORMAT_VERSION },

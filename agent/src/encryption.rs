@@ -116,6 +116,11 @@ impl SealKey {
     }
 
     /// A small file, encrypted whole.
+    /// What a manifest says of this key: the scheme, the key's name and its recipient.
+    pub fn manifest_entry(&self) -> crate::format::Encryption {
+        crate::format::Encryption { scheme: SCHEME.into(), key_id: self.key_id().into(), recipient: self.recipient() }
+    }
+
     pub fn seal(&self, plain: &[u8]) -> Result<Vec<u8>> {
         age::encrypt(&self.recipient, plain).map_err(|e| AgentError::Internal(format!("age encryption: {e}")))
     }

@@ -6,7 +6,7 @@
 //! exactly the rows committed up to that position.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use age::secrecy::ExposeSecret;
@@ -143,17 +143,7 @@ fn rand_suffix() -> String {
 /// and reads `(COUNT(*), MIN(id), MAX(id))` of the ticks.
 fn rows_of_the_prepared_copy(stream: &[u8], dir: &Path) -> (u64, u64, u64) {
     let data = dir.join("data");
-    std::fs::create_dir(&data).unwrap();
-    let mut extract = Command::new("mbstream").arg("-x").arg("-C").arg(&data).stdin(Stdio::piped()).spawn().unwrap();
-    std::io::Write::write_all(extract.stdin.as_mut().unwrap(), stream).unwrap();
-    drop(extract.stdin.take());
-    assert!(extract.wait().unwrap().success(), "mbstream extracts the stream");
-    let prepared = Command::new("mariadb-backup")
-        .arg("--prepare")
-        .arg(format!("--target-dir={}", data.display()))
-        .output()
-        .unwrap();
-    assert!(prepared.status.success(), "prepared: {}", String::from_utf8_lossy(&prepared.stderr));
+    visitors_test_support::extract_and_prepare(stream, &data);
     let socket = dir.join("s.sock");
     let mut server = Command::new("mariadbd")
         .args(["--no-defaults", "--skip-networking", "--skip-grant-tables", "--user=root"])

@@ -323,3 +323,26 @@ impl Drop for MariaDb {
         self.kill();
     }
 }
+
+/// Extracts mariadb-backup's `stream` into the new folder `target` with `mbstream -x`, then
+/// prepares it with `mariadb-backup --prepare`: a data directory a server starts on. Fails the
+/// test if either tool fails.
+pub fn extract_and_prepare(stream: &[u8], target: &Path) {
+    use std::io::Write;
+    std::fs::create_dir(target).unwrap_or_else(|e| panic!("create {}: {e}", target.display()));
+    let mut extract = Command::new("mbstream")
+        .arg("-x")
+        .arg("-C")
+        .arg(target)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("mbstream starts");
+    extract.stdin.take().expect("its input").write_all(stream).expect("mbstream reads the stream");
+    assert!(extract.wait().unwrap().success(), "mbstream extracts the stream");
+    let prepared = Command::new("mariadb-backup")
+        .arg("--prepare")
+        .arg(format!("--target-dir={}", target.display()))
+        .output()
+        .expect("mariadb-backup starts");
+    assert!(prepared.status.success(), "mariadb-backup --prepare: {}", String::from_utf8_lossy(&prepared.stderr));
+}

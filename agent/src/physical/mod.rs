@@ -17,12 +17,12 @@ use tokio::task::JoinHandle;
 
 use std::sync::{Arc, Mutex};
 
-use crate::encryption::{self, SealKey};
+use crate::encryption::SealKey;
 use crate::error::{AgentError, Result};
 use crate::format::Compression;
 use crate::format::{
-    ENCRYPTED_FORMAT_VERSION, Encryption, FORMAT_VERSION, FileEntry, Manifest, PHYSICAL_DATA_FORMAT,
-    PHYSICAL_FORMAT_NAME, PhysicalEntry, Position, ServerInfo,
+    ENCRYPTED_FORMAT_VERSION, FORMAT_VERSION, FileEntry, Manifest, PHYSICAL_DATA_FORMAT, PHYSICAL_FORMAT_NAME,
+    PhysicalEntry, Position, ServerInfo,
 };
 use crate::mysql::ConnectionSettings;
 use crate::mysql::connection::describe_server;
@@ -228,7 +228,7 @@ pub async fn store_backup(
         chunks.len(),
         position.describe().unwrap_or_default()
     );
-    let encryption = options.encrypt.as_ref().map(encryption_of);
+    let encryption = options.encrypt.as_ref().map(SealKey::manifest_entry);
     Ok(Manifest {
         format: PHYSICAL_FORMAT_NAME.into(),
         format_version: if encryption.is_some() { ENCRYPTED_FORMAT_VERSION } else { FORMAT_VERSION },
@@ -246,10 +246,6 @@ pub async fn store_backup(
         encryption,
         physical: Some(PhysicalEntry { tool, stream_bytes: described.bytes, files: described.files, chunks }),
     })
-}
-
-fn encryption_of(key: &SealKey) -> Encryption {
-    Encryption { scheme: encryption::SCHEME.into(), key_id: key.key_id().into(), recipient: key.recipient() }
 }
 
 fn tool_name(described: &Described) -> String {

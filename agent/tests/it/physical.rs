@@ -98,22 +98,7 @@ async fn a_physical_backup_stores_the_tools_stream_in_chunks_at_the_tools_own_po
         .collect();
     assert_eq!(stream.len() as u64, physical.stream_bytes);
     let extracted = dir.path().join("extracted");
-    std::fs::create_dir(&extracted).unwrap();
-    let mut mbstream = Command::new("mbstream")
-        .args(["-x", "-C"])
-        .arg(&extracted)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(mbstream.stdin.as_mut().unwrap(), &stream).unwrap();
-    drop(mbstream.stdin.take());
-    assert!(mbstream.wait().unwrap().success());
-    let prepared = Command::new("mariadb-backup")
-        .arg("--prepare")
-        .arg(format!("--target-dir={}", extracted.display()))
-        .output()
-        .unwrap();
-    assert!(prepared.status.success(), "{}", String::from_utf8_lossy(&prepared.stderr));
+    visitors_test_support::extract_and_prepare(&stream, &extracted);
     assert!(extracted.join("shop").join("orders.ibd").exists());
 
     // A logical restore refuses it by name, before touching anything.
