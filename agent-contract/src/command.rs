@@ -108,6 +108,10 @@ pub enum Command {
     /// before its snapshot.
     #[command(after_help = ENVIRONMENT_HELP)]
     PruneArchive(PruneArchiveArgs),
+    /// Extract a physical backup's files into a directory, every chunk's SHA-256 and every
+    /// record's CRC-32 checked, for `mariadb-backup --prepare --target-dir DIR`.
+    #[command(after_help = ENVIRONMENT_HELP)]
+    Unpack(UnpackArgs),
 }
 
 #[derive(Args, Debug, Clone, Default, PartialEq)]
@@ -407,6 +411,26 @@ pub struct InspectArgs {
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
+pub struct UnpackArgs {
+    /// The physical backup: s3://bucket/prefix or file:///abs/path.
+    #[arg(long, value_name = "LOCATION")]
+    pub from: String,
+    /// The directory the backup's files go into, as `mbstream -x` writes them: made if missing,
+    /// refused unless empty, and emptied again (but kept) when the unpack fails.
+    #[arg(long, value_name = "DIR")]
+    pub into: PathBuf,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// Refuse the backup unless manifest.json has this SHA-256 (the backup run's manifestSha256).
+    #[arg(long, value_name = "HEX")]
+    pub expect_manifest_sha256: Option<String>,
+    /// Decrypt an encrypted backup with the age identity in this directory's file named by the
+    /// backup's key id (a Kubernetes Secret mounted as a volume: one file per key id).
+    #[arg(long, value_name = "DIR")]
+    pub decrypt_keys_dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
 pub struct DeleteArgs {
     /// The backup to delete: s3://bucket/prefix or file:///abs/path. Refused unless every file
     /// there is a backup file; a location with no files left succeeds (already deleted).
@@ -566,6 +590,12 @@ impl Command {
                 args.word("prune-archive").word(&prune.archive).value("--before-backup", &prune.before_backup);
                 prune.storage.render(&mut args);
             }
+            Command::Unpack(unpack) => {
+                args.word("unpack").value("--from", &unpack.from).value("--into", unpack.into.display());
+                unpack.storage.render(&mut args);
+                args.optional("--expect-manifest-sha256", unpack.expect_manifest_sha256.as_ref())
+                    .optional("--decrypt-keys-dir", unpack.decrypt_keys_dir.as_ref().map(|path| path.display()));
+            }
         }
         args.0
     }
@@ -695,6 +725,19 @@ impl RestoreArgs {
     }
 }
 
+impl UnpackArgs {
+    /// An unpack of `from` into `into` with every option at its default.
+    pub fn new(from: impl Into<String>, into: impl Into<PathBuf>) -> Self {
+        UnpackArgs {
+            from: from.into(),
+            into: into.into(),
+            storage: StorageArgs::default(),
+            expect_manifest_sha256: None,
+            decrypt_keys_dir: None,
+        }
+    }
+}
+
 impl DeleteArgs {
     /// A delete of `location` with every option at its default.
     pub fn of(location: impl Into<String>) -> Self {
@@ -818,6 +861,13 @@ mod tests {
                 storage: storage.clone(),
                 decrypt_keys_dir: Some("/run/backup-keys".into()),
             }),
+            Command::Unpack(UnpackArgs::new("file:///backup/disk", "/var/lib/mysql")),
+            Command::Unpack(UnpackArgs {
+                storage: storage.clone(),
+                expect_manifest_sha256: Some("ef".repeat(32)),
+                decrypt_keys_dir: Some("/run/backup-keys".into()),
+                ..UnpackArgs::new("s3://b/p/disk-29391720", "/var/lib/visitors-drill/data")
+            }),
             Command::Delete(DeleteArgs { break_lock: true, storage, ..DeleteArgs::of("s3://b/p/run") }),
             Command::Delete(DeleteArgs::of("file:///backup/run")),
             Command::Backup(BackupArgs { connection: tls_only(Some("/ca.pem"), None), ..BackupArgs::to("file:///b") }),
@@ -893,6 +943,29 @@ mod tests {
         assert_eq!(restore.command, Command::Restore(RestoreArgs::from("file:///b")));
         let delete = parse(&["delete".into(), "file:///b".into()]);
         assert_eq!(delete.command, Command::Delete(DeleteArgs::of("file:///b")));
+        let unpack = parse(&["unpack".into(), "--from".into(), "file:///b".into(), "--into".into(), "/d".into()]);
+        assert_eq!(unpack.command, Command::Unpack(UnpackArgs::new("file:///b", "/d")));
+    }
+
+    #[test]
+    fn an_unpack_renders_as_a_drill_job_runs_it() {
+        let unpack = UnpackArgs {
+            expect_manifest_sha256: Some("ab".repeat(32)),
+            decrypt_keys_dir: Some("/run/backup-keys".into()),
+            ..UnpackArgs::new("s3://b/p/disk-1", "/var/lib/mysql")
+        };
+        let expected = [
+            "unpack",
+            "--from",
+            "s3://b/p/disk-1",
+            "--into",
+            "/var/lib/mysql",
+            "--expect-manifest-sha256",
+            &"ab".repeat(32),
+            "--decrypt-keys-dir",
+            "/run/backup-keys",
+        ];
+        assert_eq!(Command::Unpack(unpack).to_args(), expected);
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub enum Operation {
     /// Segments of an archive deleted (`stored_bytes` counts the bytes deleted).
     #[serde(rename = "prune-archive")]
     PruneArchive,
+    /// A physical backup's files extracted into a directory (`filesWritten`, `bytesWritten`).
+    Unpack,
 }
 
 /// The outcome of one agent invocation.
@@ -85,9 +87,19 @@ pub struct AgentSummary {
     /// `verify --deep` (a restore drill): wall time of the restore alone, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_seconds: Option<f64>,
+    /// `verify --deep`: whether every table's rows and content digest were compared with what
+    /// the backup read (false: a physical run of a primary, whose tables were checked only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_compared: Option<bool>,
     /// The id of the key an encrypted backup was encrypted with (its name, never the key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption_key_id: Option<String>,
+    /// Unpack: the files written into the directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_written: Option<u64>,
+    /// Unpack: the bytes written into those files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_written: Option<u64>,
 }
 
 /// The longest GTID text a summary carries; a longer set is left out rather than cut.
@@ -152,6 +164,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn operations_are_named_as_their_commands() {
+        let names: Vec<String> = [Operation::Backup, Operation::PruneArchive, Operation::Unpack]
+            .iter()
+            .map(|operation| serde_json::to_string(operation).unwrap())
+            .collect();
+        assert_eq!(names, ["\"backup\"", "\"prune-archive\"", "\"unpack\""]);
+    }
+
+    #[test]
     fn long_errors_are_cut_to_fit() {
         let summary = AgentSummary {
             operation: Some(Operation::Backup),
@@ -184,7 +205,10 @@ mod tests {
             consistent_position: Some("g".repeat(1024)),
             manifest_sha256: Some("f".repeat(64)),
             restore_seconds: Some(123456.789),
+            content_compared: Some(false),
             encryption_key_id: Some("k".repeat(63)),
+            files_written: Some(u64::MAX),
+            bytes_written: Some(u64::MAX),
             snapshot: Some(Snapshot {
                 time: Some("2026-11-21T13:45:00Z".into()),
                 binlog_file: Some("b".repeat(255)),

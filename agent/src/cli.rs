@@ -1,6 +1,6 @@
 //! The command line: `visitors-agent backup | restore | verify | inspect | delete | archive |
-//! prune-archive`. Every invocation ends with the JSON summary as the last line of stdout (and
-//! in `--summary-file`), exit code 0 only on full success.
+//! prune-archive | unpack`. Every invocation ends with the JSON summary as the last line of
+//! stdout (and in `--summary-file`), exit code 0 only on full success.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,7 +10,7 @@ use clap::Parser;
 use tracing::Instrument;
 use visitors_agent_contract::command::{
     AgentCli, ArchiveArgs, BackupArgs, Command, ConnectionArgs, DeleteArgs, EncryptArgs, InspectArgs, PruneArchiveArgs,
-    RestoreArgs, RestoredEvents, StorageArgs, VerifyArgs,
+    RestoreArgs, RestoredEvents, StorageArgs, UnpackArgs, VerifyArgs,
 };
 use visitors_agent_contract::env;
 use visitors_agent_contract::summary::{AgentSummary, Operation, Snapshot, bounded_gtid};
@@ -29,6 +29,7 @@ use crate::mysql::{ConnectionSettings, TlsSettings};
 use crate::physical::StreamSource;
 use crate::restore::{self, EventStatus, PointInTimeOptions, RestoreOptions, RestoreStep};
 use crate::storage::{S3Settings, Storage};
+use crate::unpack::{self, UnpackOptions};
 use crate::verify::{self, VerifyOptions};
 
 pub fn s3_settings(storage: &StorageArgs) -> S3Settings {
@@ -89,6 +90,7 @@ pub async fn main() -> i32 {
         Command::Delete(_) => Operation::Delete,
         Command::Archive(_) => Operation::Archive,
         Command::PruneArchive(_) => Operation::PruneArchive,
+        Command::Unpack(_) => Operation::Unpack,
     };
     let location = match &cli.command {
         Command::Backup(args) => args.to.clone(),
@@ -98,6 +100,7 @@ pub async fn main() -> i32 {
         Command::Delete(args) => args.location.clone(),
         Command::Archive(args) => args.to.clone(),
         Command::PruneArchive(args) => args.archive.clone(),
+        Command::Unpack(args) => args.from.clone(),
     };
     let started = Instant::now();
     let started_at = jiff::Timestamp::now();
@@ -153,6 +156,7 @@ fn operation_name(command: &Command) -> &'static str {
         Command::Delete(_) => "delete",
         Command::Archive(_) => "archive",
         Command::PruneArchive(_) => "prune-archive",
+        Command::Unpack(_) => "unpack",
     }
 }
 
@@ -166,6 +170,7 @@ async fn execute(command: Command) -> Result<AgentSummary> {
         Command::Delete(args) => execute_delete(args).await,
         Command::Archive(args) => execute_archive(args).await,
         Command::PruneArchive(args) => execute_prune_archive(args).await,
+        Command::Unpack(args) => execute_unpack(args).await,
     }
 }
 
@@ -268,7 +273,8 @@ async fn execute_drill(args: VerifyArgs) -> Result<AgentSummary> {
     let mut summary = manifest_summary(&report.manifest, &args.from);
     summary.tables = Some(report.tables);
     summary.rows = Some(report.rows);
-    summary.restore_seconds = Some(report.restore_seconds);
+    summary.restore_seconds = report.restore_seconds;
+    summary.content_compared = Some(report.content_compared);
     Ok(summary)
 }
 
@@ -377,6 +383,21 @@ async fn execute_prune_archive(args: PruneArchiveArgs) -> Result<AgentSummary> {
         stored_bytes: Some(report.stored_bytes),
         ..Default::default()
     })
+}
+
+async fn execute_unpack(args: UnpackArgs) -> Result<AgentSummary> {
+    let options = UnpackOptions {
+        s3: s3_settings(&args.storage),
+        expect_manifest_sha256: sha256_arg(args.expect_manifest_sha256)?,
+        decrypt_keys_dir: args.decrypt_keys_dir.clone(),
+        ..UnpackOptions::new(args.from.clone(), args.into.clone())
+    };
+    let report = unpack::unpack(&options).await?;
+    let mut summary = manifest_summary(&report.manifest, &args.from);
+    summary.manifest_sha256 = Some(report.manifest_sha256);
+    summary.files_written = Some(report.files);
+    summary.bytes_written = Some(report.bytes);
+    Ok(summary)
 }
 
 fn sha256_arg(value: Option<String>) -> Result<Option<String>> {

@@ -13,8 +13,9 @@ use twox_hash::XxHash3_128;
 
 use crate::error::{AgentError, Result};
 use crate::format::{encode_field, quote_ident, quote_literal};
+use crate::mysql::Connector;
 use crate::mysql::catalog::TableInfo;
-use crate::mysql::wire::{TextRow, WireError};
+use crate::mysql::wire::{DataConn, TextRow, WireError};
 
 /// The name of the digest, the prefix of its text form.
 pub const DIGEST_ALGORITHM: &str = "xxh3-128-sum";
@@ -40,6 +41,30 @@ impl ContentDigest {
     pub fn to_text(self) -> String {
         format!("{DIGEST_ALGORITHM}:{:032x}", self.sum)
     }
+}
+
+/// A table's rows and content digest, read in a session set up as a backup's data sessions
+/// are (`SET NAMES binary`): what a drill compares with what the backup recorded.
+pub async fn read_table_content(
+    connector: &Connector,
+    conn: &mut DataConn,
+    database: &str,
+    info: &TableInfo,
+) -> Result<(u64, ContentDigest)> {
+    if info.columns.is_empty() {
+        return Ok((0, ContentDigest::default()));
+    }
+    let failed = |e| connector.wire_error("reading a table's rows", e);
+    let select = select_sql(database, info, None, None)?;
+    let (mut rows, mut digest, mut line) = (0u64, ContentDigest::default(), Vec::with_capacity(4096));
+    let mut result = conn.query(&select).await.map_err(failed)?;
+    while let Some(row) = result.next().await.map_err(failed)? {
+        line.clear();
+        encode_row(&mut line, &row).map_err(failed)?;
+        digest.add_row(&line);
+        rows += 1;
+    }
+    Ok((rows, digest))
 }
 
 /// The `SELECT` that reads a table's rows, or one key range of them (`lower` included,

@@ -14,12 +14,13 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
-use crate::content::{ContentDigest, encode_row, select_sql};
+use crate::content::{ContentDigest, read_table_content};
 use crate::error::{AgentError, Result};
 use crate::format::{DatabaseEntry, Manifest, TableEntry, quote_ident};
 use crate::mysql::catalog::{self, TableInfo};
 use crate::mysql::connection::describe_server;
 use crate::mysql::{ConnectionSettings, Connector};
+use crate::physical::drill::check_prepared_copy;
 use crate::restore::{self, RestoreOptions};
 use crate::storage::{S3Settings, Storage};
 use crate::verify::{load_manifest, logical_only};
@@ -44,18 +45,25 @@ pub struct DrillReport {
     pub manifest: Manifest,
     pub tables: u64,
     pub rows: u64,
-    /// Wall time of the restore alone: what a restore of this backup takes (its RTO).
-    pub restore_seconds: f64,
+    /// Wall time of the restore alone: what a restore of this backup takes (its RTO); none
+    /// for a physical run, restored before its drill's server started.
+    pub restore_seconds: Option<f64>,
     /// Wall time of the comparison after the restore.
     pub compare_seconds: f64,
+    /// Whether every table's rows and content digest were compared with what the backup read
+    /// (false: a physical run of a primary, whose tables were checked only).
+    pub content_compared: bool,
 }
 
 pub async fn drill(options: &DrillOptions) -> Result<DrillReport> {
     let storage = Storage::open(&options.from, &options.s3, false)?;
     let manifest =
         load_manifest(&storage, options.expect_manifest_sha256.as_deref(), options.decrypt_keys_dir.as_deref()).await?;
-    logical_only(&manifest, &options.from)?;
     let connector = Connector::new(options.connection.clone());
+    if manifest.physical.is_some() {
+        return physical_drill(&connector, manifest, options.parallelism).await;
+    }
+    logical_only(&manifest, &options.from)?;
     refuse_a_server_that_is_not_scratch(&connector).await?;
 
     let started = Instant::now();
@@ -72,7 +80,29 @@ pub async fn drill(options: &DrillOptions) -> Result<DrillReport> {
         "every table's rows and content digest, and every view, routine, trigger and account match the backup \
          ({compare_seconds:.1} s)"
     );
-    Ok(DrillReport { tables: manifest.table_count(), rows, manifest, restore_seconds, compare_seconds })
+    Ok(DrillReport {
+        tables: manifest.table_count(),
+        rows,
+        manifest,
+        restore_seconds: Some(restore_seconds),
+        compare_seconds,
+        content_compared: true,
+    })
+}
+
+/// A physical run is restored before its drill's server starts (the server runs on the
+/// prepared copy): the drill checks the copy only, and the restore's time is the database's.
+async fn physical_drill(connector: &Connector, manifest: Manifest, parallelism: usize) -> Result<DrillReport> {
+    let started = Instant::now();
+    let checked = check_prepared_copy(connector, &manifest, parallelism).await?;
+    Ok(DrillReport {
+        manifest,
+        tables: checked.tables,
+        rows: checked.rows,
+        restore_seconds: None,
+        compare_seconds: started.elapsed().as_secs_f64(),
+        content_compared: checked.content_compared,
+    })
 }
 
 fn restore_options(options: &DrillOptions, manifest: &Manifest) -> RestoreOptions {
@@ -166,11 +196,7 @@ async fn compare_table(
             info.columns, table.columns
         )));
     }
-    let (rows, digest) = if info.columns.is_empty() {
-        (0, ContentDigest::default())
-    } else {
-        read_table(connector, &database.name, &info).await?
-    };
+    let (rows, digest) = read_table(connector, &database.name, &info).await?;
     if rows != table.rows {
         return Err(AgentError::VerifyMismatch(format!("table {name} has {rows} rows, the backup {}", table.rows)));
     }
@@ -187,23 +213,12 @@ async fn compare_table(
 }
 
 async fn read_table(connector: &Connector, database: &str, info: &TableInfo) -> Result<(u64, ContentDigest)> {
-    let failed = |e| connector.wire_error("reading restored rows", e);
     let mut conn = connector.connect_data().await?;
     // As a backup's data sessions: values as stored, no character set conversion.
     connector.execute_data(&mut conn, "SET NAMES binary", "preparing the session").await?;
-    let (mut rows, mut digest, mut line) = (0u64, ContentDigest::default(), Vec::with_capacity(4096));
-    {
-        let select = select_sql(database, info, None, None)?;
-        let mut result = conn.query(&select).await.map_err(failed)?;
-        while let Some(row) = result.next().await.map_err(failed)? {
-            line.clear();
-            encode_row(&mut line, &row).map_err(failed)?;
-            digest.add_row(&line);
-            rows += 1;
-        }
-    }
+    let read = read_table_content(connector, &mut conn, database, info).await;
     conn.disconnect().await;
-    Ok((rows, digest))
+    read
 }
 
 /// The views, routines, triggers, sequences and events of every database, and the accounts, the

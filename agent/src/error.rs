@@ -260,6 +260,30 @@ pub enum AgentError {
     )]
     PhysicalBackup { location: String, tool: String },
 
+    #[error(
+        "the backup at {location} is a logical backup (its tables' rows, which a restore loads over SQL): unpack extracts physical backups only; restore it with `visitors-agent restore`"
+    )]
+    LogicalBackup { location: String },
+
+    #[error(
+        "{dir} is not empty (it holds {entry}): unpack writes into a new or an empty directory; empty it or name another"
+    )]
+    UnpackTargetNotEmpty { dir: String, entry: String },
+
+    #[error("cannot write {path} while unpacking into {dir}: {reason}")]
+    UnpackWrite { dir: String, path: String, reason: String },
+
+    /// Every chunk read matched its SHA-256: the stream is the one the backup tool wrote.
+    #[error(
+        "the physical backup's stream cannot be unpacked ({place}): {reason}; its chunks are those the backup stored, so the backup tool wrote this stream: use another backup"
+    )]
+    PhysicalStreamInvalid { place: String, reason: String },
+
+    #[error(
+        "the stream of the physical backup at {location} is not the one its manifest describes: {difference}; the manifest was edited or belongs to another backup: use another backup"
+    )]
+    StreamDiffersFromManifest { location: String, difference: String },
+
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -330,6 +354,11 @@ impl AgentError {
             Self::BaseNotInArchive { .. } => "baseNotInArchive",
             Self::SegmentChecksumMismatch { .. } => "checksumMismatch",
             Self::ReplayUnsupported(_) => "replayUnsupported",
+            Self::LogicalBackup { .. } => "logicalBackup",
+            Self::UnpackTargetNotEmpty { .. } => "directoryNotEmpty",
+            Self::UnpackWrite { .. } => "unpackWrite",
+            Self::PhysicalStreamInvalid { .. } => "physicalStreamInvalid",
+            Self::StreamDiffersFromManifest { .. } => "streamDiffersFromManifest",
             Self::Internal(_) => "internal",
         }
     }

@@ -121,6 +121,24 @@ pub struct PhysicalEntry {
     pub files: u64,
     /// The chunks, in the stream's order.
     pub chunks: Vec<FileEntry>,
+    /// What every table held at the snapshot, read while the backup held its replica there
+    /// (`physical::hold`); none for a run of a primary, which is never held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<TableContent>>,
+}
+
+/// One table's rows and content digest at a physical backup's snapshot: what a drill of the
+/// run compares its restored copy with.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TableContent {
+    pub database: String,
+    pub table: String,
+    /// The columns read, in order, as a logical backup's [`TableEntry::columns`].
+    pub columns: Vec<String>,
+    pub rows: u64,
+    /// `xxh3-128-sum:<hex>` (see `content.rs`).
+    pub content_digest: String,
 }
 
 /// How an encrypted backup's files are encrypted: public, in the clear part of its envelope.

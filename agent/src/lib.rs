@@ -1,7 +1,7 @@
 //! visitors-agent: consistent, parallel, verifiable MySQL/MariaDB backups, logical and physical.
 //!
 //! - [`cli`]: the command line and the JSON summary;
-//! - [`backup`], [`restore`], [`verify`], [`delete`]: the operations;
+//! - [`backup`], [`restore`], [`verify`], [`delete`], [`unpack`]: the operations;
 //! - [`physical`]: physical backups, the stream of the server's own backup tool;
 //! - [`binlog`]: the binary log archive, its archiver and its replay (point-in-time recovery);
 //! - [`mysql`]: connections, catalog, the shared snapshot;
@@ -25,6 +25,7 @@ pub mod restore;
 pub mod shutdown;
 pub mod storage;
 pub mod telemetry;
+pub mod unpack;
 pub mod verify;
 
 pub use error::{AgentError, Result};

@@ -11,7 +11,7 @@ use crate::encryption::{self, OpenKey};
 use crate::error::{AgentError, Result};
 use crate::format::{
     ENCRYPTED_FORMAT_VERSION, Envelope, FORMAT_NAME, FileEntry, MANIFEST_FILE, Manifest, PHYSICAL_FORMAT_NAME,
-    Position, is_format_name,
+    PhysicalEntry, Position, is_format_name,
 };
 use crate::mysql::{ConnectionSettings, Connector, catalog};
 use crate::storage::{S3Settings, Storage};
@@ -90,6 +90,12 @@ pub fn logical_only(manifest: &Manifest, location: &str) -> Result<()> {
         Some(physical) => Err(AgentError::PhysicalBackup { location: location.into(), tool: physical.tool.clone() }),
         None => Ok(()),
     }
+}
+
+/// Refuses a logical backup where only a physical one can be read (its stream extracted into
+/// files); the physical backup's entry otherwise.
+pub fn physical_only<'m>(manifest: &'m Manifest, location: &str) -> Result<&'m PhysicalEntry> {
+    manifest.physical.as_ref().ok_or_else(|| AgentError::LogicalBackup { location: location.into() })
 }
 
 async fn read_manifest_file(storage: &Storage) -> Result<bytes::Bytes> {
@@ -172,7 +178,8 @@ async fn verify_entries(storage: &Storage, files: Vec<FileEntry>, parallelism: u
         .await
 }
 
-async fn verify_file(storage: &Storage, file: &FileEntry) -> Result<()> {
+/// Checks the size and SHA-256 of one file against its entry.
+pub(crate) async fn verify_file(storage: &Storage, file: &FileEntry) -> Result<()> {
     let (bytes, sha256) = storage.digest(&file.path).await?;
     if bytes != file.bytes {
         return Err(AgentError::SizeMismatch { file: file.path.clone(), expected: file.bytes, actual: bytes });

@@ -124,6 +124,22 @@ impl MariaDb {
         Some(server)
     }
 
+    /// A server on a copy of another's data directory (a prepared physical backup), moved
+    /// into its own folder: its accounts are the copy's.
+    pub fn start_on_copy(copy: &Path) -> Option<Self> {
+        let programs = programs_or_skip(&["mariadbd", "mariadb"], "VISITORS_REQUIRE_MARIADB")?;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tmp")).unwrap();
+        std::fs::rename(copy, dir.path().join("data")).expect("move the copy into the server's folder");
+        let mut options = vec!["--skip-slave-start".to_string()];
+        let ca_pem = tls_options(dir.path(), &ServerTls::On, &mut options);
+        let (server, client) = (programs[0].clone(), programs[1].clone());
+        let mut server = Self { child: None, dir, port: free_port(), client, server, options, ca_pem };
+        server.spawn();
+        server.wait_until_ready();
+        Some(server)
+    }
+
     /// Starts mariadbd on the data directory and port of this server.
     fn spawn(&mut self) {
         let dir = self.dir.path();
@@ -328,6 +344,13 @@ impl Drop for MariaDb {
 /// prepares it with `mariadb-backup --prepare`: a data directory a server starts on. Fails the
 /// test if either tool fails.
 pub fn extract_and_prepare(stream: &[u8], target: &Path) {
+    extract(stream, target);
+    prepare(target);
+}
+
+/// Extracts mariadb-backup's `stream` into the new folder `target` with `mbstream -x`. Fails
+/// the test if it fails.
+pub fn extract(stream: &[u8], target: &Path) {
     use std::io::Write;
     std::fs::create_dir(target).unwrap_or_else(|e| panic!("create {}: {e}", target.display()));
     let mut extract = Command::new("mbstream")
@@ -339,6 +362,11 @@ pub fn extract_and_prepare(stream: &[u8], target: &Path) {
         .expect("mbstream starts");
     extract.stdin.take().expect("its input").write_all(stream).expect("mbstream reads the stream");
     assert!(extract.wait().unwrap().success(), "mbstream extracts the stream");
+}
+
+/// Prepares the extracted backup in `target` with `mariadb-backup --prepare`: a data directory
+/// a server starts on. Fails the test if it fails.
+pub fn prepare(target: &Path) {
     let prepared = Command::new("mariadb-backup")
         .arg("--prepare")
         .arg(format!("--target-dir={}", target.display()))

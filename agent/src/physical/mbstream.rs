@@ -7,11 +7,11 @@
 
 use std::collections::BTreeMap;
 
-const MAGIC: &[u8; 8] = b"XBSTCK01";
+pub(super) const MAGIC: &[u8; 8] = b"XBSTCK01";
 /// Magic, flags, type and the path's length.
-const FIXED_HEADER: usize = 14;
+pub(super) const FIXED_HEADER: usize = 14;
 /// A payload's length, offset and checksum, after the path.
-const PAYLOAD_HEADER: usize = 20;
+pub(super) const PAYLOAD_HEADER: usize = 20;
 /// mariadb-backup writes it last, once every data file and the redo log are in the stream.
 pub const LAST_FILE: &str = "xtrabackup_info";
 pub const BINLOG_INFO: &str = "xtrabackup_binlog_info";

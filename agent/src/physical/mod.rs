@@ -5,6 +5,9 @@
 //! it runs from the server's image and writes into a pipe the agent reads
 //! (docs/backup-restore.md, "Physical backups").
 
+pub mod drill;
+pub mod extract;
+pub mod hold;
 pub mod mbstream;
 
 use std::path::{Path, PathBuf};
@@ -17,12 +20,14 @@ use tokio::task::JoinHandle;
 
 use std::sync::{Arc, Mutex};
 
+use visitors_agent_contract::gtid::GtidSet;
+
 use crate::encryption::SealKey;
 use crate::error::{AgentError, Result};
 use crate::format::Compression;
 use crate::format::{
     ENCRYPTED_FORMAT_VERSION, FORMAT_VERSION, FileEntry, Manifest, PHYSICAL_DATA_FORMAT, PHYSICAL_FORMAT_NAME,
-    PhysicalEntry, Position, ServerInfo,
+    PhysicalEntry, Position, ServerInfo, TableContent,
 };
 use crate::mysql::ConnectionSettings;
 use crate::mysql::connection::describe_server;
@@ -47,6 +52,8 @@ use mbstream::{Described, Scanner};
 
 /// Where the chunks of the stream go, under the backup's root.
 const CHUNKS_DIR: &str = "physical";
+/// Sessions reading the held replica's tables while the tool streams.
+const CONTENT_SESSIONS: usize = 2;
 /// How much of the stream is read at a time.
 const READ_BYTES: usize = 1024 * 1024;
 /// Pieces of a chunk waiting for its compressor: with two chunks in flight, what the agent
@@ -195,14 +202,26 @@ pub async fn store_backup(
     let identity = snapshot::server_identity(&mut conn, flavour == "mariadb").await;
     let _ = conn.disconnect().await;
 
-    let reader = source.open().await?;
-    let stored = store_stream(options, storage, written, reader).await;
-    // The tool's own word first: its failure says more than the stream it left.
-    source.tool_outcome().await?;
-    let (chunks, described) = stored?;
-    let described = described.map_err(AgentError::BackupStreamInvalid)?;
+    let held = hold::hold_replica(&connector, flavour == "mariadb", CONTENT_SESSIONS).await?;
+    let streamed = stream_backup(options, source, storage, written).await;
+    let content_read = match held {
+        Some((hold, read)) => {
+            let position = hold.position.clone();
+            let held_to_the_end = hold.release(&connector).await;
+            if streamed.is_err() || !held_to_the_end {
+                read.abort();
+            }
+            held_to_the_end.then_some((position, read))
+        }
+        None => None,
+    };
+    let (chunks, described) = streamed?;
     let tool = tool_name(&described);
     check_tool_version(&described, &version)?;
+    let content = match content_read {
+        Some((position, read)) => held_content(position, &described, read).await,
+        None => None,
+    };
 
     let mut conn = connector.connect().await?;
     let now: i64 = conn
@@ -244,8 +263,63 @@ pub async fn store_backup(
         users: None,
         user_names: Vec::new(),
         encryption,
-        physical: Some(PhysicalEntry { tool, stream_bytes: described.bytes, files: described.files, chunks }),
+        physical: Some(PhysicalEntry { tool, stream_bytes: described.bytes, files: described.files, chunks, content }),
     })
+}
+
+/// The tool's whole stream stored: its chunks and what it says, or why it is not a backup.
+async fn stream_backup(
+    options: &PhysicalOptions,
+    source: &StreamSource,
+    storage: &Storage,
+    written: &Written,
+) -> Result<(Vec<FileEntry>, Described)> {
+    let reader = source.open().await?;
+    let stored = store_stream(options, storage, written, reader).await;
+    // The tool's own word first: its failure says more than the stream it left.
+    source.tool_outcome().await?;
+    let (chunks, described) = stored?;
+    Ok((chunks, described.map_err(AgentError::BackupStreamInvalid)?))
+}
+
+/// The tables read while the replica was held, once the tool's snapshot is known to be the
+/// held position (it cannot be another while the lock holds; a difference is never trusted).
+async fn held_content(
+    held_at: Option<String>,
+    described: &Described,
+    read: hold::ContentRead,
+) -> Option<Vec<TableContent>> {
+    // The copy is whole without it: a table the agent cannot read costs the drill its content
+    // check, not the backup.
+    let content = match read.await.map_err(AgentError::from).and_then(|read| read) {
+        Ok(content) => content,
+        Err(error) => {
+            tracing::warn!("the held replica's tables could not be read ({error}): the run records no content");
+            return None;
+        }
+    };
+    let snapshot = described.binlog.as_ref().and_then(|b| b.gtid.clone());
+    if !same_position(held_at.as_deref(), snapshot.as_deref()) {
+        tracing::warn!(
+            "the tool's snapshot ({}) is not the position the replica was held at ({}): the run records no content",
+            snapshot.as_deref().unwrap_or("no GTID"),
+            held_at.as_deref().unwrap_or("no GTID")
+        );
+        return None;
+    }
+    tracing::info!("read the {} tables of the snapshot", content.len());
+    Some(content)
+}
+
+fn same_position(held_at: Option<&str>, snapshot: Option<&str>) -> bool {
+    match (held_at, snapshot) {
+        (None, None) => true,
+        (Some(a), Some(b)) => match (GtidSet::parse(a), GtidSet::parse(b)) {
+            (Ok(a), Ok(b)) => a.same_as(&b),
+            _ => a == b,
+        },
+        _ => false,
+    }
 }
 
 fn tool_name(described: &Described) -> String {
@@ -386,6 +460,21 @@ mod tests {
     fn described(tool_version: Option<&str>) -> Described {
         let info = tool_version.map(|v| ("tool_version".to_string(), v.to_string())).into_iter().collect();
         Described { files: 1, bytes: 1, binlog: None, info }
+    }
+
+    #[test]
+    fn content_is_kept_only_when_the_snapshot_is_the_held_position() {
+        let cases = [
+            (Some("0-1-5"), Some("0-1-5"), true),
+            (Some("0-1-5,1-2-3"), Some("1-2-3,0-1-5"), true),
+            (Some("0-1-5"), Some("0-1-6"), false),
+            (None, Some("0-1-5"), false),
+            (Some("0-1-5"), None, false),
+            (None, None, true),
+        ];
+        for (held, snapshot, kept) in cases {
+            assert_eq!(same_position(held, snapshot), kept, "{held:?} / {snapshot:?}");
+        }
     }
 
     #[test]

@@ -64,7 +64,8 @@ async fn a_drill_restores_into_a_scratch_server_and_every_content_digest_matches
     let report = drill(&scratch, &location, Some(backup.manifest_sha256.clone())).await.expect("the drill passes");
     assert_eq!(report.tables, backup.manifest.table_count());
     assert_eq!(report.rows, backup.manifest.row_count());
-    assert!(report.restore_seconds > 0.0 && report.compare_seconds > 0.0);
+    assert!(report.restore_seconds.is_some_and(|s| s > 0.0) && report.compare_seconds > 0.0);
+    assert!(report.content_compared);
     assert_eq!(scratch.sql("SELECT COUNT(*) FROM shop.numbers"), "20000\n");
     assert_eq!(scratch.sql("SELECT COUNT(*) FROM mysql.user WHERE User = 'shop_reader'"), "1\n");
 }

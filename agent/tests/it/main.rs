@@ -12,6 +12,7 @@ mod encryption;
 mod enum_values;
 mod failover;
 mod failures;
+mod held_replica;
 mod manifest;
 mod objects;
 mod physical;

@@ -52,6 +52,12 @@ impl MariaDb {
         Some(Self(server))
     }
 
+    /// A server on a prepared copy of another's data directory, with the copy's accounts.
+    pub fn start_on_copy(copy: &std::path::Path) -> Option<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Some(Self(visitors_test_support::MariaDb::start_on_copy(copy)?))
+    }
+
     /// A server started with `options` too, offering TLS as `tls` says.
     pub fn start_configured(options: &[&str], tls: ServerTls) -> Option<Self> {
         // What the agent's binaries do first: mysql_async's TLS needs a process-wide provider.
