@@ -168,7 +168,6 @@ pub mod reason {
 #[x_kube(validation = Rule::new("!has(self.drill) || !has(self.drill.cron) || has(self.schedule)").message("drill.cron needs a schedule: an on-demand run is drilled once it succeeds"))]
 #[x_kube(validation = Rule::new("!has(self.drill) || !has(self.drill.maxUnverifiedAge) || has(self.schedule)").message("drill.maxUnverifiedAge needs a schedule"))]
 #[x_kube(validation = Rule::new("!has(self.drill) || !has(self.drill.timeZone) || has(self.drill.cron)").message("drill.timeZone is the time zone of drill.cron, which is not set"))]
-#[x_kube(validation = Rule::new("!has(self.method) || self.method != 'Physical' || !has(self.drill)").message("drills of physical runs are not built yet: remove spec.drill, or use method Logical"))]
 pub struct MySQLBackupSpec {
     /// What to back up.
     pub source: BackupSource,
@@ -541,8 +540,7 @@ impl MySQLBackup {
     /// by the [`DRILL_REQUESTED_AT`] annotation (a schedule's drill cron, or a person), which
     /// counts even when the spec's drills are off.
     pub fn drill_due(&self) -> Option<jiff::Timestamp> {
-        // Drills load a logical run; those of physical runs are not built yet.
-        if !self.is_kept_success() || self.spec.method() == BackupMethod::Physical {
+        if !self.is_kept_success() {
             return None;
         }
         let status = self.status.as_ref()?;
@@ -740,6 +738,9 @@ mod tests {
         let completed: jiff::Timestamp = "2026-11-25T10:00:00Z".parse().unwrap();
         let after_each = succeeded_run(Some(Drill::default()), serde_json::json!({}));
         assert_eq!(after_each.drill_due(), Some(completed));
+        let mut physical = after_each.clone();
+        physical.spec.method = Some(BackupMethod::Physical);
+        assert_eq!(physical.drill_due(), Some(completed), "a physical run is drilled as a logical one");
         let answered = serde_json::json!({"drill": {"phase": "Running", "requestedAt": "2026-11-25T10:00:00Z"}});
         assert_eq!(succeeded_run(Some(Drill::default()), answered.clone()).drill_due(), None);
 

@@ -178,6 +178,21 @@ pub struct DrillStatus {
     /// The Job that runs the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_name: Option<String>,
+    /// What a drill that succeeded compared: `Content` or, weaker, `Tables`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<DrillCheck>,
+}
+
+/// What a drill compared with the source.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DrillCheck {
+    /// Every table's rows and content digest equal what the backup read at its snapshot:
+    /// logical runs, and physical runs of a replica (held at the snapshot while the tool ran).
+    Content,
+    /// Every table of the prepared copy opens and passes `CHECK TABLE`, and the copy holds the
+    /// run's position; its rows were not compared with the source (a physical run of a
+    /// primary, which is never held, records none).
+    Tables,
 }
 
 impl DrillStatus {
@@ -209,7 +224,7 @@ pub mod reason {
 }
 
 /// The agent's error kinds (`errorKind` of its summary) that prove a backup wrong.
-pub const DEFECT_ERROR_KINDS: [&str; 10] = [
+pub const DEFECT_ERROR_KINDS: [&str; 12] = [
     "checksumMismatch",
     "sizeMismatch",
     "fileMissing",
@@ -220,4 +235,6 @@ pub const DEFECT_ERROR_KINDS: [&str; 10] = [
     "contentDiffers",
     "objectMissing",
     "notABackup",
+    "physicalStreamInvalid",
+    "streamDiffersFromManifest",
 ];

@@ -35,7 +35,9 @@
 # --stream=mbstream | zstd -1` alone, and the same stream stored by `visitors-agent backup
 # --physical-stream -` (zstd -1, SHA-256 per chunk; with --secure also encrypted with age): what
 # the agent costs beside the tool. The agent's peak RSS is its own, not the tool's. Needs
-# mariadb-backup (Debian package).
+# mariadb-backup (Debian package). Unless --backups-only, every round also restores the agent's
+# physical backup: unpacked, prepared and a second server started on it, against the logical
+# restores of the same data.
 # With --repeat, the agent builds (plain, --other-agent, secure) run in reverse order every
 # second round.
 # Backups run at each zstd level of --levels (agent and mariadb-dump at the same level);
@@ -262,6 +264,27 @@ physical_backups() {
     bash -c "set -o pipefail; $tool | $agent --to 'file://$WORK/physical-secure' --encrypt-key-file '$WORK/keys/bench' --encrypt-key-id bench"
 }
 
+# physical_restore: the agent's physical backup unpacked (every chunk checked against the
+# manifest), prepared by mariadb-backup, and a second server started on the copy until it
+# answers SQL: what a physical restore costs (its swap into place is a rename). The copy's
+# tables are then checked against the source's, outside the measure.
+physical_restore() {
+  local copy="$WORK/physical-copy" socket="$WORK/copy.sock"
+  local start_copy="mariadbd --no-defaults --datadir='$copy' --socket='$socket' --pid-file='$WORK/copy.pid' --skip-networking \
+    --skip-log-bin --tmpdir='$WORK/tmp' --log-error='$WORK/copy.err' --innodb-buffer-pool-size=2G ${USER_ARGS[*]} &"
+  local answers="for _ in \$(seq 1 600); do mariadb --no-defaults --socket='$socket' -uroot -e 'SELECT 1' >/dev/null 2>&1 && exit 0; sleep 0.1; done; exit 1"
+  rm -rf "$copy"
+  measure restore "visitors-agent unpack + mariadb-backup --prepare + server answering" "" \
+    bash -c "set -e; /usr/bin/time -v -o '$WORK/agent-time.txt' '$AGENT' unpack --from 'file://$WORK/physical-agent' --into '$copy' >/dev/null;
+      mariadb-backup --prepare --use-memory=1G --target-dir='$copy' 2> '$WORK/prepare.err'; $start_copy $answers"
+  local after
+  after=$(mariadb --no-defaults --socket="$socket" -uroot --batch --skip-column-names -e "CHECKSUM TABLE bench.big, bench.small_50")
+  mariadb-admin --no-defaults --socket="$socket" -uroot shutdown 2>/dev/null || true
+  while [[ -e "$WORK/copy.pid" ]]; do sleep 0.2; done
+  [[ "$after" == "$CHECKSUM_BEFORE" ]] || { echo "the physical copy differs from the source" >&2; exit 1; }
+  rm -rf "$copy"
+}
+
 run_round() {
   local round=$1 label path
   # ---- backups ---------------------------------------------------------------------------
@@ -310,6 +333,7 @@ run_round() {
     measure restore "myloader -t $THREADS" "" myloader "${TCP[@]}" -p "$MYSQL_PWD" -t "$THREADS" -d "$WORK/mydumper" -o
     check_restored "myloader"
   fi
+  [[ "$PHYSICAL" == 0 ]] || physical_restore
 }
 
 # best_of DATASET: with --repeat, the fastest run of each tool, and the agent's ratios.

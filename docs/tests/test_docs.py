@@ -59,7 +59,7 @@ NOT_REASONS = {
     **dict.fromkeys(["Complete", "DeletionByPodGC", "DeletionByTaintManager", "DisruptionTarget", "Evicted", "OOMKilled",
                      "PreemptionByScheduler", "Never", "RuntimeDefault", "File", "Opaque", "ClusterIP", "NodePort",
                      "ReadWriteOnce", "OnDelete", "Retain", "None", "Credentials", "Target", "OnRootMismatch",
-                     "Required", "Disabled", "Parallel", "OrderedReady", "Yes", "Connecting"],
+                     "Required", "Disabled", "Parallel", "OrderedReady", "Yes", "Connecting", "FallbackToLogsOnError"],
                     "a Kubernetes field value, label or enum value"),
     # values of the API's enums that the controllers write into annotations and read back
     **dict.fromkeys(["Replica"], "an enum value of the API (a backup's server role)"),

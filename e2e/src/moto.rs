@@ -85,6 +85,25 @@ impl Moto {
         assert!(out.status.success(), "GET {key}: {}", String::from_utf8_lossy(&out.stderr));
         out.stdout
     }
+
+    /// Replaces object `key` in `bucket` with `bytes`, as the keys that wrote it (a backup
+    /// damaged in storage).
+    pub fn put(&self, bucket: &str, key: &str, bytes: &[u8], access_key_id: &str, secret_access_key: &str) {
+        use std::io::Write;
+        let script = "import sys, boto3\n\
+            s3 = boto3.client('s3', endpoint_url=sys.argv[1], aws_access_key_id=sys.argv[2],\n\
+                              aws_secret_access_key=sys.argv[3], region_name='us-east-1')\n\
+            s3.put_object(Bucket=sys.argv[4], Key=sys.argv[5], Body=sys.stdin.buffer.read())\n";
+        let mut put = std::process::Command::new(&self.python)
+            .args(["-c", script, &self.endpoint(), access_key_id, secret_access_key, bucket, key])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("moto's python runs");
+        put.stdin.take().expect("its input").write_all(bytes).expect("the object's bytes go in");
+        let out = put.wait_with_output().expect("moto's python ends");
+        assert!(out.status.success(), "PUT {key}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 impl Drop for Moto {

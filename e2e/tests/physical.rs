@@ -1,9 +1,10 @@
-//! Physical backups on a real cluster (issue 42, scenario 1 without its drill, which is not
-//! built yet): a replicated app under a writer; a physical run read from a replica, encrypted,
-//! to S3 (moto). Its record names the replica and a GTID position; S3 holds no row in the
-//! clear; and the chunks, decrypted, decompressed and put end to end, are mariadb-backup's
-//! stream, which mbstream extracts and mariadb-backup prepares into a data directory holding
-//! exactly the rows committed up to that position.
+//! Physical backups on a real cluster (issue 42, scenario 1): a replicated app under a writer;
+//! a physical run read from a replica, encrypted, to S3 (moto). Its record names the replica
+//! and a GTID position; S3 holds no row in the clear; the chunks, decrypted, decompressed and
+//! put end to end, are mariadb-backup's stream, which mbstream extracts and mariadb-backup
+//! prepares into a data directory holding exactly the rows committed up to that position; and
+//! its drill (a server started on the copy its pod unpacked and prepared) verifies it by
+//! content: every table's rows and digest equal the replica's, held at the snapshot.
 
 use std::path::Path;
 use std::process::Command;
@@ -11,10 +12,11 @@ use std::time::Duration;
 
 use age::secrecy::ExposeSecret;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use visitors_api::backup::{BackupPhase, ServerRole};
+use visitors_api::drill::{DRILL_REQUESTED_AT, DrillCheck, DrillPhase};
 use visitors_api::{MySQLBackup, VisitorsApp};
 use visitors_e2e::moto::Moto;
 use visitors_e2e::replication::create_replicated_app;
@@ -89,7 +91,7 @@ async fn a_physical_run_of_a_replica_under_a_writer_is_encrypted_to_s3_and_holds
     let run: MySQLBackup = serde_json::from_value(json!({
         "apiVersion": "example.com/v1", "kind": "MySQLBackup", "metadata": {"name": "disk"},
         "spec": {"source": {"visitorsApp": APP}, "method": "Physical", "storage": storage,
-                 "encryption": {"keySecret": "backup-keys", "keyId": "k1"}},
+                 "encryption": {"keySecret": "backup-keys", "keyId": "k1"}, "drill": {}},
     }))
     .unwrap();
     backups.create(&PostParams::default(), &run).await.expect("create the physical run");
@@ -131,6 +133,50 @@ async fn a_physical_run_of_a_replica_under_a_writer_is_encrypted_to_s3_and_holds
         (committed, 1, committed),
         "(rows, min id, max id) of the copy at {gtid}, {before} before the writer"
     );
+
+    let drilled = wait_for("the physical run's drill to end", || async {
+        let status = backups.get("disk").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        match status.drill.as_ref().map(|d| d.phase) {
+            Some(DrillPhase::Succeeded) => Ok(status),
+            Some(DrillPhase::Failed) => panic!("the drill failed: {:?}", status.drill),
+            phase => Err(format!("{phase:?}")),
+        }
+    })
+    .await;
+    let drill = drilled.drill.clone().unwrap();
+    assert!(drilled.verified_time.is_some(), "a drill that passed stamps the run verified");
+    assert_eq!(drill.check, Some(DrillCheck::Content), "a replica's run is compared by content: {drill:?}");
+    assert_eq!(drill.rows, Some(committed as i64), "the rows of the ticks, the app's only table: {drill:?}");
+    assert!(drill.restore_seconds.is_some_and(|s| s >= 0.0), "{drill:?}");
+
+    // A chunk damaged in storage: the next drill's unpack refuses it by name, and the run is a
+    // defect for good; the app's own database is never touched.
+    let damaged = chunks[0].clone();
+    let mut stored = moto.get(BUCKET, &damaged, ACCESS_KEY, SECRET_KEY);
+    let middle = stored.len() / 2;
+    stored[middle] ^= 0x01;
+    moto.put(BUCKET, &damaged, &stored, ACCESS_KEY, SECRET_KEY);
+    let patch = json!({"metadata": {"annotations": {DRILL_REQUESTED_AT: jiff::Timestamp::now().to_string()}}});
+    backups.patch("disk", &PatchParams::default(), &Patch::Merge(patch)).await.expect("ask for a drill");
+    let refused = wait_for("the drill of the damaged run to fail", || async {
+        let status = backups.get("disk").await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+        match status.drill.as_ref() {
+            Some(drill) if drill.phase == DrillPhase::Failed => Ok(status),
+            Some(drill)
+                if drill.phase == DrillPhase::Succeeded
+                    && drill.requested_at != drilled.drill.as_ref().unwrap().requested_at =>
+            {
+                panic!("a drill of a damaged run passed: {drill:?}")
+            }
+            drill => Err(format!("{:?}", drill.map(|d| d.phase))),
+        }
+    })
+    .await;
+    let failed = refused.drill.unwrap();
+    assert_eq!(failed.reason.as_deref(), Some("BackupDefect"), "{failed:?}");
+    let chunk_name = damaged.rsplit('/').next().unwrap();
+    assert!(failed.message.as_deref().unwrap_or_default().contains(chunk_name), "{failed:?}");
+    assert!(refused.drill_defect.is_some(), "a defect is kept for good");
 
     namespace.delete().await;
 }

@@ -132,7 +132,7 @@ pub struct BackupArgs {
     #[arg(long)]
     pub schedule: Option<String>,
     /// A physical run (the server's files, streamed by its own mariadb-backup) whatever the
-    /// schedule's method; it is not drilled.
+    /// schedule's method, drilled as the schedule's runs are.
     #[arg(long)]
     pub physical: bool,
     #[command(flatten)]

@@ -20,7 +20,9 @@ use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use visitors_agent_contract::summary::Operation;
+use visitors_api::backup::BackupMethod;
 use visitors_api::drill::{Drill, DrillPhase, DrillStatus, reason};
+use visitors_api::labels::names;
 use visitors_api::visitors_app::DEFAULT_MYSQL_IMAGE;
 use visitors_api::{MySQLBackup, VisitorsApp};
 
@@ -112,7 +114,7 @@ impl DrillSteps<'_> {
                 return self.failed_before_start(pending, message).await;
             }
         }
-        let image = self.database_image().await?;
+        let source = self.drill_source().await?;
         let settings = self.settings();
         let pending = status::drill_pending(Time(requested), &job_name(self.run), now());
         let secret = match self.drill_secret() {
@@ -126,7 +128,12 @@ impl DrillSteps<'_> {
         // deleted above) is used as it is: the new pod reads its password from it.
         for created in [
             self.op.create(&secret, "Secret").await,
-            self.op.create(&build::database_pod_for(self.run, &settings, &image, requested), "Pod").await,
+            self.op
+                .create(
+                    &build::database_pod_for(self.run, &settings, &source, &self.ctx.settings.inputs(), requested),
+                    "Pod",
+                )
+                .await,
         ] {
             if let Err(error) = created {
                 return self.refused(pending, error).await;
@@ -135,7 +142,8 @@ impl DrillSteps<'_> {
         let drill = pending;
         self.publish(drill).await?;
         let note = format!(
-            "restore drill started: MySQL {image} in pod {} on a {} GiB volume",
+            "restore drill started: MySQL {} in pod {} on a {} GiB volume",
+            source.image,
             build::database_name(self.run),
             build::volume_gib(self.run)
         );
@@ -191,13 +199,16 @@ impl DrillSteps<'_> {
         if self.op.owns(object) { Leftover::Ours(what) } else { Leftover::Foreign(what) }
     }
 
-    /// The app's MySQL image, so that the drill restores into the server the app runs; the
-    /// default image when the app is gone.
-    async fn database_image(&self) -> Result<String, Error> {
+    /// The app's MySQL image, so that the drill restores into the server the app runs (the
+    /// default image when the app is gone), and the Secret of its root password.
+    async fn drill_source(&self) -> Result<build::DrillSource, Error> {
         let app = &self.run.spec.source.visitors_app;
         let found =
             self.op.api::<VisitorsApp>().get_opt(app).await.map_err(api_err(format!("reading VisitorsApp {app}")))?;
-        Ok(found.map_or_else(|| DEFAULT_MYSQL_IMAGE.to_string(), |app| app.spec.mysql_image().to_string()))
+        let image = found.as_ref().map_or(DEFAULT_MYSQL_IMAGE, |app| app.spec.mysql_image()).to_string();
+        let credentials_secret =
+            found.and_then(|app| app.spec.credentials_secret.clone()).unwrap_or_else(|| names::credentials_secret(app));
+        Ok(build::DrillSource { image, credentials_secret })
     }
 
     async fn follow(&self, drill: DrillStatus) -> Result<Action, Error> {
@@ -209,15 +220,23 @@ impl DrillSteps<'_> {
         // A Job that has ended says how the drill went, even if its database stopped since.
         if drill.phase == DrillPhase::Running {
             match self.job_outcome().await? {
-                JobOutcome::Ended(end) => return self.end(status::drill_ended(drill, &end, now())).await,
+                JobOutcome::Ended(end) => {
+                    let mut ended = status::drill_ended(drill, &end, now());
+                    if self.run.spec.method() == BackupMethod::Physical {
+                        ended = with_copy_restore_seconds(ended, self.database_pod().await?.as_ref());
+                    }
+                    return self.end(ended).await;
+                }
                 JobOutcome::Broken(message) => {
                     return self.end(status::drill_failed(drill, reason::DRILL_ERROR, message, now())).await;
                 }
                 JobOutcome::Running => {}
             }
         }
-        let name = build::database_name(self.run);
-        let pod = self.op.api::<Pod>().get_opt(&name).await.map_err(api_err(format!("reading Pod {name}")))?;
+        let pod = self.database_pod().await?;
+        if let Some(failed) = copy_failed(pod.as_ref()) {
+            return self.end(status::drill_ended(drill, &failed, now())).await;
+        }
         if let Some((why, lost)) = database_lost(pod.as_ref()) {
             return self.end(status::drill_failed(drill, why, lost, now())).await;
         }
@@ -227,9 +246,15 @@ impl DrillSteps<'_> {
         }
     }
 
+    async fn database_pod(&self) -> Result<Option<Pod>, Error> {
+        let name = build::database_name(self.run);
+        Ok(self.op.api::<Pod>().get_opt(&name).await.map_err(api_err(format!("reading Pod {name}")))?)
+    }
+
     async fn start_job_when_ready(&self, drill: DrillStatus, pod: &Pod) -> Result<Action, Error> {
         let Some(address) = ready_address(pod) else { return Ok(Action::requeue(STARTING_POLL)) };
-        let job = build::job(self.run, &self.settings(), &self.ctx.settings.inputs(), &address);
+        let source = self.drill_source().await?;
+        let job = build::job(self.run, &self.settings(), &source, &self.ctx.settings.inputs(), &address);
         let note = format!("Job {} restores the run into the drill's database and compares it", job.name_any());
         self.op.create_job(&job, note).await?;
         self.publish(status::drill_running(drill, &job.name_any())).await?;
@@ -365,6 +390,55 @@ fn database_lost(pod: Option<&Pod>) -> Option<(&'static str, String)> {
     None
 }
 
+/// A physical run's copy that could not be made: the unpack's failure as the agent reported
+/// it (a chunk that differs from the manifest is the backup's defect), or the prepare's exit.
+fn copy_failed(pod: Option<&Pod>) -> Option<JobEnd> {
+    let statuses = pod?.status.as_ref()?.init_container_statuses.as_ref()?;
+    statuses.iter().find_map(|container| {
+        let ended = container.state.as_ref()?.terminated.as_ref().filter(|t| t.exit_code != 0)?;
+        let summary = ended.message.as_deref().and_then(agent_job::parse_summary);
+        let message = match (&summary, container.name.as_str()) {
+            (Some(summary), _) => format!(
+                "unpacking the run for its drill failed: {}",
+                summary.error.clone().unwrap_or_else(|| "see the pod's log".into())
+            ),
+            (None, build::PREPARE_CONTAINER) => format!(
+                "mariadb-backup --prepare of the unpacked run failed (exit status {}): {}",
+                ended.exit_code,
+                last_line(ended.message.as_deref()).unwrap_or("it wrote nothing")
+            ),
+            (None, name) => {
+                format!("init container {name} of the drill's pod failed (exit status {})", ended.exit_code)
+            }
+        };
+        Some(JobEnd::Failed { reason: reason::DRILL_ERROR, message, summary })
+    })
+}
+
+/// The last line a container wrote, from a termination message of its log's tail.
+fn last_line(message: Option<&str>) -> Option<&str> {
+    message?.lines().rev().map(str::trim).find(|line| !line.is_empty())
+}
+
+/// A physical run is restored by its drill's pod before its server starts: the restore's time
+/// is from the first init container's start to the server's readiness.
+fn with_copy_restore_seconds(mut drill: DrillStatus, pod: Option<&Pod>) -> DrillStatus {
+    if drill.restore_seconds.is_none() {
+        drill.restore_seconds = pod.and_then(copy_restore_seconds);
+    }
+    drill
+}
+
+fn copy_restore_seconds(pod: &Pod) -> Option<f64> {
+    let status = pod.status.as_ref()?;
+    let first = status.init_container_statuses.as_ref()?.first()?;
+    let started = first.state.as_ref()?.terminated.as_ref()?.started_at.as_ref()?.0;
+    let ready = status.conditions.iter().flatten().find(|c| c.type_ == "Ready" && c.status == "True")?;
+    let ready = ready.last_transition_time.as_ref()?.0;
+    let seconds = ready.as_second() - started.as_second();
+    (seconds >= 0).then_some(seconds as f64)
+}
+
 /// The pod's address once it is ready.
 fn ready_address(pod: &Pod) -> Option<String> {
     let status = pod.status.as_ref()?;
@@ -408,5 +482,61 @@ mod tests {
         deleting.metadata.deletion_timestamp = Some(now());
         assert!(database_lost(Some(&deleting)).unwrap().1.contains("being deleted"));
         assert_eq!(database_lost(Some(&pod(serde_json::json!({"phase": "Running"})))), None);
+    }
+
+    fn init(name: &str, state: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({"name": name, "image": "x", "imageID": "", "ready": false, "restartCount": 0, "state": state})
+    }
+
+    #[test]
+    fn a_copy_that_could_not_be_made_fails_the_drill_with_the_unpacks_report_or_the_prepares_last_line() {
+        let summary = r#"{"ok":false,"operation":"unpack","error":"physical/000002.mbstream.zst has SHA-256 ab, the manifest says cd","errorKind":"checksumMismatch"}"#;
+        let unpack_failed = init("unpack", serde_json::json!({"terminated": {"exitCode": 1, "message": summary}}));
+        let unpacked = init("unpack", serde_json::json!({"terminated": {"exitCode": 0}}));
+        let prepare_failed = init(
+            "prepare",
+            serde_json::json!({"terminated": {"exitCode": 1, "message": "[00] starting\n[00] Error: no space left\n"}}),
+        );
+        let preparing = init("prepare", serde_json::json!({"running": {}}));
+        let cases = [
+            (vec![unpack_failed], Some(("checksumMismatch", "has SHA-256 ab"))),
+            (vec![unpacked.clone(), prepare_failed], Some(("", "failed (exit status 1): [00] Error: no space left"))),
+            (vec![unpacked, preparing], None),
+            (vec![], None),
+        ];
+        for (statuses, expected) in cases {
+            let failed =
+                copy_failed(Some(&pod(serde_json::json!({"phase": "Pending", "initContainerStatuses": statuses}))));
+            match (failed, expected) {
+                (None, None) => {}
+                (Some(JobEnd::Failed { message, summary, .. }), Some((kind, text))) => {
+                    assert!(message.contains(text), "{message}");
+                    let found = summary.and_then(|s| s.error_kind).unwrap_or_default();
+                    assert_eq!(found, kind);
+                }
+                (got, expected) => panic!("{got:?} against {expected:?}"),
+            }
+        }
+        assert!(copy_failed(None).is_none());
+    }
+
+    #[test]
+    fn a_copys_restore_time_runs_from_the_unpack_to_the_servers_readiness() {
+        let status = |ready: Option<&str>| {
+            let mut status = serde_json::json!({"phase": "Running", "initContainerStatuses": [
+                init("unpack", serde_json::json!({"terminated": {"exitCode": 0, "startedAt": "2026-12-03T10:00:00Z"}})),
+            ]});
+            if let Some(at) = ready {
+                status["conditions"] =
+                    serde_json::json!([{"type": "Ready", "status": "True", "lastTransitionTime": at}]);
+            }
+            pod(status)
+        };
+        assert_eq!(copy_restore_seconds(&status(Some("2026-12-03T10:00:42Z"))), Some(42.0));
+        assert_eq!(copy_restore_seconds(&status(None)), None);
+        let mut drill = status::drill_pending(now(), "b1-drill", now());
+        drill.restore_seconds = Some(3.0);
+        let kept = with_copy_restore_seconds(drill, Some(&status(Some("2026-12-03T10:00:42Z"))));
+        assert_eq!(kept.restore_seconds, Some(3.0), "the agent's own measure wins");
     }
 }

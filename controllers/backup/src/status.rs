@@ -9,7 +9,7 @@ use visitors_agent_contract::summary::AgentSummary;
 use visitors_api::InvalidSpec;
 use visitors_api::backup::{MySQLBackup, MySQLBackupStatus, TakenFrom, condition};
 use visitors_api::conditions::{self, Desired, READY, REASON_INVALID_SPEC, Status};
-use visitors_api::drill::{DEFECT_ERROR_KINDS, DrillPhase, DrillStatus, reason as drill_reason};
+use visitors_api::drill::{DEFECT_ERROR_KINDS, DrillCheck, DrillPhase, DrillStatus, reason as drill_reason};
 use visitors_api::point_in_time::SnapshotPosition;
 
 /// Whether the run has ended for good (an invalid spec can still be fixed).
@@ -118,7 +118,11 @@ fn verified_condition(defect: Option<String>, drill: &DrillStatus) -> Desired<'_
             type_,
             status: Status::True,
             reason: drill_reason::VERIFIED,
-            message: "the newest restore drill restored this run and every table matched what was dumped".into(),
+            message: if drill.check == Some(DrillCheck::Tables) {
+                "the newest restore drill restored this run and every table passed CHECK TABLE; its rows were not compared with the source (a physical run of a primary records none)".into()
+            } else {
+                "the newest restore drill restored this run and every table matched what was dumped".into()
+            },
         },
         DrillPhase::Failed => Desired {
             type_,
@@ -144,6 +148,7 @@ pub fn drill_pending(requested_at: Time, job: &str, now: Time) -> DrillStatus {
         reason: None,
         message: None,
         job_name: Some(job.to_string()),
+        check: None,
     }
 }
 
@@ -160,9 +165,11 @@ pub fn drill_ended(drill: DrillStatus, end: &JobEnd, now: Time) -> DrillStatus {
     match end {
         JobEnd::Succeeded(summary) => {
             let (tables, rows) = summary_counts(summary);
+            let check = if summary.content_compared == Some(false) { DrillCheck::Tables } else { DrillCheck::Content };
             DrillStatus {
                 phase: DrillPhase::Succeeded,
                 restore_seconds: summary.restore_seconds,
+                check: Some(check),
                 tables,
                 rows,
                 reason: None,

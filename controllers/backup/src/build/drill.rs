@@ -11,14 +11,15 @@ use controller_common::mysql_server;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EmptyDirVolumeSource, EphemeralVolumeSource, ExecAction, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimTemplate, Pod, PodSecurityContext, PodSpec, Probe, Secret, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    PersistentVolumeClaimTemplate, Pod, PodSecurityContext, PodSpec, Probe, Secret, SecurityContext, Volume,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
-use visitors_agent_contract::command::{Command, ConnectionArgs, StorageArgs, VerifyArgs};
+use visitors_agent_contract::command::{Command, ConnectionArgs, StorageArgs, UnpackArgs, VerifyArgs};
 use visitors_api::MySQLBackup;
+use visitors_api::backup::BackupMethod;
 use visitors_api::drill::Drill;
 use visitors_api::visitors_app::{MYSQL_PORT, secret_keys, tls_keys};
 
@@ -29,7 +30,12 @@ use super::run_labels;
 pub const DRILL_LABEL: &str = "example.com/drill-of";
 /// The MySQL container of the drill's pod.
 pub const DATABASE_CONTAINER: &str = "mysql";
+/// A physical run's drill: the init containers that unpack and prepare the copy its server
+/// starts on.
+pub const UNPACK_CONTAINER: &str = "unpack";
+pub const PREPARE_CONTAINER: &str = "prepare";
 const DATA_VOLUME: &str = "data";
+const DATA_MOUNT: &str = "/var/lib/mysql";
 const TMP_VOLUME: &str = "tmp";
 const TLS_VOLUME: &str = "tls";
 const GIB: u64 = 1 << 30;
@@ -91,12 +97,13 @@ pub fn secret(run: &MySQLBackup, root_password: &str, server: &KeyedCertificate,
     }
 }
 
-/// How the drill's Job reaches its database: the generated root password, and TLS verified
-/// against the drill's own CA. The pod is reached by its IP, which its certificate cannot name
-/// (it is made before the pod): the CA, which signed nothing but this certificate, pins it.
-pub fn database_access(run: &MySQLBackup) -> DatabaseAccess {
+/// How the drill's Job reaches its database: its root password ([`password_secret`]), and TLS
+/// verified against the drill's own CA. The pod is reached by its IP, which its certificate
+/// cannot name (it is made before the pod): the CA, which signed nothing but this certificate,
+/// pins it.
+pub fn database_access(run: &MySQLBackup, source: &DrillSource) -> DatabaseAccess {
     DatabaseAccess {
-        credentials_secret: secret_name(run),
+        credentials_secret: password_secret(run, source),
         tls: ServerTls::Verified { ca_secret: secret_name(run), check_name: false },
         servers: Default::default(),
     }
@@ -110,9 +117,29 @@ pub fn database_access(run: &MySQLBackup) -> DatabaseAccess {
 /// reconcile that reads the run before the drill's status arrives knows the pod is this drill's.
 pub const DRILL_REQUEST_ANNOTATION: &str = "example.com/drill-request";
 
+/// What the drill's database is made from, read from the app: its MySQL image and, for a
+/// physical run (whose copy keeps the app's accounts), the Secret of its root password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrillSource {
+    pub image: String,
+    pub credentials_secret: String,
+}
+
+/// The Secret of the root password the drill's database and Job use: the drill's own for a
+/// logical run (loaded into an empty server), the app's for a physical run's copy.
+pub fn password_secret(run: &MySQLBackup, source: &DrillSource) -> String {
+    if run.spec.method() == BackupMethod::Physical { source.credentials_secret.clone() } else { secret_name(run) }
+}
+
 /// The drill's database for the drill requested at `requested`.
-pub fn database_pod_for(run: &MySQLBackup, drill: &Drill, image: &str, requested: jiff::Timestamp) -> Pod {
-    let mut pod = database_pod(run, drill, image);
+pub fn database_pod_for(
+    run: &MySQLBackup,
+    drill: &Drill,
+    source: &DrillSource,
+    inputs: &AgentInputs,
+    requested: jiff::Timestamp,
+) -> Pod {
+    let mut pod = database_pod(run, drill, source, inputs);
     pod.metadata.annotations =
         Some(std::collections::BTreeMap::from([(DRILL_REQUEST_ANNOTATION.to_string(), requested.to_string())]));
     pod
@@ -124,11 +151,17 @@ pub fn serves_request(pod: &Pod, requested: jiff::Timestamp) -> bool {
     pod.metadata.deletion_timestamp.is_none() && annotated.is_some_and(|at| *at == requested.to_string())
 }
 
-pub fn database_pod(run: &MySQLBackup, drill: &Drill, image: &str) -> Pod {
-    let args = DRILL_MYSQLD_ARGS.iter().map(ToString::to_string).chain(mysql_server::tls_args()).collect();
+pub fn database_pod(run: &MySQLBackup, drill: &Drill, source: &DrillSource, inputs: &AgentInputs) -> Pod {
+    let physical = run.spec.method() == BackupMethod::Physical;
+    let mut args: Vec<String> =
+        DRILL_MYSQLD_ARGS.iter().map(ToString::to_string).chain(mysql_server::tls_args()).collect();
+    if physical {
+        // The copy of a replica remembers nothing of its primary, but never replicates.
+        args.push("--loose-skip-slave-start".into());
+    }
     let container = Container {
         name: DATABASE_CONTAINER.into(),
-        image: Some(image.into()),
+        image: Some(source.image.clone()),
         args: Some(args),
         ports: Some(vec![ContainerPort {
             name: Some("mysql".into()),
@@ -137,11 +170,11 @@ pub fn database_pod(run: &MySQLBackup, drill: &Drill, image: &str) -> Pod {
         }]),
         env: Some(vec![controller_common::agent_job::env_from_secret(
             "MYSQL_ROOT_PASSWORD",
-            &secret_name(run),
+            &password_secret(run, source),
             secret_keys::ROOT_PASSWORD,
         )]),
         volume_mounts: Some(vec![
-            VolumeMount { name: DATA_VOLUME.into(), mount_path: "/var/lib/mysql".into(), ..VolumeMount::default() },
+            data_mount(),
             VolumeMount { name: TMP_VOLUME.into(), mount_path: "/tmp".into(), ..VolumeMount::default() },
             VolumeMount {
                 name: TLS_VOLUME.into(),
@@ -159,19 +192,22 @@ pub fn database_pod(run: &MySQLBackup, drill: &Drill, image: &str) -> Pod {
         resources: drill.resources.clone(),
         ..Container::default()
     };
+    let mut volumes = vec![
+        data_volume(run, drill),
+        Volume { name: TMP_VOLUME.into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() },
+        tls_volume(run),
+    ];
+    let init_containers = physical.then(|| {
+        let (unpack, storage_volumes) = unpack_container(run, inputs);
+        volumes.extend(storage_volumes);
+        vec![unpack, prepare_container(&source.image)]
+    });
     Pod {
         metadata: meta(run, database_name(run)),
         spec: Some(PodSpec {
+            init_containers,
             containers: vec![container],
-            volumes: Some(vec![
-                data_volume(run, drill),
-                Volume {
-                    name: TMP_VOLUME.into(),
-                    empty_dir: Some(EmptyDirVolumeSource::default()),
-                    ..Volume::default()
-                },
-                tls_volume(run),
-            ]),
+            volumes: Some(volumes),
             security_context: Some(PodSecurityContext {
                 fs_group: Some(mysql_server::MYSQL_GROUP),
                 fs_group_change_policy: Some("OnRootMismatch".into()),
@@ -186,6 +222,61 @@ pub fn database_pod(run: &MySQLBackup, drill: &Drill, image: &str) -> Pod {
         }),
         ..Pod::default()
     }
+}
+
+/// The init container that unpacks a physical run into the data volume, every chunk checked
+/// against the manifest, as the server's user (whose files `--prepare` and the server then
+/// write); and the volumes it reads the backup and its key from.
+fn unpack_container(run: &MySQLBackup, inputs: &AgentInputs) -> (Container, Vec<Volume>) {
+    let status = run.status.clone().unwrap_or_default();
+    let command = Command::Unpack(UnpackArgs {
+        from: agent_location(run),
+        into: DATA_MOUNT.into(),
+        storage: StorageArgs::default(),
+        expect_manifest_sha256: status.manifest_sha256,
+        decrypt_keys_dir: run.spec.encryption.as_ref().map(|_| KEYS_MOUNT.into()),
+    });
+    let agent =
+        with_run_key(run, AgentJob::of(inputs, command).with_storage(&run.spec.storage, StorageAccess::ReadOnly));
+    let (_, template) = AgentJob { resources: run.spec.resources.clone(), ..agent }.pod("Never");
+    let mut pod = template.spec.expect("an agent pod");
+    let mut container = pod.containers.remove(0);
+    container.name = UNPACK_CONTAINER.into();
+    container.volume_mounts.get_or_insert_default().push(data_mount());
+    container.security_context = Some(SecurityContext {
+        run_as_user: Some(mysql_server::MYSQL_UID),
+        run_as_group: Some(mysql_server::MYSQL_GROUP),
+        ..controller_common::agent_job::container_security_context()
+    });
+    // Its /tmp is the pod's.
+    let volumes = pod.volumes.unwrap_or_default().into_iter().filter(|v| v.name != TMP_VOLUME).collect();
+    (container, volumes)
+}
+
+/// The init container that prepares the unpacked copy with the server's own `mariadb-backup`
+/// (from the app's image: the tool must be the server's release).
+fn prepare_container(image: &str) -> Container {
+    Container {
+        name: PREPARE_CONTAINER.into(),
+        image: Some(image.into()),
+        command: Some(vec!["mariadb-backup".into(), "--prepare".into(), format!("--target-dir={DATA_MOUNT}")]),
+        // Its last lines say why it failed once the pod is gone.
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        volume_mounts: Some(vec![
+            data_mount(),
+            VolumeMount { name: TMP_VOLUME.into(), mount_path: "/tmp".into(), ..VolumeMount::default() },
+        ]),
+        security_context: Some(SecurityContext {
+            run_as_user: Some(mysql_server::MYSQL_UID),
+            run_as_group: Some(mysql_server::MYSQL_GROUP),
+            ..controller_common::agent_job::container_security_context()
+        }),
+        ..Container::default()
+    }
+}
+
+fn data_mount() -> VolumeMount {
+    VolumeMount { name: DATA_VOLUME.into(), mount_path: DATA_MOUNT.into(), ..VolumeMount::default() }
 }
 
 /// The server's certificate, key and CA from the drill's Secret (not its password).
@@ -231,7 +322,7 @@ pub fn volume_gib(run: &MySQLBackup) -> u64 {
 
 /// The Job whose agent restores the run into the throwaway server at `database_host` and
 /// compares it with the backup, reading the stored backup only.
-pub fn job(run: &MySQLBackup, drill: &Drill, inputs: &AgentInputs, database_host: &str) -> Job {
+pub fn job(run: &MySQLBackup, drill: &Drill, source: &DrillSource, inputs: &AgentInputs, database_host: &str) -> Job {
     let status = run.status.clone().unwrap_or_default();
     let command = Command::Verify(VerifyArgs {
         from: agent_location(run),
@@ -253,7 +344,7 @@ pub fn job(run: &MySQLBackup, drill: &Drill, inputs: &AgentInputs, database_host
         ..with_run_key(
             run,
             AgentJob::of(inputs, command)
-                .with_server(database_host, &database_access(run))
+                .with_server(database_host, &database_access(run, source))
                 .with_storage(&run.spec.storage, StorageAccess::ReadOnly),
         )
     }
@@ -279,6 +370,10 @@ mod tests {
         AgentInputs { image: "registry/visitors-operator:1.0".into(), traceparent: None, otlp_endpoint: None }
     }
 
+    fn source(image: &str) -> DrillSource {
+        DrillSource { image: image.into(), credentials_secret: "ex-mysql-credentials".into() }
+    }
+
     fn succeeded(mut run: MySQLBackup, data_bytes: Option<i64>) -> MySQLBackup {
         run.status = Some(
             serde_json::from_value(serde_json::json!({"phase": "Succeeded", "manifestSha256": "ab".repeat(32),
@@ -301,7 +396,7 @@ mod tests {
         let run = succeeded(run(), Some(3 << 30));
         let drill =
             Drill { active_deadline_seconds: Some(900), storage_class_name: Some("fast".into()), ..Drill::default() };
-        let pod = database_pod(&run, &drill, "mariadb:10.11");
+        let pod = database_pod(&run, &drill, &source("mariadb:10.11"), &inputs());
         assert_eq!(pod.name_any(), "b1-drill-db");
         assert_eq!(pod.owner_references()[0].name, "b1");
         assert_eq!(pod.labels()[DRILL_LABEL], "b1");
@@ -320,7 +415,7 @@ mod tests {
     #[test]
     fn the_agent_parses_the_drill_job_which_reads_the_backup_only() {
         for run in [succeeded(run(), None), succeeded(s3_run(), None)] {
-            let job = job(&run, &Drill::default(), &inputs(), "10.0.0.7");
+            let job = job(&run, &Drill::default(), &source("mariadb:11"), &inputs(), "10.0.0.7");
             assert_eq!(job.name_any(), "b1-drill");
             let parsed = agent_contract_of(&job);
             let Command::Verify(verify) = &parsed[0].command else { panic!("{:?}", parsed[0].command) };
@@ -357,11 +452,11 @@ mod tests {
     #[test]
     fn the_drills_database_requires_tls_and_its_job_verifies_the_drills_ca_without_the_servers_key() {
         let run = succeeded(run(), Some(1 << 30));
-        let pod = database_pod(&run, &Drill::default(), "mariadb:11");
+        let pod = database_pod(&run, &Drill::default(), &source("mariadb:11"), &inputs());
         let spec = pod.spec.unwrap();
         let args = spec.containers[0].args.clone().unwrap();
         assert!(args.contains(&"--require-secure-transport=ON".to_string()));
-        let job = job(&run, &Drill::default(), &inputs(), "10.0.0.9");
+        let job = job(&run, &Drill::default(), &source("mariadb:11"), &inputs(), "10.0.0.9");
         let pod = job.spec.unwrap().template.spec.unwrap();
         let env = pod.containers[0].env.clone().unwrap();
         let value = |name: &str| env.iter().find(|e| e.name == name).and_then(|e| e.value.clone());
@@ -375,5 +470,59 @@ mod tests {
             .map(|item| item.key)
             .collect();
         assert_eq!(mounted, ["ca.crt"], "the Job never mounts the server's key or the password file");
+    }
+
+    #[test]
+    fn a_physical_runs_database_starts_on_the_copy_its_init_containers_unpack_and_prepare_with_the_apps_accounts() {
+        let mut run = succeeded(s3_run(), Some(3 << 30));
+        run.spec.method = Some(BackupMethod::Physical);
+        run.spec.encryption =
+            serde_json::from_value(serde_json::json!({"keySecret": "backup-keys", "keyId": "k1"})).unwrap();
+        let pod = database_pod(&run, &Drill::default(), &source("mariadb:10.11"), &inputs());
+        let spec = pod.spec.unwrap();
+        let init = spec.init_containers.clone().unwrap();
+        let names: Vec<&str> = init.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, [UNPACK_CONTAINER, PREPARE_CONTAINER]);
+
+        let as_job = Job {
+            spec: Some(k8s_openapi::api::batch::v1::JobSpec {
+                template: k8s_openapi::api::core::v1::PodTemplateSpec {
+                    spec: Some(PodSpec { containers: vec![init[0].clone()], ..PodSpec::default() }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Job::default()
+        };
+        let Command::Unpack(unpack) = &agent_contract_of(&as_job)[0].command else { panic!("{:?}", init[0].args) };
+        assert_eq!(unpack.from, agent_location(&run));
+        assert_eq!(unpack.into.as_os_str(), DATA_MOUNT);
+        assert_eq!(unpack.expect_manifest_sha256, Some("ab".repeat(32)));
+        assert_eq!(unpack.decrypt_keys_dir.as_deref(), Some(std::path::Path::new(KEYS_MOUNT)));
+        let user = |c: &Container| c.security_context.as_ref().and_then(|s| s.run_as_user);
+        assert_eq!((user(&init[0]), user(&init[1])), (Some(999), Some(999)), "files of the server's user");
+        assert_eq!(init[1].image.as_deref(), Some("mariadb:10.11"), "the server's own tool prepares");
+        assert_eq!(init[1].command.clone().unwrap(), ["mariadb-backup", "--prepare", "--target-dir=/var/lib/mysql"]);
+        let volumes: Vec<String> = spec.volumes.clone().unwrap().into_iter().map(|v| v.name).collect();
+        let mut unique = volumes.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), volumes.len(), "no volume twice: {volumes:?}");
+        for mount in init.iter().flat_map(|c| c.volume_mounts.clone().unwrap_or_default()) {
+            assert!(volumes.contains(&mount.name), "{} is a volume of the pod", mount.name);
+        }
+
+        let server = &spec.containers[0];
+        let password = server.env.as_ref().unwrap()[0].value_from.clone().unwrap().secret_key_ref.unwrap();
+        assert_eq!(password.name, "ex-mysql-credentials", "the copy keeps the app's accounts");
+        assert!(server.args.as_ref().unwrap().contains(&"--loose-skip-slave-start".to_string()));
+        let job = job(&run, &Drill::default(), &source("mariadb:10.11"), &inputs(), "10.0.0.9");
+        let env = job.spec.unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
+        let pwd =
+            env.iter().find(|e| e.name == "MYSQL_PWD").unwrap().value_from.clone().unwrap().secret_key_ref.unwrap();
+        assert_eq!(pwd.name, "ex-mysql-credentials");
+
+        let logical = database_pod(&succeeded(s3_run(), None), &Drill::default(), &source("mariadb:10.11"), &inputs());
+        assert_eq!(logical.spec.unwrap().init_containers, None, "a logical run's drill loads an empty server");
     }
 }
