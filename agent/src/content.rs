@@ -43,8 +43,25 @@ impl ContentDigest {
     }
 }
 
-/// A table's rows and content digest, read in a session set up as a backup's data sessions
-/// are (`SET NAMES binary`): what a drill compares with what the backup recorded.
+/// A session that reads values as a backup's data sessions do: as stored, with no character
+/// set conversion (`SET NAMES binary`), so that its rows encode as the backup's did.
+pub async fn reading_session(connector: &Connector) -> Result<DataConn> {
+    let mut conn = connector.connect_data().await?;
+    connector.execute_data(&mut conn, "SET NAMES binary", "preparing the session").await?;
+    Ok(conn)
+}
+
+/// A table's rows and content digest, read in a [`reading_session`] of its own: what a drill
+/// compares with what the backup recorded.
+pub async fn read_table(connector: &Connector, database: &str, info: &TableInfo) -> Result<(u64, ContentDigest)> {
+    let mut conn = reading_session(connector).await?;
+    let read = read_table_content(connector, &mut conn, database, info).await;
+    conn.disconnect().await;
+    read
+}
+
+/// A table's rows and content digest, read in `conn`, a [`reading_session`] (one holding a
+/// snapshot, say).
 pub async fn read_table_content(
     connector: &Connector,
     conn: &mut DataConn,

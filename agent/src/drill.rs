@@ -14,7 +14,7 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
-use crate::content::{ContentDigest, read_table_content};
+use crate::content::read_table;
 use crate::error::{AgentError, Result};
 use crate::format::{DatabaseEntry, Manifest, TableEntry, quote_ident};
 use crate::mysql::catalog::{self, TableInfo};
@@ -210,15 +210,6 @@ async fn compare_table(
             Ok(rows)
         }
     }
-}
-
-async fn read_table(connector: &Connector, database: &str, info: &TableInfo) -> Result<(u64, ContentDigest)> {
-    let mut conn = connector.connect_data().await?;
-    // As a backup's data sessions: values as stored, no character set conversion.
-    connector.execute_data(&mut conn, "SET NAMES binary", "preparing the session").await?;
-    let read = read_table_content(connector, &mut conn, database, info).await;
-    conn.disconnect().await;
-    read
 }
 
 /// The views, routines, triggers, sequences and events of every database, and the accounts, the

@@ -82,6 +82,17 @@ pub async fn databases(connector: &Connector, conn: &mut Conn, requested: &[Stri
     Ok(requested.to_vec())
 }
 
+/// Every base table of every database but the system ones, with its database.
+pub async fn all_tables(connector: &Connector, conn: &mut Conn) -> Result<Vec<(String, TableInfo)>> {
+    let mut all = Vec::new();
+    for database in databases(connector, conn, &[]).await? {
+        for info in tables(connector, conn, &database).await? {
+            all.push((database.clone(), info));
+        }
+    }
+    Ok(all)
+}
+
 pub async fn create_database_sql(connector: &Connector, conn: &mut Conn, database: &str) -> Result<String> {
     let row: Option<(String, String)> = conn
         .query_first(format!("SHOW CREATE DATABASE {}", quote_ident(database)))

@@ -8,7 +8,7 @@
 use futures::stream::{self, StreamExt, TryStreamExt};
 use mysql_async::prelude::Queryable;
 
-use crate::content::read_table_content;
+use crate::content::read_table;
 use crate::error::{AgentError, Result};
 use crate::format::{Manifest, TableContent, quote_ident};
 use crate::mysql::Connector;
@@ -57,14 +57,9 @@ type Table = (String, TableInfo);
 
 async fn copy_tables(connector: &Connector) -> Result<Vec<Table>> {
     let mut conn = connector.connect().await?;
-    let mut tables = Vec::new();
-    for database in catalog::databases(connector, &mut conn, &[]).await? {
-        for info in catalog::tables(connector, &mut conn, &database).await? {
-            tables.push((database.clone(), info));
-        }
-    }
+    let tables = catalog::all_tables(connector, &mut conn).await;
     let _ = conn.disconnect().await;
-    Ok(tables)
+    tables
 }
 
 /// `CHECK TABLE` of every table: InnoDB reads every page of it, its indexes included.
@@ -137,11 +132,7 @@ async fn compare_table(connector: &Connector, recorded: &TableContent, info: Tab
             info.columns, recorded.columns
         )));
     }
-    let mut conn = connector.connect_data().await?;
-    connector.execute_data(&mut conn, "SET NAMES binary", "preparing the session").await?;
-    let read = read_table_content(connector, &mut conn, &recorded.database, &info).await;
-    conn.disconnect().await;
-    let (rows, digest) = read?;
+    let (rows, digest) = read_table(connector, &recorded.database, &info).await?;
     if rows != recorded.rows {
         return Err(AgentError::VerifyMismatch(format!(
             "table {name} has {rows} rows, the run recorded {}",

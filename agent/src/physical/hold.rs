@@ -24,7 +24,7 @@ use std::time::Duration;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
-use crate::content::read_table_content as content_of_table;
+use crate::content::{read_table_content, reading_session};
 use crate::error::Result;
 use crate::format::TableContent;
 use crate::mysql::Connector;
@@ -114,16 +114,10 @@ impl Hold {
             .await
             .map_err(|e| connector.error("reading the held replica's position", e))?;
         self.position = position.filter(|p| !p.trim().is_empty());
-        let mut tables = Vec::new();
-        for database in catalog::databases(connector, &mut self.lock, &[]).await? {
-            for info in catalog::tables(connector, &mut self.lock, &database).await? {
-                tables.push((database.clone(), info));
-            }
-        }
+        let tables = catalog::all_tables(connector, &mut self.lock).await?;
         let mut snapshots = Vec::with_capacity(sessions);
         for _ in 0..sessions.max(1) {
-            let mut conn = connector.connect_data().await?;
-            connector.execute_data(&mut conn, "SET NAMES binary", "preparing the session").await?;
+            let mut conn = reading_session(connector).await?;
             let snapshot = "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY";
             connector.execute_data(&mut conn, snapshot, "opening a snapshot of the held replica").await?;
             snapshots.push(conn);
@@ -234,7 +228,7 @@ fn shares(mut tables: Vec<Table>, sessions: usize) -> Vec<Vec<Table>> {
 async fn read_share(connector: &Connector, mut conn: DataConn, share: Vec<Table>) -> Result<Vec<TableContent>> {
     let mut content = Vec::with_capacity(share.len());
     for (database, info) in share {
-        match content_of_table(connector, &mut conn, &database, &info).await {
+        match read_table_content(connector, &mut conn, &database, &info).await {
             Ok((rows, digest)) => content.push(TableContent {
                 database,
                 table: info.name.clone(),

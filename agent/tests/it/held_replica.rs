@@ -5,7 +5,7 @@
 
 use std::process::{Child, Command, Stdio};
 
-use visitors_agent::content::read_table_content;
+use visitors_agent::content::read_table;
 use visitors_agent::drill::{self, DrillOptions};
 use visitors_agent::mysql::{Connector, catalog};
 use visitors_agent::physical::hold;
@@ -65,9 +65,7 @@ async fn digest_of(server: &MariaDb, table: &str) -> (u64, String) {
     let mut conn = connector.connect().await.unwrap();
     let info =
         catalog::tables(&connector, &mut conn, "shop").await.unwrap().into_iter().find(|t| t.name == table).unwrap();
-    let mut data = connector.connect_data().await.unwrap();
-    connector.execute_data(&mut data, "SET NAMES binary", "test").await.unwrap();
-    let (rows, digest) = read_table_content(&connector, &mut data, "shop", &info).await.unwrap();
+    let (rows, digest) = read_table(&connector, "shop", &info).await.unwrap();
     (rows, digest.to_text())
 }
 

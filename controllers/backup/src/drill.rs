@@ -253,8 +253,8 @@ impl DrillSteps<'_> {
 
     async fn start_job_when_ready(&self, drill: DrillStatus, pod: &Pod) -> Result<Action, Error> {
         let Some(address) = ready_address(pod) else { return Ok(Action::requeue(STARTING_POLL)) };
-        let source = self.drill_source().await?;
-        let job = build::job(self.run, &self.settings(), &source, &self.ctx.settings.inputs(), &address);
+        let password_secret = build::password_secret_of(pod).unwrap_or_else(|| build::secret_name(self.run));
+        let job = build::job(self.run, &self.settings(), &password_secret, &self.ctx.settings.inputs(), &address);
         let note = format!("Job {} restores the run into the drill's database and compares it", job.name_any());
         self.op.create_job(&job, note).await?;
         self.publish(status::drill_running(drill, &job.name_any())).await?;

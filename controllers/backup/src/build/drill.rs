@@ -34,6 +34,8 @@ pub const DATABASE_CONTAINER: &str = "mysql";
 /// starts on.
 pub const UNPACK_CONTAINER: &str = "unpack";
 pub const PREPARE_CONTAINER: &str = "prepare";
+/// The drill's server reads its root password from it (as the image's first start does).
+const ROOT_PASSWORD_ENV: &str = "MYSQL_ROOT_PASSWORD";
 const DATA_VOLUME: &str = "data";
 const DATA_MOUNT: &str = "/var/lib/mysql";
 const TMP_VOLUME: &str = "tmp";
@@ -97,13 +99,14 @@ pub fn secret(run: &MySQLBackup, root_password: &str, server: &KeyedCertificate,
     }
 }
 
-/// How the drill's Job reaches its database: its root password ([`password_secret`]), and TLS
+/// How the drill's Job reaches its database: the root password of `password_secret` (its
+/// database's, [`password_secret_of`]), and TLS
 /// verified against the drill's own CA. The pod is reached by its IP, which its certificate
 /// cannot name (it is made before the pod): the CA, which signed nothing but this certificate,
 /// pins it.
-pub fn database_access(run: &MySQLBackup, source: &DrillSource) -> DatabaseAccess {
+pub fn database_access(run: &MySQLBackup, password_secret: &str) -> DatabaseAccess {
     DatabaseAccess {
-        credentials_secret: password_secret(run, source),
+        credentials_secret: password_secret.to_string(),
         tls: ServerTls::Verified { ca_secret: secret_name(run), check_name: false },
         servers: Default::default(),
     }
@@ -129,6 +132,15 @@ pub struct DrillSource {
 /// logical run (loaded into an empty server), the app's for a physical run's copy.
 pub fn password_secret(run: &MySQLBackup, source: &DrillSource) -> String {
     if run.spec.method() == BackupMethod::Physical { source.credentials_secret.clone() } else { secret_name(run) }
+}
+
+/// The Secret of the root password a drill's database `pod` starts its server with: the one
+/// its Job logs in with.
+pub fn password_secret_of(pod: &Pod) -> Option<String> {
+    let containers = &pod.spec.as_ref()?.containers;
+    let server = containers.iter().find(|c| c.name == DATABASE_CONTAINER)?;
+    let password = server.env.iter().flatten().find(|e| e.name == ROOT_PASSWORD_ENV)?;
+    Some(password.value_from.as_ref()?.secret_key_ref.as_ref()?.name.clone())
 }
 
 /// The drill's database for the drill requested at `requested`.
@@ -169,7 +181,7 @@ pub fn database_pod(run: &MySQLBackup, drill: &Drill, source: &DrillSource, inpu
             ..ContainerPort::default()
         }]),
         env: Some(vec![controller_common::agent_job::env_from_secret(
-            "MYSQL_ROOT_PASSWORD",
+            ROOT_PASSWORD_ENV,
             &password_secret(run, source),
             secret_keys::ROOT_PASSWORD,
         )]),
@@ -322,7 +334,7 @@ pub fn volume_gib(run: &MySQLBackup) -> u64 {
 
 /// The Job whose agent restores the run into the throwaway server at `database_host` and
 /// compares it with the backup, reading the stored backup only.
-pub fn job(run: &MySQLBackup, drill: &Drill, source: &DrillSource, inputs: &AgentInputs, database_host: &str) -> Job {
+pub fn job(run: &MySQLBackup, drill: &Drill, password_secret: &str, inputs: &AgentInputs, database_host: &str) -> Job {
     let status = run.status.clone().unwrap_or_default();
     let command = Command::Verify(VerifyArgs {
         from: agent_location(run),
@@ -344,7 +356,7 @@ pub fn job(run: &MySQLBackup, drill: &Drill, source: &DrillSource, inputs: &Agen
         ..with_run_key(
             run,
             AgentJob::of(inputs, command)
-                .with_server(database_host, &database_access(run, source))
+                .with_server(database_host, &database_access(run, password_secret))
                 .with_storage(&run.spec.storage, StorageAccess::ReadOnly),
         )
     }
@@ -415,7 +427,7 @@ mod tests {
     #[test]
     fn the_agent_parses_the_drill_job_which_reads_the_backup_only() {
         for run in [succeeded(run(), None), succeeded(s3_run(), None)] {
-            let job = job(&run, &Drill::default(), &source("mariadb:11"), &inputs(), "10.0.0.7");
+            let job = job(&run, &Drill::default(), "b1-drill", &inputs(), "10.0.0.7");
             assert_eq!(job.name_any(), "b1-drill");
             let parsed = agent_contract_of(&job);
             let Command::Verify(verify) = &parsed[0].command else { panic!("{:?}", parsed[0].command) };
@@ -456,7 +468,7 @@ mod tests {
         let spec = pod.spec.unwrap();
         let args = spec.containers[0].args.clone().unwrap();
         assert!(args.contains(&"--require-secure-transport=ON".to_string()));
-        let job = job(&run, &Drill::default(), &source("mariadb:11"), &inputs(), "10.0.0.9");
+        let job = job(&run, &Drill::default(), "b1-drill", &inputs(), "10.0.0.9");
         let pod = job.spec.unwrap().template.spec.unwrap();
         let env = pod.containers[0].env.clone().unwrap();
         let value = |name: &str| env.iter().find(|e| e.name == name).and_then(|e| e.value.clone());
@@ -516,13 +528,17 @@ mod tests {
         let password = server.env.as_ref().unwrap()[0].value_from.clone().unwrap().secret_key_ref.unwrap();
         assert_eq!(password.name, "ex-mysql-credentials", "the copy keeps the app's accounts");
         assert!(server.args.as_ref().unwrap().contains(&"--loose-skip-slave-start".to_string()));
-        let job = job(&run, &Drill::default(), &source("mariadb:10.11"), &inputs(), "10.0.0.9");
+        let pod = Pod { spec: Some(spec.clone()), ..Pod::default() };
+        let password_secret = password_secret_of(&pod).expect("the server's password Secret");
+        assert_eq!(password_secret, "ex-mysql-credentials");
+        let job = job(&run, &Drill::default(), &password_secret, &inputs(), "10.0.0.9");
         let env = job.spec.unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
         let pwd =
             env.iter().find(|e| e.name == "MYSQL_PWD").unwrap().value_from.clone().unwrap().secret_key_ref.unwrap();
         assert_eq!(pwd.name, "ex-mysql-credentials");
 
         let logical = database_pod(&succeeded(s3_run(), None), &Drill::default(), &source("mariadb:10.11"), &inputs());
+        assert_eq!(password_secret_of(&logical).as_deref(), Some("b1-drill"), "a logical run's drill has its own");
         assert_eq!(logical.spec.unwrap().init_containers, None, "a logical run's drill loads an empty server");
     }
 }
