@@ -382,15 +382,24 @@ pub async fn job_output_when_ended(client: &Client, namespace: &str, name: &str)
         .list(&kube::api::ListParams::default().labels(&format!("job-name={name}")))
         .await
         .map_err(|e| e.to_string())?;
-    listed
-        .items
-        .iter()
-        .find_map(|pod| {
-            let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
-            statuses.iter().find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
-        })
-        .map(|m| m.trim().to_string())
-        .ok_or_else(|| format!("Job {name} has not ended"))
+    let ended = listed.items.iter().find_map(|pod| {
+        let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+        statuses.iter().find_map(|c| c.state.as_ref()?.terminated.clone())
+    });
+    match ended {
+        None => Err(format!("Job {name} has not ended")),
+        Some(terminated) => Ok(output_of_ended(name, &terminated)),
+    }
+}
+
+/// What an ended container wrote to its termination message. One that ended without any
+/// failed before it could say what it saw: waiting longer cannot change that, so the scenario
+/// fails at once, naming its exit code.
+fn output_of_ended(name: &str, terminated: &k8s_openapi::api::core::v1::ContainerStateTerminated) -> String {
+    match &terminated.message {
+        Some(message) => message.trim().to_string(),
+        None => panic!("Job {name} ended with exit code {} and no termination message", terminated.exit_code),
+    }
 }
 
 /// A Job that runs the shell `script` (busybox) with the backup claim `claim` mounted at

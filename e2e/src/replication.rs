@@ -286,13 +286,13 @@ impl Pooled {
 }
 
 /// The prober: for `seconds`, tries every server's own address in turn with the app's user, an
-/// insert bounded by 2 s each. Its termination message lists, in order, the servers that
+/// insert into `ha_probes` (made beforehand: no statement of the prober may wait unbounded on
+/// a frozen server) bounded by 2 s each. Its termination message lists, in order, the servers that
 /// accepted a write, one letter per acceptance in a row (`accepted=0001112...`, the pods'
 /// ordinals).
 pub fn prober_job(app: &str, namespace: &str, name: &str, replicas: i32, seconds: u32) -> serde_json::Value {
     let hosts: Vec<String> = (0..replicas).map(|i| pod_host(app, namespace, &format!("{app}-mysql-{i}"))).collect();
     let script = r#"set -u
-mariadb -h "$HOST" -u "$DB_USER" visitors -e 'CREATE TABLE IF NOT EXISTS ha_probes (id INT AUTO_INCREMENT PRIMARY KEY, pod INT)' || exit 1
 end=$(( $(date +%s) + SECONDS_TO_RUN )); seen=""
 while [ "$(date +%s)" -lt "$end" ]; do
   i=0
@@ -306,13 +306,12 @@ while [ "$(date +%s)" -lt "$end" ]; do
 done
 echo "accepted=$seen" > /dev/termination-log
 "#;
-    let host = format!("{app}-mysql.{namespace}.svc");
     shell_job(
         app,
         name,
         script,
         app_user_env(app),
-        &[("HOST", host), ("HOSTS", hosts.join(" ")), ("SECONDS_TO_RUN", seconds.to_string())],
+        &[("HOSTS", hosts.join(" ")), ("SECONDS_TO_RUN", seconds.to_string())],
     )
 }
 

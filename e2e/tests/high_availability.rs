@@ -60,7 +60,13 @@ async fn a_replicated_mysql_loses_no_acknowledged_write_through_deletion_freeze_
         &client,
         &ns,
         "check",
-        mariadb_job(APP, &ns, "check", "CREATE TABLE ha_check (id INT PRIMARY KEY); INSERT INTO ha_check VALUES (1)"),
+        mariadb_job(
+            APP,
+            &ns,
+            "check",
+            "CREATE TABLE ha_check (id INT PRIMARY KEY); INSERT INTO ha_check VALUES (1); \
+             CREATE TABLE ha_probes (id INT AUTO_INCREMENT PRIMARY KEY, pod INT)",
+        ),
     )
     .await;
     let replicas: Vec<String> =
@@ -283,7 +289,7 @@ async fn a_lost_replica_is_reseeded_from_a_replica_and_a_restore_to_a_second_cro
         .expect("suspend the schedule: the restore starts from the run before the failover");
     // The ticks start after the run (every one of them is then replayed from the archive) and
     // the primary goes once some are in: the failover and the target fall inside the ticks.
-    let ticks = r#"for i in $(seq 1 60); do mariadb -h "$HOST" -uroot --connect-timeout=2 -e "INSERT INTO visitors.ticks VALUES ($i, NOW())" 2>/dev/null; sleep 1; done; echo done > /dev/termination-log"#;
+    let ticks = r#"for i in $(seq 1 60); do timeout 5 mariadb -h "$HOST" -uroot --connect-timeout=2 -e "INSERT INTO visitors.ticks VALUES ($i, NOW())" 2>/dev/null; sleep 1; done; echo done > /dev/termination-log"#;
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
     let writer = serde_json::from_value(mariadb_shell_job(DATA_APP, &ns, "ticks", ticks, &[])).unwrap();
     jobs.create(&PostParams::default(), &writer).await.expect("start the ticks");
