@@ -8,6 +8,17 @@
 # created: "its children" are the MySQL StatefulSet, Services, Secret and frontend Deployment.
 #
 #   bench/controllers/scale.sh [N ...]          default: 100 1000
+#   NAMESPACES=100 bench/controllers/scale.sh 10000
+#
+# NAMESPACES (default 1): the apps go round-robin over that many namespaces, as a fleet's apps
+# do (a team, a tenant or an app each); 1 keeps every app in one, the figures of issues 8 and
+# 32. FLOOR (default 1): after each controller run, the floor on a fresh control plane: the
+# same apps in the same layout, and for each the writes of its first reconcile made by
+# scale-bench itself, no controller (see e2e/src/bin/scale-bench/floor.rs); the report gives
+# both and their ratio. FLOOR=0 skips it, FLOOR=only runs the floor alone. FLOOR_MODE=floor-and-checks:
+# the floor also makes the two requests a first reconcile makes besides its writes (the
+# finalizer's patch and the claim's read), so what is left between it and the controller is
+# the controller's own pacing and CPU.
 #
 # Needs KUBE_BIN_DIR (default ~/.cache/visitors-operator/kube-bin) like e2e/run.sh --local.
 # Settings: IDLE_SECONDS (default 300), the idle window, long enough for backoffs to grow;
@@ -26,6 +37,9 @@ REPO=$(pwd)
 # shellcheck source=bench/bench-cluster.sh
 source "$REPO/bench/bench-cluster.sh"
 IDLE_SECONDS=${IDLE_SECONDS:-300}
+NAMESPACES=${NAMESPACES:-1}
+FLOOR=${FLOOR:-1}
+FLOOR_MODE=${FLOOR_MODE:-floor}
 METRICS=127.0.0.1:18090
 counts=("$@")
 [ ${#counts[@]} -gt 0 ] || counts=(100 1000)
@@ -66,8 +80,17 @@ start_profiles() {
     fi
 }
 
-for n in "${counts[@]}"; do
-    echo "==> $n apps"
+control_plane_pids() {
+    local part
+    for part in etcd kube-apiserver kube-controller-manager; do
+        echo "--pid" "$part=$(cat "$TEST_CLUSTER_STATE/run/$part.pid")"
+    done
+}
+
+# The controller's run: its report, with the controller's peak RSS, in $ours. Not in a
+# subshell, so that the EXIT trap knows the controller's pid.
+controller_run() {
+    local n=$1 report peak_rss_kib
     fresh_bench_cluster "$bin"
     # DATABASE_CHECK=pod: no database ever starts without a node; the SQL check would only
     # add timeouts to the figure.
@@ -75,16 +98,43 @@ for n in "${counts[@]}"; do
     METRICS_ADDRESS=$METRICS LEADER_ELECTION=false LOG_FORMAT=json RUST_LOG=warn DATABASE_CHECK=pod \
         "$bin/visitors-controller" > "${TMPDIR:-/tmp}/scale-bench-controller.log" 2>&1 &
     controller_pid=$!
-    pids=(--pid "controller=$controller_pid")
-    for part in etcd kube-apiserver kube-controller-manager; do
-        pids+=(--pid "$part=$(cat "$TEST_CLUSTER_STATE/run/$part.pid")")
-    done
     start_profiles "$n"
-    report=$("$bin/scale-bench" --apps "$n" --namespace "scale-$n" --metrics "http://$METRICS/metrics" \
-        --idle-seconds "$IDLE_SECONDS" "${pids[@]}")
+    # shellcheck disable=SC2046
+    report=$("$bin/scale-bench" --apps "$n" --namespace "scale-$n" --namespaces "$NAMESPACES" \
+        --metrics "http://$METRICS/metrics" --idle-seconds "$IDLE_SECONDS" \
+        --pid "controller=$controller_pid" $(control_plane_pids))
     for pid in "${profile_pids[@]}"; do wait "$pid" || echo "a control plane profile failed" >&2; done
     profile_pids=()
     peak_rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$controller_pid/status")
     kill "$controller_pid"; wait "$controller_pid" 2>/dev/null || true; controller_pid=
-    echo "$report" | python3 -c "import json,sys; r=json.load(sys.stdin); r['controller_peak_rss_mib']=round($peak_rss_kib/1024,1); print(json.dumps(r, indent=1))"
+    ours=$(echo "$report" | python3 -c "import json,sys; r=json.load(sys.stdin); r['controller_peak_rss_mib']=round($peak_rss_kib/1024,1); print(json.dumps(r))")
+}
+
+# The floor's run on a fresh control plane: the same apps, their first writes made by
+# scale-bench, no controller.
+floor_run() {
+    local n=$1
+    fresh_bench_cluster "$bin"
+    # shellcheck disable=SC2046
+    "$bin/scale-bench" --mode "$FLOOR_MODE" --apps "$n" --namespace "scale-$n" --namespaces "$NAMESPACES" \
+        $(control_plane_pids)
+}
+
+for n in "${counts[@]}"; do
+    echo "==> $n apps over $NAMESPACES namespace(s)"
+    ours='null' floor='null'
+    [ "$FLOOR" = only ] || controller_run "$n"
+    [ "$FLOOR" = 0 ] || floor=$(floor_run "$n")
+    python3 - "$ours" "$floor" <<'EOF'
+import json, sys
+ours, floor = (json.loads(arg) for arg in sys.argv[1:])
+report = {"controller": ours, "floor": floor}
+if ours and floor:
+    report["controller_over_floor"] = {
+        key: round(ours["first_status"][key] / floor["first_status"][key], 2)
+        for key in ("p50_seconds", "p99_seconds", "last_seconds")
+        if floor["first_status"][key] > 0
+    }
+print(json.dumps(report, indent=1))
+EOF
 done

@@ -1,5 +1,6 @@
 //! Prometheus metrics of one controller: reconciles, failures by error kind, reconcile
-//! duration, and whether this replica leads. Served as text at `/metrics`.
+//! duration, whether this replica leads, and its requests to the Kubernetes API server. Served
+//! as text at `/metrics`.
 
 use std::time::Instant;
 
@@ -21,7 +22,32 @@ struct FailureLabels {
     error: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiRequestLabels {
+    controller: String,
+    verb: String,
+    resource: String,
+}
+
 type HistogramFamily = Family<ControllerLabels, Histogram, fn() -> Histogram>;
+
+/// The counter of a controller's requests to the Kubernetes API server, by verb (the API
+/// server's own: `GET`, `LIST`, `WATCH`, `POST`, `PUT`, `PATCH`, `APPLY`, `DELETE`) and resource
+/// (`statefulsets`, `visitorsapps/status`): what share of the API server's work is ours. The
+/// client's layer counts into it (see `telemetry::request_spans`); a clone counts into the same
+/// series.
+#[derive(Clone, Debug, Default)]
+pub struct ApiRequests {
+    controller: String,
+    requests: Family<ApiRequestLabels, Counter>,
+}
+
+impl ApiRequests {
+    pub fn count(&self, verb: &str, resource: String) {
+        let labels = ApiRequestLabels { controller: self.controller.clone(), verb: verb.to_string(), resource };
+        self.requests.get_or_create(&labels).inc();
+    }
+}
 
 pub struct Metrics {
     controller: ControllerLabels,
@@ -30,6 +56,7 @@ pub struct Metrics {
     failures: Family<FailureLabels, Counter>,
     duration: HistogramFamily,
     leader: Family<ControllerLabels, Gauge>,
+    api_requests: ApiRequests,
 }
 
 fn duration_histogram() -> Histogram {
@@ -52,10 +79,29 @@ impl Metrics {
             "1 while this replica reconciles (holds the leader Lease, or runs without leader election), 0 while it stands by",
             leader.clone(),
         );
+        let api_requests = ApiRequests { controller: controller.to_string(), requests: Family::default() };
+        registry.register(
+            "api_requests",
+            "Requests to the Kubernetes API server, by verb and resource",
+            api_requests.requests.clone(),
+        );
         let controller = ControllerLabels { controller: controller.to_string() };
         // Exported from the start, so that a replica standing by shows 0 rather than nothing.
         leader.get_or_create(&controller).set(0);
-        Self { controller, registry: std::sync::Mutex::new(registry), reconciles, failures, duration, leader }
+        Self {
+            controller,
+            registry: std::sync::Mutex::new(registry),
+            reconciles,
+            failures,
+            duration,
+            leader,
+            api_requests,
+        }
+    }
+
+    /// The counter the Kubernetes client's layer counts this controller's API requests into.
+    pub fn api_requests(&self) -> ApiRequests {
+        self.api_requests.clone()
     }
 
     /// Records whether this replica reconciles now.
@@ -122,6 +168,21 @@ mod tests {
             text.contains(r#"visitors_operator_reconcile_duration_seconds_count{controller="visitors"} 2"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn api_requests_are_counted_by_verb_and_resource_in_one_series_each() {
+        let metrics = Metrics::new("visitors-controller");
+        let requests = metrics.api_requests();
+        requests.count("APPLY", "statefulsets".into());
+        metrics.api_requests().count("APPLY", "statefulsets".into());
+        requests.count("WATCH", "visitorsapps".into());
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"visitors_operator_api_requests_total{controller="visitors-controller",verb="APPLY",resource="statefulsets"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"verb="WATCH",resource="visitorsapps"} 1"#), "{text}");
     }
 
     #[test]

@@ -50,8 +50,8 @@ pub struct Started {
 /// by for leadership.
 pub async fn start(identity: Identity, args: &ControllerArgs) -> Result<Option<Started>, StartupError> {
     let shutdown = shutdown::on_signals();
-    let client = startup::connect().await?;
     let metrics = Arc::new(Metrics::new(identity.name));
+    let client = startup::connect(&metrics.api_requests()).await?;
     let health = Health::new(metrics.clone());
     let server = spawn_server(args, health.clone(), shutdown.clone()).await?;
 

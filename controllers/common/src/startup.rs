@@ -8,6 +8,8 @@ use kube::client::ClientBuilder;
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, Config};
 
+use crate::metrics::ApiRequests;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     #[error(
@@ -45,14 +47,14 @@ pub fn install_crypto_provider() {
 
 /// Connects to the cluster given by KUBECONFIG, ~/.kube/config or the in-cluster environment,
 /// and checks that its API server answers. Requests made during a reconcile get their own
-/// trace spans ([`crate::telemetry::request_spans`]).
-pub async fn connect() -> Result<Client, StartupError> {
+/// trace spans ([`crate::telemetry::request_spans`]); every request is counted into `requests`.
+pub async fn connect(requests: &ApiRequests) -> Result<Client, StartupError> {
     install_crypto_provider();
     let config = Config::infer().await.map_err(|e| StartupError::NoCluster(e.to_string()))?;
     let url = config.cluster_url.to_string();
     let client = ClientBuilder::try_from(config)
         .map_err(|e| StartupError::BadConfig(e.to_string()))?
-        .with_layer(&crate::telemetry::request_spans())
+        .with_layer(&crate::telemetry::request_spans(requests))
         .build();
     let version = client
         .apiserver_version()

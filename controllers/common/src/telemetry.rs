@@ -10,13 +10,14 @@ use std::io::IsTerminal;
 use kube::{Resource, ResourceExt};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tower_http::classify::{ServerErrorsAsFailures, ServerErrorsFailureClass, SharedClassifier};
-use tower_http::trace::{MakeSpan, OnFailure, OnResponse, TraceLayer};
+use tower_http::trace::{MakeSpan, OnFailure, OnRequest, OnResponse, TraceLayer};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 pub use visitors_telemetry::{OTLP_ENDPOINT_ENV, otel_layer, trace_id, tracer_provider};
 
 use crate::args::LogFormat;
+use crate::metrics::ApiRequests;
 
 const DEFAULT_FILTER: &str = "info,kube=warn,kube_lease_manager=warn";
 
@@ -101,15 +102,23 @@ where
 /// child span `kube.request`: `http.method`, `url.path` (never the query), `http.status_code`,
 /// and the OpenTelemetry name `<METHOD> <resource>` (`PATCH statefulsets`), so that a trace
 /// shows where a reconcile's time went. Requests outside any span (watches, the Lease) get none:
-/// they would be thousands of one-span traces.
-pub type RequestSpanLayer =
-    TraceLayer<SharedClassifier<ServerErrorsAsFailures>, RequestSpan, (), RecordStatus, (), (), RecordFailure>;
+/// they would be thousands of one-span traces. Every request, in a span or not, is counted into
+/// the controller's [`ApiRequests`].
+pub type RequestSpanLayer = TraceLayer<
+    SharedClassifier<ServerErrorsAsFailures>,
+    RequestSpan,
+    CountRequest,
+    RecordStatus,
+    (),
+    (),
+    RecordFailure,
+>;
 
 /// See [`RequestSpanLayer`]; add it with `kube::client::ClientBuilder::with_layer`.
-pub fn request_spans() -> RequestSpanLayer {
+pub fn request_spans(requests: &ApiRequests) -> RequestSpanLayer {
     TraceLayer::new_for_http()
         .make_span_with(RequestSpan)
-        .on_request(())
+        .on_request(CountRequest(requests.clone()))
         .on_response(RecordStatus)
         .on_body_chunk(())
         .on_eos(())
@@ -135,6 +144,18 @@ impl<B> MakeSpan<B> for RequestSpan {
             "url.path" = path,
             "http.status_code" = tracing::field::Empty,
         )
+    }
+}
+
+/// Counts each request under the API server's verb and the resource it names.
+#[derive(Debug, Clone)]
+pub struct CountRequest(ApiRequests);
+
+impl<B> OnRequest<B> for CountRequest {
+    fn on_request(&mut self, request: &http::Request<B>, _span: &tracing::Span) {
+        let content_type = request.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        let uri = request.uri();
+        self.0.count(verb_of(request.method(), uri.path(), uri.query(), content_type), resource_of(uri.path()));
     }
 }
 
@@ -165,21 +186,47 @@ impl OnFailure<ServerErrorsFailureClass> for RecordFailure {
     }
 }
 
-/// The resource (and subresource) a Kubernetes API path names, without namespaces and object
-/// names: `/apis/apps/v1/namespaces/shop/statefulsets/ex-mysql/status` → `statefulsets/status`.
-pub fn resource_of(path: &str) -> String {
+/// The verb the API server counts a request under (`apiserver_request_total`'s): a `GET` of a
+/// collection is a `LIST`, or a `WATCH` with `watch=true`; a `PATCH` of server-side apply is an
+/// `APPLY`; a `DELETE` of a collection a `DELETECOLLECTION`.
+pub fn verb_of(method: &http::Method, path: &str, query: Option<&str>, content_type: Option<&str>) -> &'static str {
+    let collection = matches!(resource_path(path).as_deref(), Some([_]));
+    let watch = query.is_some_and(|q| q.split('&').any(|pair| pair == "watch=true" || pair == "watch=1"));
+    match *method {
+        http::Method::GET if watch => "WATCH",
+        http::Method::GET if collection => "LIST",
+        http::Method::GET => "GET",
+        http::Method::POST => "POST",
+        http::Method::PUT => "PUT",
+        http::Method::PATCH if content_type.is_some_and(|t| t.starts_with("application/apply-patch")) => "APPLY",
+        http::Method::PATCH => "PATCH",
+        http::Method::DELETE if collection => "DELETECOLLECTION",
+        http::Method::DELETE => "DELETE",
+        _ => "OTHER",
+    }
+}
+
+/// The segments of a Kubernetes API path after its group, version and namespace: `resource`,
+/// `resource/name` or `resource/name/subresource`. `None` for a path outside `/api` and `/apis`.
+fn resource_path(path: &str) -> Option<Vec<&str>> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let after_version = match segments.first() {
         Some(&"api") => 2,
         Some(&"apis") => 3,
-        _ => return path.to_string(),
+        _ => return None,
     };
     let rest = segments.get(after_version..).unwrap_or_default();
-    let rest = match rest {
-        ["namespaces", _, more @ ..] if !more.is_empty() => more,
-        other => other,
-    };
-    match rest {
+    Some(match rest {
+        ["namespaces", _, more @ ..] if !more.is_empty() => more.to_vec(),
+        other => other.to_vec(),
+    })
+}
+
+/// The resource (and subresource) a Kubernetes API path names, without namespaces and object
+/// names: `/apis/apps/v1/namespaces/shop/statefulsets/ex-mysql/status` → `statefulsets/status`.
+pub fn resource_of(path: &str) -> String {
+    let Some(rest) = resource_path(path) else { return path.to_string() };
+    match rest.as_slice() {
         [resource] | [resource, _] => resource.to_string(),
         [resource, _, subresource, ..] => format!("{resource}/{subresource}"),
         [] => path.to_string(),
@@ -203,6 +250,32 @@ mod tests {
             "customresourcedefinitions"
         );
         assert_eq!(resource_of("/version"), "/version");
+    }
+
+    #[test]
+    fn requests_are_counted_under_the_api_servers_verbs() {
+        use http::Method;
+        let apply = Some("application/apply-patch+yaml");
+        let merge = Some("application/merge-patch+json");
+        // Method, path, query, content type: the verb counted.
+        type Case<'a> = (Method, &'a str, Option<&'a str>, Option<&'a str>, &'a str);
+        let cases: [Case; 12] = [
+            (Method::GET, "/apis/apps/v1/namespaces/shop/statefulsets/ex-mysql", None, None, "GET"),
+            (Method::GET, "/apis/apps/v1/namespaces/shop/statefulsets", None, None, "LIST"),
+            (Method::GET, "/apis/apps/v1/statefulsets", Some("labelSelector=a%3Db"), None, "LIST"),
+            (Method::GET, "/apis/apps/v1/statefulsets", Some("resourceVersion=5&watch=true"), None, "WATCH"),
+            (Method::GET, "/api/v1/namespaces", None, None, "LIST"),
+            (Method::GET, "/api/v1/namespaces/shop", None, None, "GET"),
+            (Method::POST, "/api/v1/namespaces/shop/secrets", None, Some("application/json"), "POST"),
+            (Method::PATCH, "/apis/example.com/v1/namespaces/shop/visitorsapps/ex/status", None, apply, "APPLY"),
+            (Method::PATCH, "/apis/example.com/v1/namespaces/shop/visitorsapps/ex", None, merge, "PATCH"),
+            (Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/x/leases/l", None, None, "PUT"),
+            (Method::DELETE, "/api/v1/namespaces/shop/pods/ex-mysql-0", None, None, "DELETE"),
+            (Method::DELETE, "/api/v1/namespaces/shop/pods", None, None, "DELETECOLLECTION"),
+        ];
+        for (method, path, query, content_type, verb) in cases {
+            assert_eq!(verb_of(&method, path, query, content_type), verb, "{method} {path}?{query:?}");
+        }
     }
 
     #[test]

@@ -55,7 +55,7 @@ fn api_requests_of_a_reconcile_are_its_child_spans() {
 
     runtime.block_on(async {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let client = ClientBuilder::new(service, "shop").with_layer(&request_spans()).build();
+        let client = ClientBuilder::new(service, "shop").with_layer(&request_spans(&Default::default())).build();
         tokio::spawn(async move {
             let answers = [(StatusCode::NOT_FOUND, "missing"), (StatusCode::NOT_FOUND, "missing"), (StatusCode::OK, "ok")];
             for (status, name) in answers {

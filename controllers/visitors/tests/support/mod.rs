@@ -87,7 +87,9 @@ impl FakeApi {
             }
         });
         // With the production request spans, so that traces can be checked too.
-        ClientBuilder::new(service, NAMESPACE).with_layer(&controller_common::telemetry::request_spans()).build()
+        ClientBuilder::new(service, NAMESPACE)
+            .with_layer(&controller_common::telemetry::request_spans(&Default::default()))
+            .build()
     }
 
     // ----- test controls -----
