@@ -32,10 +32,10 @@ struct ApiRequestLabels {
 type HistogramFamily = Family<ControllerLabels, Histogram, fn() -> Histogram>;
 
 /// The counter of a controller's requests to the Kubernetes API server, by verb (the API
-/// server's own: `GET`, `LIST`, `WATCH`, `POST`, `PUT`, `PATCH`, `APPLY`, `DELETE`) and resource
-/// (`statefulsets`, `visitorsapps/status`): what share of the API server's work is ours. The
-/// client's layer counts into it (see `telemetry::request_spans`); a clone counts into the same
-/// series.
+/// server's own: `GET`, `LIST`, `WATCH`, `POST`, `PUT`, `PATCH`, `APPLY`, `DELETE`,
+/// `DELETECOLLECTION`) and resource (`statefulsets`, `visitorsapps/status`): what share of the
+/// API server's work is ours. The client's layer counts into it (see
+/// `telemetry::request_spans`); a clone counts into the same series.
 #[derive(Clone, Debug, Default)]
 pub struct ApiRequests {
     controller: String,
