@@ -216,24 +216,25 @@ fn first_status_times(progress: &Progress, created_at: &HashMap<String, Instant>
             latency.push(done.saturating_duration_since(*created).as_secs_f64());
         }
     }
+    since_start.sort_by(f64::total_cmp);
+    latency.sort_by(f64::total_cmp);
     serde_json::json!({
-        "p50_seconds": round(percentile(&mut since_start, 0.50)),
-        "p99_seconds": round(percentile(&mut since_start, 0.99)),
-        "last_seconds": round(percentile(&mut since_start, 1.0)),
-        "latency_p50_seconds": round(percentile(&mut latency, 0.50)),
-        "latency_p99_seconds": round(percentile(&mut latency, 0.99)),
-        "latency_max_seconds": round(percentile(&mut latency, 1.0)),
+        "p50_seconds": round(percentile(&since_start, 0.50)),
+        "p99_seconds": round(percentile(&since_start, 0.99)),
+        "last_seconds": round(percentile(&since_start, 1.0)),
+        "latency_p50_seconds": round(percentile(&latency, 0.50)),
+        "latency_p99_seconds": round(percentile(&latency, 0.99)),
+        "latency_max_seconds": round(percentile(&latency, 1.0)),
     })
 }
 
-/// The nearest-rank percentile `fraction` (0 to 1) of `values`; 0 for none.
-fn percentile(values: &mut [f64], fraction: f64) -> f64 {
-    if values.is_empty() {
+/// The nearest-rank percentile `fraction` (0 to 1) of `sorted` (ascending); 0 for none.
+fn percentile(sorted: &[f64], fraction: f64) -> f64 {
+    if sorted.is_empty() {
         return 0.0;
     }
-    values.sort_by(f64::total_cmp);
-    let rank = (fraction * values.len() as f64).ceil().max(1.0) as usize;
-    values[rank.min(values.len()) - 1]
+    let rank = (fraction * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
 }
 
 /// Creates the book's apps, `CREATE_CONCURRENCY` at a time, each in its namespace; in the floor
@@ -635,6 +636,12 @@ mod tests {
         Some((app.to_string(), has))
     }
 
+    fn record_every_part(progress: &mut Progress, app: &str) {
+        for part in PARTS {
+            progress.record((part, watcher::Event::Apply(seen(app, true))));
+        }
+    }
+
     fn listed_empty(progress: &mut Progress) {
         for part in PARTS {
             progress.record((part, watcher::Event::Init));
@@ -661,9 +668,7 @@ mod tests {
     fn a_restarted_watch_replaces_what_its_part_knew() {
         let mut progress = Progress::new(&["a".into()]);
         listed_empty(&mut progress);
-        for part in PARTS {
-            progress.record((part, watcher::Event::Apply(seen("a", true))));
-        }
+        record_every_part(&mut progress, "a");
         assert_eq!(progress.pending(), 0);
         progress.record((Part::Database, watcher::Event::Init));
         progress.record((Part::Database, watcher::Event::InitDone));
@@ -679,13 +684,13 @@ mod tests {
         let cases: [(&[f64], f64, f64); 6] = [
             (&[], 0.5, 0.0),
             (&[3.0], 0.99, 3.0),
-            (&[4.0, 1.0, 3.0, 2.0], 0.5, 2.0),
-            (&[4.0, 1.0, 3.0, 2.0], 1.0, 4.0),
-            (&[4.0, 1.0, 3.0, 2.0], 0.0, 1.0),
+            (&[1.0, 2.0, 3.0, 4.0], 0.5, 2.0),
+            (&[1.0, 2.0, 3.0, 4.0], 1.0, 4.0),
+            (&[1.0, 2.0, 3.0, 4.0], 0.0, 1.0),
             (&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0], 0.99, 10.0),
         ];
         for (values, fraction, expected) in cases {
-            assert_eq!(percentile(&mut values.to_vec(), fraction), expected, "{values:?} at {fraction}");
+            assert_eq!(percentile(values, fraction), expected, "{values:?} at {fraction}");
         }
     }
 
@@ -693,9 +698,7 @@ mod tests {
     fn an_app_is_timed_from_when_it_was_first_complete() {
         let mut progress = Progress::new(&["a".into()]);
         listed_empty(&mut progress);
-        for part in PARTS {
-            progress.record((part, watcher::Event::Apply(seen("a", true))));
-        }
+        record_every_part(&mut progress, "a");
         let first = progress.completed_at["a"];
         progress.record((Part::Frontend, watcher::Event::Delete(seen("a", true))));
         progress.record((Part::Frontend, watcher::Event::Apply(seen("a", true))));
